@@ -6,6 +6,7 @@ import math
 
 import openai
 import pytest
+
 from helpers import server_stats, start_chat_server
 
 USER_HELLO = [{"role": "user", "content": "hello there"}]
@@ -27,7 +28,11 @@ def test_scripted_server_answers_the_openai_client_with_content_usage_and_models
 
 
 def test_top_logprobs_are_returned_only_when_asked(tmp_path):
-    rules = {"rules": [{"contains": "hello", "reply": "1", "top_logprobs": {"1": math.log(0.7), "2": math.log(0.3)}}]}
+    rules = {
+        "rules": [
+            {"contains": "hello", "reply": "1", "top_logprobs": {"1": math.log(0.7), "2": math.log(0.3)}}
+        ]
+    }
     with start_chat_server(tmp_path, rules=rules) as (base_url, _):
         c = client(base_url)
         plain = c.chat.completions.create(model="m", messages=USER_HELLO)
@@ -35,11 +40,18 @@ def test_top_logprobs_are_returned_only_when_asked(tmp_path):
         asked = c.chat.completions.create(model="m", messages=USER_HELLO, logprobs=True, top_logprobs=2)
         first = asked.choices[0].logprobs.content[0]
         assert first.token == "1"
-        assert [(t.token, round(math.exp(t.logprob), 6)) for t in first.top_logprobs] == [("1", 0.7), ("2", 0.3)]
+        assert [(t.token, round(math.exp(t.logprob), 6)) for t in first.top_logprobs] == [
+            ("1", 0.7),
+            ("2", 0.3),
+        ]
 
 
 def test_queue_replies_come_first_in_order_then_rules_then_default(tmp_path):
-    rules = {"queue": ["first", "second"], "rules": [{"regex": "hel+o", "reply": "by rule"}], "default": "fallback"}
+    rules = {
+        "queue": ["first", "second"],
+        "rules": [{"regex": "hel+o", "reply": "by rule"}],
+        "default": "fallback",
+    }
     with start_chat_server(tmp_path, rules=rules) as (base_url, _):
         c = client(base_url)
         asked = [USER_HELLO, USER_HELLO, USER_HELLO, [{"role": "user", "content": "other"}]]
@@ -48,9 +60,12 @@ def test_queue_replies_come_first_in_order_then_rules_then_default(tmp_path):
 
 
 def test_request_matching_no_rule_is_answered_400(tmp_path):
-    with start_chat_server(tmp_path, rules={"rules": [{"contains": "never", "reply": "x"}]}) as (base_url, _):
-        with pytest.raises(openai.BadRequestError, match="no scripted rule matched"):
-            client(base_url).chat.completions.create(model="m", messages=USER_HELLO)
+    rules = {"rules": [{"contains": "never", "reply": "x"}]}
+    with (
+        start_chat_server(tmp_path, rules=rules) as (base_url, _),
+        pytest.raises(openai.BadRequestError, match="no scripted rule matched"),
+    ):
+        client(base_url).chat.completions.create(model="m", messages=USER_HELLO)
 
 
 @pytest.mark.parametrize("status", [429, 500])
@@ -64,16 +79,21 @@ def test_injected_failures_then_success_through_the_clients_retries(tmp_path, st
 
 
 def test_failures_outlasting_the_retries_reach_the_caller(tmp_path):
-    with start_chat_server(tmp_path, rules={"default": "never seen"}, fail_first=5, fail_status=429) as (base_url, _):
+    with start_chat_server(tmp_path, rules={"default": "never seen"}, fail_first=5, fail_status=429) as (
+        base_url,
+        _,
+    ):
         with pytest.raises(openai.RateLimitError):
             client(base_url, max_retries=1).chat.completions.create(model="m", messages=USER_HELLO)
         assert server_stats(base_url)["chat_requests"] == 2
 
 
 def test_delay_makes_a_short_client_timeout_expire(tmp_path):
-    with start_chat_server(tmp_path, rules={"default": "late"}, delay=2.0) as (base_url, _):
-        with pytest.raises(openai.APITimeoutError):
-            client(base_url, timeout=0.3).chat.completions.create(model="m", messages=USER_HELLO)
+    with (
+        start_chat_server(tmp_path, rules={"default": "late"}, delay=2.0) as (base_url, _),
+        pytest.raises(openai.APITimeoutError),
+    ):
+        client(base_url, timeout=0.3).chat.completions.create(model="m", messages=USER_HELLO)
 
 
 def test_server_process_is_stopped_when_the_context_exits(tmp_path):

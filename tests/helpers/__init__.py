@@ -84,7 +84,9 @@ def _wait_ready(base_url: str, process: subprocess.Popen, log_path: Path, timeou
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"chat server exited with {process.returncode}: {log_path.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"chat server exited with {process.returncode}: {log_path.read_text()[-2000:]}"
+            )
         try:
             with urllib.request.urlopen(base_url + "/models", timeout=2):
                 return

@@ -62,7 +62,9 @@ def _as_entry(entry: str | dict[str, Any]) -> dict[str, Any]:
     return {"reply": entry} if isinstance(entry, str) else entry
 
 
-def scripted_completion(entry: dict[str, Any], num_top_logprobs: int) -> tuple[str, list[dict[str, Any]], int]:
+def scripted_completion(
+    entry: dict[str, Any], num_top_logprobs: int
+) -> tuple[str, list[dict[str, Any]], int]:
     """Reply text, logprobs content (each pseudo-token certain, unless the entry gives the first one's), tokens."""
     text = entry["reply"]
     tokens = _PSEUDO_TOKEN_RE.findall(text) or [""]
@@ -124,8 +126,13 @@ class TinyModelReplies:
         for token_id, scores in zip(new_ids, out.scores, strict=False):
             logprobs = torch.log_softmax(scores[0].float(), dim=-1)  # [V]
             top = torch.topk(logprobs, k=max(num_top_logprobs, 1))
-            ranked = [(self.tokenizer.decode([i]), v) for i, v in zip(top.indices.tolist(), top.values.tolist())]
-            content.append(_logprob_entry(self.tokenizer.decode([token_id]), logprobs[token_id].item(), ranked))
+            ranked = [
+                (self.tokenizer.decode([i]), v)
+                for i, v in zip(top.indices.tolist(), top.values.tolist(), strict=True)
+            ]
+            content.append(
+                _logprob_entry(self.tokenizer.decode([token_id]), logprobs[token_id].item(), ranked)
+            )
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
         return text, content, len(prompt_ids), len(new_ids)
 
@@ -240,7 +247,9 @@ class ChatHandler(BaseHTTPRequestHandler):
             self.server.stats[key] += 1
 
     def _error(self, status: int, message: str, kind: str) -> None:
-        headers = {"retry-after-ms": str(self.server.args.retry_after_ms)} if status in (429, 500, 503) else {}
+        headers = (
+            {"retry-after-ms": str(self.server.args.retry_after_ms)} if status in (429, 500, 503) else {}
+        )
         self._send(status, {"error": {"message": message, "type": kind, "code": status}}, headers)
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
@@ -257,7 +266,9 @@ class ChatHandler(BaseHTTPRequestHandler):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0, help="0 picks a free port; the first stdout line is the port")
+    p.add_argument(
+        "--port", type=int, default=0, help="0 picks a free port; the first stdout line is the port"
+    )
     p.add_argument("--mode", choices=["scripted", "tiny"], default="scripted")
     p.add_argument("--rules", help="scripted mode: JSON rules file")
     p.add_argument("--model", default="test-model", help="model id listed by GET /v1/models")
