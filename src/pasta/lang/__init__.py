@@ -1,0 +1,75 @@
+"""PASTA-LANG: the annotation language, its tokens, its schedule and the parallel training layout.
+
+Every stage imports the language from here; it knows nothing of any stage.
+"""
+
+from pasta.lang.layout import (
+    IGNORE_INDEX,
+    MAIN_THREAD,
+    PROMPT_THREAD,
+    Layout,
+    ReservationPolicy,
+    build_layout,
+    collate_layouts,
+    sequence_logprobs,
+)
+from pasta.lang.schedule import Schedule, schedule
+from pasta.lang.syntax import (
+    Document,
+    LangError,
+    Promise,
+    Sync,
+    Text,
+    normalize_whitespace,
+    parse,
+    plain_text,
+    serialize,
+    strip_annotations,
+    strip_tags,
+    validate_topic,
+)
+from pasta.lang.tokens import (
+    TAG_TOKENS,
+    TagIds,
+    TokenChunk,
+    TokenDoc,
+    add_tag_tokens,
+    encode_text,
+    fill_token_counts,
+    has_tag_tokens,
+    tokenize_document,
+)
+
+__all__ = [
+    "IGNORE_INDEX",
+    "MAIN_THREAD",
+    "PROMPT_THREAD",
+    "TAG_TOKENS",
+    "Document",
+    "LangError",
+    "Layout",
+    "Promise",
+    "ReservationPolicy",
+    "Schedule",
+    "Sync",
+    "TagIds",
+    "Text",
+    "TokenChunk",
+    "TokenDoc",
+    "add_tag_tokens",
+    "build_layout",
+    "collate_layouts",
+    "encode_text",
+    "fill_token_counts",
+    "has_tag_tokens",
+    "normalize_whitespace",
+    "parse",
+    "plain_text",
+    "schedule",
+    "sequence_logprobs",
+    "serialize",
+    "strip_annotations",
+    "strip_tags",
+    "tokenize_document",
+    "validate_topic",
+]

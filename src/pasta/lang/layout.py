@@ -1,0 +1,191 @@
+"""The PASTA-LANG training layout: one sequence holding every thread, with the mask, positions and targets that
+make a single forward pass see exactly what the asynchronous decoder will see.
+
+Rows follow the canonical inline order: the prompt, the main thread, and each group's chunks (opener, then body)
+right before the group's `<|sync|>` (or after the last main token). The rules, from the language definition:
+- visibility: a main-thread token sees the prompt, the main thread up to itself, and every chunk joined by a sync
+  at or before it; a chunk token sees what its promise's `<|promise_end|>` sees, that token, and its own chunk up
+  to itself. So main tokens between a promise and the next sync see no chunk, and chunks never see each other
+  unless an earlier sync joined them into the main thread;
+- positions: the main thread counts on from the prompt; a chunk starts right after its `<|promise_end|>`; after a
+  promise the main thread skips the positions reserved for that chunk (`ReservationPolicy`);
+- targets: `target_ids[i]` is the token row i's logits must predict (its successor in its own thread), or -100.
+  Trained: the main thread (tags and eos included) and each chunk's body (content and `<|async_end|>`); not
+  trained: the prompt and the decoder-supplied opener. The first response token is predicted from the last prompt
+  row, a chunk's first content token from its opener's last row.
+
+Targets are already aligned to their rows: the usual "labels shifted by one" convention cannot express a layout
+whose threads interleave. Pass them to a transformers causal LM as `shift_labels` (or compute the loss directly).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from pasta.lang.tokens import TokenChunk, TokenDoc
+
+IGNORE_INDEX = -100
+PROMPT_THREAD = -1
+MAIN_THREAD = 0  # chunk k (0-based, in promise order) is thread k + 1
+
+
+@dataclass(frozen=True)
+class ReservationPolicy:
+    """How many positions the main thread skips for a chunk whose promise predicted `tokens="N"`."""
+
+    policy: Literal["exact", "scale", "round_up", "fixed"] = (
+        "scale"  # exact: N; scale: ceil(scale*N); round_up: N up to a multiple of `multiple`; fixed: `fixed`
+    )
+    scale: float = 2.0  # used by policy=scale (the paper's Pred-10X is scale=10)
+    multiple: int = 16  # used by policy=round_up
+    fixed: int = 64  # used by policy=fixed
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("exact", "scale", "round_up", "fixed"):
+            raise ValueError(f"unknown reservation policy {self.policy!r} (exact, scale, round_up, fixed)")
+
+    def num_reserved(self, num_predicted: int) -> int:
+        """Positions reserved for the chunk's content."""
+        if self.policy == "exact":
+            return num_predicted
+        if self.policy == "scale":
+            return math.ceil(self.scale * num_predicted)
+        if self.policy == "round_up":
+            return -(-num_predicted // self.multiple) * self.multiple
+        return self.fixed
+
+    def span(self, num_opener_ids: int, num_predicted: int) -> int:
+        """Positions the main thread skips after `<|promise_end|>`: opener, reserved content, `<|async_end|>`."""
+        return num_opener_ids + self.num_reserved(num_predicted) + 1
+
+    @classmethod
+    def from_config(cls, cfg) -> ReservationPolicy:
+        return cls(**{k: cfg[k] for k in ("policy", "scale", "multiple", "fixed") if k in cfg})
+
+
+@dataclass(frozen=True)
+class Layout:
+    input_ids: list[int]  # [S]
+    position_ids: list[int]  # [S]
+    target_ids: list[int]  # [S] the token each row predicts, or IGNORE_INDEX
+    thread_ids: list[int]  # [S] PROMPT_THREAD, MAIN_THREAD, or chunk index + 1
+    visible: torch.Tensor  # [S, S] bool: row i may attend to column j
+    num_prompt: int
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def attention_bias(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Additive float mask [S, S]: 0 where visible, finfo.min elsewhere (bool masks are wrong under eager)."""
+        return _to_bias(self.visible, dtype)
+
+
+def _to_bias(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    bias = torch.zeros(visible.shape, dtype=dtype)
+    return bias.masked_fill_(~visible, torch.finfo(dtype).min)
+
+
+def build_layout(prompt_ids: list[int], doc: TokenDoc, policy: ReservationPolicy) -> Layout:
+    """The training layout of one example: prompt ids, then the response's threads."""
+    num_rows = (
+        len(prompt_ids) + len(doc.main_ids) + sum(len(c.opener_ids) + len(c.body_ids) for c in doc.chunks)
+    )
+    visible = torch.zeros(num_rows, num_rows, dtype=torch.bool)  # [S, S]
+    input_ids: list[int] = []
+    position_ids: list[int] = []
+    target_ids: list[int] = []
+    thread_ids: list[int] = []
+
+    def add_row(token_id: int, position: int, thread: int, context: torch.Tensor) -> int:
+        row = len(input_ids)
+        input_ids.append(token_id)
+        position_ids.append(position)
+        target_ids.append(IGNORE_INDEX)
+        thread_ids.append(thread)
+        visible[row] = context
+        visible[row, row] = True
+        return row
+
+    main_context = torch.zeros(num_rows, dtype=torch.bool)  # what the next main-thread token sees
+    for position, token_id in enumerate(prompt_ids):
+        main_context[add_row(token_id, position, PROMPT_THREAD, main_context)] = True
+
+    # Chunks forked and not yet joined: (chunk index, the visibility of its promise_end row, its first position).
+    outstanding: list[tuple[int, torch.Tensor, int]] = []
+    last_main_row = len(input_ids) - 1  # the row whose logits predict the next main-thread token
+
+    def emit_chunks() -> list[int]:
+        rows: list[int] = []
+        for index, fork_context, start in outstanding:
+            chunk: TokenChunk = doc.chunks[index]
+            context = fork_context.clone()
+            previous = -1
+            for offset, token_id in enumerate(chunk.opener_ids + chunk.body_ids):
+                row = add_row(token_id, start + offset, index + 1, context)
+                context[row] = True
+                if offset >= len(chunk.opener_ids):
+                    target_ids[previous] = token_id  # body tokens are trained; opener tokens are given
+                previous = row
+                rows.append(row)
+        outstanding.clear()
+        return rows
+
+    position = len(prompt_ids)
+    fork_order = iter(range(len(doc.chunks)))
+    for token_id in doc.main_ids:
+        if token_id == doc.tag_ids.sync:
+            main_context[emit_chunks()] = True
+        row = add_row(token_id, position, MAIN_THREAD, main_context)
+        main_context[row] = True
+        if last_main_row >= 0:
+            target_ids[last_main_row] = token_id
+        last_main_row = row
+        position += 1
+        if token_id == doc.tag_ids.promise_end:
+            index = next(fork_order)
+            chunk = doc.chunks[index]
+            outstanding.append((index, visible[row].clone(), position))
+            position += policy.span(len(chunk.opener_ids), chunk.num_predicted)
+    emit_chunks()
+    return Layout(input_ids, position_ids, target_ids, thread_ids, visible, len(prompt_ids))
+
+
+def collate_layouts(
+    layouts: list[Layout], pad_id: int, dtype: torch.dtype = torch.float32, pad_to: int | None = None
+) -> dict[str, torch.Tensor]:
+    """Right-pad a batch. Returns input_ids, position_ids, target_ids, thread_ids [B, S] and the additive
+    attention_mask [B, 1, S, S]. A padded row sees only itself (a row that sees nothing turns softmax into NaN) and
+    no real row sees a pad."""
+    num_rows = max([len(layout) for layout in layouts] + [pad_to or 0])
+    batch = len(layouts)
+    input_ids = torch.full((batch, num_rows), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((batch, num_rows), dtype=torch.long)
+    target_ids = torch.full((batch, num_rows), IGNORE_INDEX, dtype=torch.long)
+    thread_ids = torch.full((batch, num_rows), PROMPT_THREAD, dtype=torch.long)
+    visible = torch.eye(num_rows, dtype=torch.bool).repeat(batch, 1, 1)  # [B, S, S]
+    for b, layout in enumerate(layouts):
+        n = len(layout)
+        input_ids[b, :n] = torch.tensor(layout.input_ids)
+        position_ids[b, :n] = torch.tensor(layout.position_ids)
+        target_ids[b, :n] = torch.tensor(layout.target_ids)
+        thread_ids[b, :n] = torch.tensor(layout.thread_ids)
+        visible[b, :n, :n] = layout.visible
+    return {
+        "input_ids": input_ids,
+        "position_ids": position_ids,
+        "target_ids": target_ids,
+        "thread_ids": thread_ids,
+        "attention_mask": _to_bias(visible, dtype).unsqueeze(1),  # [B, 1, S, S]
+    }
+
+
+def sequence_logprobs(logits: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
+    """Per-row log-probability of each row's target [B, S] (0 where the target is IGNORE_INDEX)."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, S, V]
+    safe_targets = target_ids.clamp(min=0)
+    picked = logprobs.gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1)  # [B, S]
+    return picked.masked_fill(target_ids == IGNORE_INDEX, 0.0)

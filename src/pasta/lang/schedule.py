@@ -1,0 +1,49 @@
+"""The ideal interpreter's schedule of a response, and its theoretical speedup.
+
+Every live thread samples one token per forward step (the prefill is step 1 and samples the main thread's first
+token). A promise completed at step s forks a chunk whose i-th token is sampled at step s + i (its decoder-supplied
+opener rides along in that first forward). A `<|sync|>` sampled at step t lets the main thread sample its next
+token at step max(t, last step of every outstanding chunk) + 1. The response is done when the main thread and every
+chunk are. Theoretical speedup = tokens sampled by all threads / steps; a sequential decode has speedup 1.
+
+The asynchronous decoder counts its steps the same way, so its stats equal `schedule(token_doc)` for the same
+structure (tested in tests/test_decoding*).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pasta.lang.tokens import TokenDoc
+
+
+@dataclass(frozen=True)
+class Schedule:
+    num_tokens: int  # sampled by all threads
+    num_steps: int  # forward passes, prefill included
+    main_steps: list[int]  # the step at which each main-thread token is sampled
+    chunk_spans: list[tuple[int, int]]  # (first, last) step of each chunk's sampled tokens
+
+    @property
+    def theoretical_speedup(self) -> float:
+        return self.num_tokens / self.num_steps if self.num_steps else 1.0
+
+
+def schedule(doc: TokenDoc) -> Schedule:
+    step = 0
+    main_steps: list[int] = []
+    chunk_spans: list[tuple[int, int]] = []
+    outstanding_ends: list[int] = []
+    forks = iter(doc.chunks)
+    for token_id in doc.main_ids:
+        step += 1
+        main_steps.append(step)
+        if token_id == doc.tag_ids.promise_end:
+            num_body = len(next(forks).body_ids)
+            chunk_spans.append((step + 1, step + num_body))
+            outstanding_ends.append(step + num_body)
+        elif token_id == doc.tag_ids.sync:
+            step = max([step, *outstanding_ends])
+            outstanding_ends.clear()
+    num_steps = max([step, *outstanding_ends])
+    return Schedule(doc.num_tokens, num_steps, main_steps, chunk_spans)
