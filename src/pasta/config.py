@@ -1,0 +1,113 @@
+"""Where the Hydra configs live, the OmegaConf resolvers they use, and composing a config without a command line.
+
+`conf_dir()` is the one place that decides where configs are: the checkout's top-level `conf/` when pasta runs
+from a source tree (editable install), or `pasta/conf/` inside an installed wheel (setup.py ships `conf/` as the
+data package `pasta.conf`). Entry points pass it to Hydra as an absolute path, so they work from any directory.
+
+Resolvers registered on import:
+  ${pasta_root:}        the checkout root, or the current directory when pasta is installed from a wheel
+  ${pasta_user_cache:}  $XDG_CACHE_HOME/pasta, else ~/.cache/pasta
+
+Tests and plain-function callers compose a config with `compose("train", ["stage=sft"])`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.errors import PastaError
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+# A primary config that every layout has; used to tell a real config folder from a stray `conf/`.
+_MARKER = "generate.yaml"
+
+
+def checkout_root() -> Path | None:
+    """The source checkout this module runs from (src/pasta/config.py -> repo root), or None when installed."""
+    root = _PACKAGE_DIR.parent.parent
+    if (root / "pyproject.toml").is_file() and (root / "conf" / _MARKER).is_file():
+        return root
+    return None
+
+
+def conf_dir() -> Path:
+    """The absolute path of the Hydra config folder (see the module docstring for the search order)."""
+    installed = _PACKAGE_DIR / "conf"
+    if (installed / _MARKER).is_file():
+        return installed
+    root = checkout_root()
+    if root is not None:
+        return root / "conf"
+    raise PastaError(
+        f"pasta's configs are missing: neither {installed} nor a checkout's conf/ holds {_MARKER}; reinstall pasta"
+    )
+
+
+def _pasta_root() -> str:
+    root = checkout_root()
+    return str(root if root is not None else Path.cwd())
+
+
+def user_cache_dir() -> str:
+    """pasta's default cache folder: $XDG_CACHE_HOME/pasta, else ~/.cache/pasta."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "pasta")
+
+
+def register_resolvers() -> None:
+    """Register pasta's OmegaConf resolvers (idempotent; done on import of this module)."""
+    for name, fn in (("pasta_root", _pasta_root), ("pasta_user_cache", user_cache_dir)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+register_resolvers()
+
+
+def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """Compose a primary config (e.g. "train") with command-line style overrides, as the entry point would.
+
+    Works inside a running Hydra app too: the global Hydra state is saved and restored around the call.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name=config_name):
+            return hydra_compose(config_name=config_name, overrides=list(overrides))
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def resolve_device(device: str = "auto") -> str:
+    """Turn a config's `device` into a torch device string: "auto" is "cuda" when CUDA is available, else "cpu"."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PastaError(f"device={device} was asked for but CUDA is not available; use device=auto or device=cpu")
+    return device
+
+
+def setup_runtime(cfg: DictConfig) -> None:
+    """Apply the keys every primary config has: `seed` (python, numpy, torch) and `num_threads` (torch)."""
+    import numpy as np
+    import torch
+
+    if cfg.get("num_threads") is not None:
+        torch.set_num_threads(int(cfg.num_threads))
+    seed = cfg.get("seed")
+    if seed is not None:
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)

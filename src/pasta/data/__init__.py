@@ -1,0 +1,30 @@
+"""Data: crash-safe JSON Lines I/O and loaders for Alpaca-format instruction data and the AlpacaEval set.
+
+    from pasta.data import load_instructions, JsonlAppender
+    records = load_instructions(cfg.data)          # [{"instruction", "input", "output", ...}]
+"""
+
+from pasta.data.instructions import DataConfig, load_alpaca_eval, load_instructions, record_id
+from pasta.data.jsonl import (
+    JsonlAppender,
+    append_jsonl,
+    iter_jsonl,
+    iter_numbered_jsonl,
+    read_jsonl,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
+
+__all__ = [
+    "DataConfig",
+    "JsonlAppender",
+    "append_jsonl",
+    "iter_jsonl",
+    "iter_numbered_jsonl",
+    "load_alpaca_eval",
+    "load_instructions",
+    "read_jsonl",
+    "record_id",
+    "write_json_atomic",
+    "write_jsonl_atomic",
+]

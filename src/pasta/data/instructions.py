@@ -1,0 +1,162 @@
+"""Load instruction data (Alpaca format) and the AlpacaEval set from a local file or the hub, as a `data:` or
+`eval_data:` config (conf/data/*.yaml, conf/eval_data/*.yaml) describes it.
+
+Local files are .jsonl (one object a line) or .json (a list of objects, Stanford Alpaca's format). When the
+configured `path` is null or absent and a `hub_id` is set, the hub dataset is used instead (the shared 5k/805
+files exist beside the checkout in CI, not on a user's machine). A record that lacks a required field, or whose
+field is not a string, is an error naming the file, line (or record number) and field; `on_error: skip` logs and
+drops such records instead. Extra fields (such as `annotated`) are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.data.jsonl import OnError, check_on_error, iter_numbered_jsonl
+from pasta.errors import PastaError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where a data set comes from and which records of it to take (shuffle, then offset, then limit)."""
+
+    name: str = field(metadata={"help": "short name, used in run outputs"})
+    path: str | None = field(default=None, metadata={"help": "local .jsonl or .json file; null = use hub_id"})
+    hub_id: str | None = field(default=None, metadata={"help": "hub dataset id, used when path is null or absent"})
+    hub_config: str | None = field(default=None, metadata={"help": "hub dataset configuration name"})
+    split: str = field(default="train", metadata={"help": "hub dataset split"})
+    limit: int | None = field(default=None, metadata={"help": "take at most this many records; null = all"})
+    offset: int = field(default=0, metadata={"help": "skip this many records first"})
+    shuffle: bool = field(default=False, metadata={"help": "shuffle before offset and limit"})
+    seed: int = field(default=0, metadata={"help": "seed of the shuffle"})
+    on_error: OnError = field(default="fail", metadata={"help": "bad record: fail (one-line error) or skip (log)"})
+
+    @classmethod
+    def from_cfg(cls, cfg: DataConfig | DictConfig | dict[str, Any]) -> DataConfig:
+        """Validate a composed `cfg.data` / `cfg.eval_data` node (or a dict) into a DataConfig."""
+        if isinstance(cfg, DataConfig):
+            return cfg
+        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+        try:
+            data_cfg = cls(**raw)
+        except TypeError as exc:
+            raise PastaError(f"data config {raw.get('name', '<unnamed>')!r} is invalid ({exc})") from None
+        check_on_error(data_cfg.on_error)
+        if data_cfg.offset < 0 or (data_cfg.limit is not None and data_cfg.limit < 0):
+            raise PastaError(f"data {data_cfg.name}: offset and limit must be >= 0")
+        return data_cfg
+
+
+def record_id(record: dict[str, Any]) -> str:
+    """A stable id from a record's content (instruction, input, output): same text, same id, on any machine."""
+    content = json.dumps([record.get("instruction", ""), record.get("input", ""), record.get("output", "")])
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+
+
+def _raw_records(cfg: DataConfig, group: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield (where, record) pairs, `where` naming the record for error messages; `group` is the config key."""
+    if cfg.path is not None and Path(cfg.path).is_file():
+        path = Path(cfg.path)
+        if path.suffix == ".json":
+            yield from _json_records(path, cfg.on_error)
+        else:
+            for line_no, record in iter_numbered_jsonl(path, cfg.on_error):
+                yield f"{path}:{line_no}", record
+        return
+    if cfg.hub_id is None:
+        raise PastaError(f"data {cfg.name}: file not found: {cfg.path}; set {group}.path=/path/to/file.jsonl")
+    if cfg.path is not None:
+        log.info("data %s: %s not found, loading %s from the hub", cfg.name, cfg.path, cfg.hub_id)
+    for index, record in enumerate(_hub_records(cfg, group), start=1):
+        yield f"{cfg.hub_id}[{cfg.split}] record {index}", record
+
+
+def _json_records(path: Path, on_error: OnError) -> Iterator[tuple[str, dict[str, Any]]]:
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise PastaError(f"{path}: invalid JSON ({exc})") from None
+    if not isinstance(records, list):
+        raise PastaError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
+    for index, record in enumerate(records, start=1):
+        if isinstance(record, dict):
+            yield f"{path}: record {index}", record
+        elif on_error == "fail":
+            raise PastaError(f"{path}: record {index}: expected a JSON object, got {type(record).__name__}")
+        else:
+            log.warning("skipping %s: record %d: not a JSON object", path, index)
+
+
+def _hub_records(cfg: DataConfig, group: str) -> Iterator[dict[str, Any]]:
+    import datasets
+
+    try:
+        dataset = datasets.load_dataset(cfg.hub_id, cfg.hub_config, split=cfg.split)
+    except Exception as exc:  # datasets raises many types (offline, not found, gated); all mean "not available"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PastaError(
+            f"data {cfg.name}: {cfg.path or 'no local path'} is absent and hub dataset {cfg.hub_id} could not be "
+            f"loaded ({first}); set {group}.path=/path/to/file.jsonl"
+        ) from None
+    yield from dataset
+
+
+def _checked(
+    records: Iterator[tuple[str, dict[str, Any]]], required: tuple[str, ...], optional: tuple[str, ...], on_error: str
+) -> list[dict[str, Any]]:
+    kept = []
+    for where, record in records:
+        problem = next((f"missing field '{f}'" for f in required if f not in record), None)
+        problem = problem or next(
+            (f"field '{f}' is not a string" for f in required + optional
+             if f in record and not isinstance(record[f], str)),
+            None,
+        )
+        if problem is None:
+            kept.append(record)
+        elif on_error == "fail":
+            raise PastaError(f"{where}: {problem}")
+        else:
+            log.warning("skipping %s: %s", where, problem)
+    return kept
+
+
+def _select(records: list[dict[str, Any]], cfg: DataConfig) -> list[dict[str, Any]]:
+    if cfg.shuffle:
+        records = records.copy()
+        random.Random(cfg.seed).shuffle(records)
+    end = None if cfg.limit is None else cfg.offset + cfg.limit
+    return records[cfg.offset : end]
+
+
+def load_instructions(data_cfg: DataConfig | DictConfig | dict[str, Any]) -> list[dict[str, Any]]:
+    """Alpaca-format records (`instruction`, `input` ("" when absent), `output`, plus any extra fields)."""
+    cfg = DataConfig.from_cfg(data_cfg)
+    records = _checked(_raw_records(cfg, "data"), ("instruction", "output"), ("input",), cfg.on_error)
+    for record in records:
+        record.setdefault("input", "")
+    return _select(records, cfg)
+
+
+def load_alpaca_eval(eval_data_cfg: DataConfig | DictConfig | dict[str, Any]) -> list[dict[str, Any]]:
+    """AlpacaEval records: `instruction`, `output` (the reference answer), `generator` and `dataset`.
+
+    `generator` defaults to "reference" and `dataset` to the config's name when a file leaves them out.
+    """
+    cfg = DataConfig.from_cfg(eval_data_cfg)
+    records = _checked(_raw_records(cfg, "eval_data"), ("instruction", "output"), ("generator", "dataset"), cfg.on_error)
+    for record in records:
+        record.setdefault("generator", "reference")
+        record.setdefault("dataset", cfg.name)
+    return _select(records, cfg)

