@@ -98,8 +98,7 @@ class TinyModelReplies:
         torch.set_num_threads(1)
         self._torch = torch
         self.tokenizer = load_tokenizer(_tiny_model_cfg())
-        torch.manual_seed(seed)
-        self.model = build_tiny_model(self.tokenizer).eval()
+        self.model = build_tiny_model(self.tokenizer, seed=seed).eval()
         # One forward at a time: the server is threaded, the model is not meant to be shared across threads.
         self._lock = threading.Lock()
 

@@ -1,0 +1,55 @@
+"""`build_judge(judge_cfg)`: the judge a `judge/` config group entry describes (conf/judge/*.yaml).
+
+The config is checked against the judge's dataclass first, so a misspelt key or a wrong type stops with one line
+instead of being ignored. Each judge module is imported only when chosen: sentence-transformers and torch take
+seconds to import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pasta.errors import PastaError
+from pasta.judges.base import Judge
+
+KINDS = ("embedding", "openai", "hf")
+
+
+def build_judge(judge_cfg: DictConfig | dict[str, Any]) -> Judge:
+    """Build the judge named by `judge_cfg.kind` (embedding | openai | hf) from its config."""
+    cfg = judge_cfg if isinstance(judge_cfg, DictConfig) else OmegaConf.create(judge_cfg)
+    kind = cfg.get("kind")
+    if kind == "embedding":
+        from pasta.judges.embedding import EmbeddingJudge, EmbeddingJudgeConfig
+
+        return EmbeddingJudge(_checked(EmbeddingJudgeConfig, cfg))
+    if kind == "openai":
+        from pasta.judges.openai_judge import OpenAIJudge, OpenAIJudgeConfig
+
+        return OpenAIJudge(_checked(OpenAIJudgeConfig, cfg))
+    if kind == "hf":
+        from pasta.judges.hf_judge import HFJudge, HFJudgeConfig
+        from pasta.models import load_model
+
+        config = _checked(HFJudgeConfig, cfg)
+        model_cfg = cfg.get("model")
+        if model_cfg is None:
+            raise PastaError(
+                "judge=hf needs judge.model (a model config, e.g. model@judge.model=smollm2-135m)"
+            )
+        model, tokenizer = load_model(model_cfg, device=config.device)
+        return HFJudge(config, model, tokenizer, model_name=str(model_cfg.get("name", "model")))
+    raise PastaError(
+        f"unknown judge kind {kind!r}: use one of {', '.join(KINDS)} (judge=embedding|openai|hf)"
+    )
+
+
+def _checked(schema: type, cfg: DictConfig) -> Any:
+    """`cfg` as an instance of the dataclass `schema`, or one PastaError naming the bad key."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))
+    except OmegaConfBaseException as e:
+        raise PastaError(f"bad judge config: {str(e).splitlines()[0]}") from None

@@ -1,0 +1,254 @@
+"""An LLM judge over any OpenAI-compatible chat-completions endpoint (OpenAI, Gemini's OpenAI API, vLLM, ...).
+
+`score` asks for a 1..max_rating rating of the candidate (the reference shown as a point of comparison) and parses
+the reply; `compare` asks which of two answers is better, shows both orders (or one random order) to cancel position
+bias, and reads P("1") against P("2") from the top logprobs when the server returns them, else the text choice.
+Retries with exponential backoff on 429, 5xx, connection errors and timeouts are the openai client's own
+(`max_retries`, honouring the server's retry-after headers); a reply that does not parse is asked again
+`parse_retries` times. What still fails is None, never a made-up number. Configuration mistakes (a bad key, an
+unknown model, an unreachable endpoint) stop the run with a PastaError. The API key is read from the environment
+variable named in the config and is never logged or written anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from tqdm.auto import tqdm
+
+from pasta.errors import PastaError
+from pasta.judges.base import JudgeItem, rating_to_unit
+from pasta.judges.prompts import (
+    COMPARE_FIELDS,
+    NO_REFERENCE,
+    SCORE_FIELDS,
+    load_prompt,
+    parse_choice,
+    parse_rating,
+)
+
+log = logging.getLogger(__name__)
+
+# The endpoint cannot be right if it answers these: retrying will not help, so the run stops with the reason.
+_CONFIG_ERRORS = (
+    openai.AuthenticationError,
+    openai.PermissionDeniedError,
+    openai.NotFoundError,
+    openai.BadRequestError,
+    openai.UnprocessableEntityError,
+)
+
+
+@dataclass
+class OpenAIJudgeConfig:
+    kind: str = field(default="openai", metadata={"help": "judge type: embedding | openai | hf"})
+    base_url: str = field(
+        default="https://api.openai.com/v1", metadata={"help": "OpenAI-compatible API root"}
+    )
+    model: str = field(default="gpt-4o-mini", metadata={"help": "model name sent with every request"})
+    api_key_env: str | None = field(
+        default="OPENAI_API_KEY",
+        metadata={"help": "environment variable holding the API key; null for a server that needs none"},
+    )
+    max_concurrency: int = field(
+        default=8, metadata={"help": "requests in flight at once (thread pool size)"}
+    )
+    max_retries: int = field(
+        default=5, metadata={"help": "openai client retries on 429/5xx/timeouts, exponential backoff"}
+    )
+    timeout_s: float = field(default=60.0, metadata={"help": "seconds before one request times out"})
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature of the judge"})
+    max_tokens: int = field(
+        default=16, metadata={"help": "reply length limit; the prompts ask for one number"}
+    )
+    max_rating: int = field(default=10, metadata={"help": "score asks for a rating in 1..max_rating"})
+    parse_retries: int = field(default=1, metadata={"help": "extra asks when a reply does not parse"})
+    order: str = field(
+        default="both",
+        metadata={
+            "help": "compare: both (each pair in both orders, averaged) | random (one seeded random order)"
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the random order"})
+    use_logprobs: bool = field(
+        default=True,
+        metadata={"help": "compare: request top logprobs; set false for servers that reject them"},
+    )
+    top_logprobs: int = field(default=5, metadata={"help": "how many top logprobs to request"})
+    score_prompt: str = field(
+        default="judge_score.md", metadata={"help": "template path or name in conf/prompts"}
+    )
+    compare_prompt: str = field(
+        default="judge_compare.md", metadata={"help": "template path or name in conf/prompts"}
+    )
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+
+class OpenAIJudge:
+    def __init__(self, config: OpenAIJudgeConfig):
+        if config.order not in ("both", "random"):
+            raise PastaError(f"judge.order must be 'both' or 'random', not {config.order!r}")
+        if config.max_rating < 2:
+            raise PastaError(f"judge.max_rating must be at least 2, not {config.max_rating}")
+        self.config = config
+        self.name = f"openai:{config.model}"
+        self._score_prompt = load_prompt(config.score_prompt, SCORE_FIELDS)
+        self._compare_prompt = load_prompt(config.compare_prompt, COMPARE_FIELDS)
+        self._api_key = self._read_api_key()
+        self._client = openai.OpenAI(
+            base_url=config.base_url,
+            api_key=self._api_key,
+            max_retries=config.max_retries,
+            timeout=config.timeout_s,
+        )
+
+    def _read_api_key(self) -> str:
+        env = self.config.api_key_env
+        if env is None:
+            return "not-needed"  # the client insists on a value; a local server ignores it
+        key = os.environ.get(env, "")
+        if not key:
+            raise PastaError(
+                f"set the environment variable {env} to the judge's API key "
+                "(or judge.api_key_env=null for a server that needs none)"
+            )
+        return key
+
+    def score(self, items: list[JudgeItem]) -> list[float | None]:
+        jobs = [lambda item=item: self._score_one(item) for item in items]
+        return self._run(jobs, "judge score")
+
+    def compare(self, items: list[JudgeItem]) -> list[float | None]:
+        if any(item.reference is None for item in items):
+            raise PastaError("compare needs a reference answer for every item")
+        if self.config.order == "both":
+            orders = [(False, True)] * len(items)
+        else:
+            rng = random.Random(self.config.seed)
+            orders = [(rng.random() < 0.5,) for _ in items]
+        jobs, owners = [], []
+        for index, (item, swaps) in enumerate(zip(items, orders, strict=True)):
+            for swapped in swaps:
+                jobs.append(lambda item=item, swapped=swapped: self._compare_one(item, swapped))
+                owners.append(index)
+        per_order = self._run(jobs, "judge compare")
+        grouped: list[list[float | None]] = [[] for _ in items]
+        for index, value in zip(owners, per_order, strict=True):
+            grouped[index].append(value)
+        # One failed order would leave the other's position bias in the average: the item fails as a whole.
+        return [None if any(v is None for v in values) else sum(values) / len(values) for values in grouped]
+
+    def _score_one(self, item: JudgeItem) -> float | None:
+        messages = self._score_prompt.messages(
+            instruction=item.instruction,
+            candidate=item.candidate,
+            reference=NO_REFERENCE if item.reference is None else item.reference,
+            max_rating=str(self.config.max_rating),
+        )
+        for _ in range(1 + self.config.parse_retries):
+            reply = self._ask(messages, with_logprobs=False)
+            if reply is None:
+                return None
+            rating = parse_rating(reply.choices[0].message.content or "", self.config.max_rating)
+            if rating is not None:
+                return rating_to_unit(rating, self.config.max_rating)
+        return None
+
+    def _compare_one(self, item: JudgeItem, swapped: bool) -> float | None:
+        """P(candidate beats reference) with the candidate shown second when `swapped`."""
+        first, second = (item.reference, item.candidate) if swapped else (item.candidate, item.reference)
+        messages = self._compare_prompt.messages(
+            instruction=item.instruction, answer_1=first, answer_2=second
+        )
+        for _ in range(1 + self.config.parse_retries):
+            reply = self._ask(messages, with_logprobs=self.config.use_logprobs)
+            if reply is None:
+                return None
+            p_first = first_answer_probability(reply.choices[0])
+            if p_first is not None:
+                return 1.0 - p_first if swapped else p_first
+        return None
+
+    def _ask(self, messages: list[dict[str, str]], with_logprobs: bool) -> Any | None:
+        """One chat completion (the client retries transient errors), or None when those retries ran out."""
+        extra: dict[str, Any] = (
+            {"logprobs": True, "top_logprobs": self.config.top_logprobs} if with_logprobs else {}
+        )
+        try:
+            return self._client.chat.completions.create(
+                model=self.config.model,
+                messages=messages,
+                temperature=self.config.temperature,
+                max_tokens=self.config.max_tokens,
+                **extra,
+            )
+        except _CONFIG_ERRORS as e:
+            raise PastaError(
+                f"judge {self.name} at {self.config.base_url} refused the request: {self._safe(e)}"
+            ) from None
+        except openai.APITimeoutError:
+            log.warning("judge %s: request timed out after %d retries", self.name, self.config.max_retries)
+            return None
+        except openai.APIConnectionError as e:
+            raise PastaError(f"cannot reach judge endpoint {self.config.base_url}: {self._safe(e)}") from None
+        except openai.APIStatusError as e:  # 429 and 5xx once the client's retries are spent
+            log.warning("judge %s: %s after %d retries", self.name, e.status_code, self.config.max_retries)
+            return None
+
+    def _safe(self, error: Exception) -> str:
+        """The error's text on one line, with the API key masked should a server echo it."""
+        return " ".join(str(error).replace(self._api_key, "***").split())
+
+    def _run(self, jobs: list[Callable[[], float | None]], desc: str) -> list[float | None]:
+        results: list[float | None] = [None] * len(jobs)
+        with ThreadPoolExecutor(max_workers=self.config.max_concurrency) as pool:
+            futures = {pool.submit(job): index for index, job in enumerate(jobs)}
+            try:
+                bar = tqdm(
+                    as_completed(futures), total=len(jobs), desc=desc, disable=not self.config.progress
+                )
+                for future in bar:
+                    results[futures[future]] = future.result()
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+        num_failed = sum(r is None for r in results)
+        if num_failed:
+            log.warning("judge %s: %d of %d requests gave no judgement", self.name, num_failed, len(jobs))
+        return results
+
+
+def first_answer_probability(choice: Any) -> float | None:
+    """P(answer 1 is better) from one chat completion choice, or None when its reply names no clear choice.
+
+    The text decides which answer was chosen; when the server returned top logprobs at the token that states the
+    choice, its probability is the softmax mass of "1" against "2" there (alpaca_eval's weighted judges do the
+    same), otherwise the choice counts as certain.
+    """
+    picked = parse_choice(choice.message.content or "")
+    if picked is None:
+        return None
+    content = getattr(choice.logprobs, "content", None) or []
+    for position in content:
+        if position.token.strip() in ("1", "2"):
+            if position.token.strip() != str(picked):
+                break  # the first digit is not the stated choice ("1 is worse than 2"): trust the text
+            mass = {"1": 0.0, "2": 0.0}
+            for top in position.top_logprobs or []:
+                token = top.token.strip()
+                if token in mass:
+                    mass[token] += math.exp(top.logprob)
+            total = mass["1"] + mass["2"]
+            if total > 0:
+                return mass["1"] / total
+            break
+    return 1.0 if picked == 1 else 0.0
