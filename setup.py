@@ -1,12 +1,23 @@
 """Package layout that pyproject.toml cannot express: `src/pasta` plus the top-level `conf/` as `pasta.conf`.
 
 The Hydra configs live in the checkout's `conf/` (that is where users edit them); an installed wheel carries them
-as `pasta/conf/`, which `pasta.config.conf_dir()` finds. Everything else is in pyproject.toml.
+as `pasta/conf/`, which `pasta.config.conf_dir()` finds. Each config folder is declared as a (data-only) package so
+that setuptools ships its files. Everything else is in pyproject.toml.
 """
+
+from pathlib import Path
 
 from setuptools import find_packages, setup
 
+CONF_FILES = ["*.yaml", "*.md", "*.txt", "*.jinja"]
+conf_packages = ["pasta.conf"] + sorted(
+    "pasta.conf." + ".".join(folder.relative_to("conf").parts)
+    for folder in Path("conf").rglob("*")
+    if folder.is_dir() and "__pycache__" not in folder.parts
+)
+
 setup(
-    packages=[*find_packages("src"), "pasta.conf"],
+    packages=[*find_packages("src"), *conf_packages],
     package_dir={"": "src", "pasta.conf": "conf"},
+    package_data={package: CONF_FILES for package in conf_packages},
 )

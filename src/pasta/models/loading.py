@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -88,6 +89,10 @@ def convert_gguf(gguf_file: Path, target: Path) -> Path:
         model.load_state_dict(gguf_model.state_dict(), strict=True)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        # mkdtemp makes the folder private (0700); the cache is an ordinary folder once in place.
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)
         try:
             tmp.rename(target)
         except OSError:

@@ -1,0 +1,154 @@
+"""Config lookup and composition: every option of every config group composes with the primary that uses it,
+paths resolve, and an installed (non-editable) wheel finds its configs from any directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.errors import MissingConfigException
+from omegaconf import OmegaConf
+
+from pasta.config import checkout_root, compose, conf_dir
+from pasta.data import DataConfig
+from pasta.models import ModelConfig
+
+PRIMARIES = ("annotate", "train", "eval", "generate")
+# Groups whose primary is not found from the defaults lists (added with `+group=...`), or used beyond them.
+GROUP_PRIMARIES = {
+    "teacher": {"annotate"},
+    "stage": {"train"},
+    "judge": {"train"},
+    "experiment": {"train"},
+    "decode": {"generate"},
+    "eval": {"eval"},
+    "eval_data": {"eval"},
+}
+# Folders under conf/ that are not config groups: Hydra's own settings are composed by every entry point (tested
+# through the run directory in test_entry_points.py); prompts are text files read by the stages.
+NOT_GROUPS = {"hydra", "prompts"}
+
+
+def _defaults_groups(primary: str) -> set[str]:
+    """Group names in a primary config's defaults list (`- model: smollm2-135m` -> model)."""
+    defaults = OmegaConf.load(conf_dir() / f"{primary}.yaml").get("defaults", [])
+    groups = set()
+    for entry in defaults:
+        if isinstance(entry, str) or entry is None:
+            continue
+        for key in entry:
+            groups.add(str(key).split(" ")[-1].lstrip("/").split("@")[0])  # "override /model@x" -> model
+    return groups
+
+
+def _group_options() -> list[tuple[str, str]]:
+    options = []
+    for yaml_file in sorted(conf_dir().rglob("*.yaml")):
+        group = yaml_file.parent.relative_to(conf_dir()).as_posix()
+        if group != "." and group.split("/")[0] not in NOT_GROUPS:
+            options.append((group, yaml_file.stem))
+    return options
+
+
+def _primaries_for(group: str) -> set[str]:
+    top = group.split("/")[0]
+    return GROUP_PRIMARIES.get(top, set()) | {p for p in PRIMARIES if group in _defaults_groups(p)}
+
+
+def test_conf_dir_is_absolute_and_holds_every_primary():
+    assert conf_dir().is_absolute()
+    for primary in PRIMARIES:
+        assert (conf_dir() / f"{primary}.yaml").is_file()
+
+
+@pytest.mark.parametrize("primary", PRIMARIES)
+def test_primary_composes_with_the_shared_keys(primary):
+    cfg = compose(primary)
+    for key in ("seed", "device", "num_threads", "paths", "model", "lang"):
+        assert key in cfg, f"{primary}.yaml lacks {key}"
+    assert cfg.device == "auto"
+    assert cfg.model.name == "smollm2-135m"
+    OmegaConf.to_container(cfg, resolve=True)
+
+
+@pytest.mark.parametrize(("group", "option"), _group_options(), ids=lambda v: v)
+def test_every_group_option_composes_with_its_primaries(group, option):
+    primaries = _primaries_for(group)
+    assert primaries, f"config group {group}/ is used by no primary: list it in GROUP_PRIMARIES of {__file__}"
+    for primary in sorted(primaries):
+        prefix = "" if group in _defaults_groups(primary) else "+"
+        cfg = compose(primary, [f"{prefix}{group}={option}"])
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        if group == "model":
+            assert ModelConfig.from_cfg(cfg.model).name == option
+        if group in ("data", "eval_data"):
+            assert DataConfig.from_cfg(cfg[group]).name == option
+        assert resolved["paths"]["root_dir"]
+
+
+def test_groups_each_primary_names_exist():
+    for primary in PRIMARIES:
+        for group in _defaults_groups(primary) - {"hydra", "_self_"}:
+            assert (conf_dir() / group).is_dir(), f"{primary}.yaml names a missing group {group}/"
+
+
+def test_unknown_model_name_is_a_config_error_naming_the_group():
+    with pytest.raises(MissingConfigException, match="model"):
+        compose("generate", ["model=no-such-model"])
+
+
+def test_paths_point_into_the_checkout():
+    paths = compose("generate").paths
+    root = checkout_root()
+    assert root is not None and Path(paths.root_dir) == root
+    assert (Path(paths.data_dir) / "alpaca_sample.jsonl").is_file()
+    assert Path(paths.output_root).is_absolute() and Path(paths.cache_dir).is_absolute()
+
+
+def test_environment_variables_move_cache_output_and_shared_data(monkeypatch, tmp_path):
+    monkeypatch.setenv("PASTA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PASTA_OUTPUT_ROOT", str(tmp_path / "out"))
+    monkeypatch.setenv("PASTA_SHARED_DATA", str(tmp_path / "shared"))
+    paths = compose("generate").paths
+    assert (paths.cache_dir, paths.output_root, paths.shared_data_dir) == (
+        str(tmp_path / "cache"), str(tmp_path / "out"), str(tmp_path / "shared"))
+    assert compose("generate").model.cache_dir == str(tmp_path / "cache" / "models")
+
+
+@pytest.mark.slow
+def test_installed_wheel_finds_its_configs_from_another_directory(tmp_path):
+    """Build a wheel from a copy of the sources, install it into a folder, compose from an unrelated cwd."""
+    root = checkout_root()
+    src = tmp_path / "src-copy"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(root / name, src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(root / "src", src / "src", ignore=ignore)
+    shutil.copytree(root / "conf", src / "conf", ignore=ignore)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", tmp_path / "wheel", src],
+                   check=True, cwd=src, capture_output=True)
+    (wheel,) = (tmp_path / "wheel").glob("pasta-*.whl")
+    target = tmp_path / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--target", target, wheel], check=True, capture_output=True)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    probe = (
+        "import pasta, pasta.config as c;"
+        "cfg = c.compose('eval', ['model=tiny']);"
+        "print(pasta.__file__); print(c.conf_dir()); print(cfg.paths.root_dir); print(cfg.model.name)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=elsewhere, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(target)})
+    assert out.returncode == 0, out.stderr
+    module_file, config_dir, root_dir, model_name = out.stdout.split()
+    assert Path(module_file).is_relative_to(target)
+    assert Path(config_dir) == target / "pasta" / "conf"
+    assert Path(root_dir) == elsewhere  # no checkout: paths are relative to where the user runs pasta
+    assert model_name == "tiny"
