@@ -1,0 +1,239 @@
+"""JSON Lines I/O and the instruction / AlpacaEval loaders, on good and bad files written here."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pasta.config import compose
+from pasta.data import (
+    JsonlAppender,
+    append_jsonl,
+    load_alpaca_eval,
+    load_instructions,
+    read_jsonl,
+    record_id,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
+from pasta.errors import PastaError
+
+
+def _write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _data_cfg(path, **overrides):
+    return {"name": "t", "path": str(path), **overrides}
+
+
+def test_read_jsonl_returns_objects_in_order_and_ignores_blank_lines(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", ['{"a": 1}', "", "   ", '{"a": 2}'])
+    assert read_jsonl(path) == [{"a": 1}, {"a": 2}]
+
+
+def test_malformed_line_fails_naming_file_and_line(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", ['{"a": 1}', '{"a": 2}', '{"a": '])
+    with pytest.raises(PastaError, match=r"x\.jsonl:3: invalid JSON"):
+        read_jsonl(path)
+
+
+def test_malformed_lines_are_skipped_in_skip_mode(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", ["not json", '{"a": 1}', "[1, 2]", '{"a": 2}'])
+    assert read_jsonl(path, on_error="skip") == [{"a": 1}, {"a": 2}]
+
+
+def test_line_that_is_not_an_object_is_rejected(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", ['{"a": 1}', '"just a string"'])
+    with pytest.raises(PastaError, match=r"x\.jsonl:2: invalid JSON \(expected a JSON object, got str\)"):
+        read_jsonl(path)
+
+
+def test_missing_file_is_a_pasta_error(tmp_path):
+    with pytest.raises(PastaError, match="file not found: .*nope.jsonl"):
+        read_jsonl(tmp_path / "nope.jsonl")
+
+
+def test_unknown_on_error_mode_is_rejected(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", ['{"a": 1}'])
+    with pytest.raises(PastaError, match="on_error=ignore"):
+        read_jsonl(path, on_error="ignore")
+
+
+def test_appender_drops_a_truncated_last_line_then_appends_whole_lines(tmp_path):
+    path = tmp_path / "out" / "results.jsonl"
+    append_jsonl(path, [{"id": 1}, {"id": 2}])
+    with path.open("a", encoding="utf-8") as handle:  # what a crash in the middle of a write leaves
+        handle.write('{"id": 3, "text": "half wri')
+    with JsonlAppender(path) as out:
+        out.append({"id": 4, "text": "ünïcode"})
+    assert read_jsonl(path) == [{"id": 1}, {"id": 2}, {"id": 4, "text": "ünïcode"}]
+    assert path.read_bytes().endswith(b"\n")
+
+
+def test_appender_keeps_a_file_that_ends_with_a_newline(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", ['{"id": 1}'])
+    append_jsonl(path, [{"id": 2}])
+    assert read_jsonl(path) == [{"id": 1}, {"id": 2}]
+
+
+def test_appender_drops_a_truncated_only_line(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"id": 1', encoding="utf-8")
+    append_jsonl(path, [{"id": 2}])
+    assert read_jsonl(path) == [{"id": 2}]
+
+
+def test_write_json_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "sub" / "summary.json"
+    write_json_atomic(path, {"v": 1})
+    write_json_atomic(path, {"v": 2})
+    assert json.loads(path.read_text()) == {"v": 2}
+    assert os.listdir(path.parent) == ["summary.json"]
+
+
+def test_failed_atomic_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "summary.json"
+    write_json_atomic(path, {"v": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"v": object()})
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert os.listdir(tmp_path) == ["summary.json"]
+
+
+def test_write_jsonl_atomic_round_trips(tmp_path):
+    records = [{"a": 1}, {"b": "two\nlines"}]
+    write_jsonl_atomic(tmp_path / "x.jsonl", records)
+    assert read_jsonl(tmp_path / "x.jsonl") == records
+
+
+def test_record_id_is_stable_and_depends_on_content_only():
+    record = {"instruction": "Name three colors.", "input": "", "output": "Red, green, blue."}
+    # A fixed value: ids must not change between runs, machines or Python versions.
+    assert record_id(record) == "c15282a533b9a485"
+    assert record_id({**record, "annotated": "x", "id": 7}) == record_id(record)
+    assert record_id({**record, "output": "Red."}) != record_id(record)
+    assert record_id({"instruction": "Name three colors.", "output": "Red, green, blue."}) == record_id(record)
+
+
+def test_load_instructions_defaults_input_and_keeps_extra_fields(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [
+        json.dumps({"instruction": "Say hi.", "output": "Hi."}),
+        json.dumps({"instruction": "Add.", "input": "1+1", "output": "2", "annotated": "2"}),
+    ])
+    records = load_instructions(_data_cfg(path))
+    assert records == [
+        {"instruction": "Say hi.", "input": "", "output": "Hi."},
+        {"instruction": "Add.", "input": "1+1", "output": "2", "annotated": "2"},
+    ]
+
+
+def test_load_instructions_reads_a_json_list(tmp_path):
+    path = tmp_path / "alpaca.json"
+    path.write_text(json.dumps([{"instruction": "A", "input": "", "output": "B"}]), encoding="utf-8")
+    assert load_instructions(_data_cfg(path)) == [{"instruction": "A", "input": "", "output": "B"}]
+
+
+def test_json_list_with_a_bad_record_names_the_record(tmp_path):
+    path = tmp_path / "alpaca.json"
+    path.write_text(json.dumps([{"instruction": "A", "output": "B"}, {"instruction": "C"}]), encoding="utf-8")
+    with pytest.raises(PastaError, match=r"alpaca\.json: record 2: missing field 'output'"):
+        load_instructions(_data_cfg(path))
+
+
+def test_missing_field_names_line_and_field(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [
+        json.dumps({"instruction": "A", "output": "B"}),
+        json.dumps({"instruction": "C", "input": "D"}),
+    ])
+    with pytest.raises(PastaError, match=r"x\.jsonl:2: missing field 'output'"):
+        load_instructions(_data_cfg(path))
+
+
+def test_field_that_is_not_a_string_is_rejected(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "input": 3, "output": "B"})])
+    with pytest.raises(PastaError, match=r"x\.jsonl:1: field 'input' is not a string"):
+        load_instructions(_data_cfg(path))
+
+
+def test_skip_mode_drops_bad_records_and_keeps_good_ones(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [
+        json.dumps({"instruction": "A", "output": "B"}),
+        "{broken",
+        json.dumps({"output": "no instruction"}),
+        json.dumps({"instruction": "C", "output": "D"}),
+    ])
+    records = load_instructions(_data_cfg(path, on_error="skip"))
+    assert [r["instruction"] for r in records] == ["A", "C"]
+
+
+def test_shuffle_offset_and_limit_select_disjoint_reproducible_windows(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl",
+                        [json.dumps({"instruction": f"q{i}", "output": f"a{i}"}) for i in range(20)])
+    first = load_instructions(_data_cfg(path, shuffle=True, seed=3, limit=5))
+    second = load_instructions(_data_cfg(path, shuffle=True, seed=3, offset=5, limit=5))
+    assert first == load_instructions(_data_cfg(path, shuffle=True, seed=3, limit=5))
+    assert len(first) == len(second) == 5
+    assert not {r["instruction"] for r in first} & {r["instruction"] for r in second}
+    assert [r["instruction"] for r in first] != [f"q{i}" for i in range(5)]
+    assert [r["instruction"] for r in load_instructions(_data_cfg(path, offset=18))] == ["q18", "q19"]
+
+
+def test_negative_limit_is_rejected(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
+    with pytest.raises(PastaError, match="offset and limit must be >= 0"):
+        load_instructions(_data_cfg(path, limit=-1))
+
+
+def test_unknown_data_config_key_is_rejected(tmp_path):
+    with pytest.raises(PastaError, match="data config 't' is invalid"):
+        load_instructions(_data_cfg(tmp_path / "x.jsonl", lmit=3))
+
+
+def test_missing_file_without_hub_fallback_names_the_override(tmp_path):
+    with pytest.raises(PastaError, match=r"file not found: .*absent\.jsonl; set data\.path="):
+        load_instructions(_data_cfg(tmp_path / "absent.jsonl"))
+    with pytest.raises(PastaError, match=r"set eval_data\.path="):
+        load_alpaca_eval(_data_cfg(tmp_path / "absent.jsonl"))
+
+
+@pytest.mark.skipif(os.environ.get("HF_DATASETS_OFFLINE") != "1", reason="needs HF_DATASETS_OFFLINE=1 (no hub)")
+def test_missing_file_with_unreachable_hub_is_one_clear_error(tmp_path):
+    cfg = _data_cfg(tmp_path / "absent.jsonl", hub_id="pasta-tests/no-such-dataset")
+    with pytest.raises(PastaError, match=r"absent\.jsonl is absent and hub dataset pasta-tests/no-such-dataset"):
+        load_instructions(cfg)
+
+
+def test_alpaca_eval_loader_fills_generator_and_dataset(tmp_path):
+    path = _write_lines(tmp_path / "e.jsonl", [
+        json.dumps({"instruction": "Q", "output": "ref", "generator": "gpt4", "dataset": "helpful_base"}),
+        json.dumps({"instruction": "Q2", "output": "ref2"}),
+    ])
+    records = load_alpaca_eval(_data_cfg(path))
+    assert records[0] == {"instruction": "Q", "output": "ref", "generator": "gpt4", "dataset": "helpful_base"}
+    assert records[1] == {"instruction": "Q2", "output": "ref2", "generator": "reference", "dataset": "t"}
+
+
+def test_alpaca_eval_record_without_reference_is_rejected(tmp_path):
+    path = _write_lines(tmp_path / "e.jsonl", [json.dumps({"instruction": "Q"})])
+    with pytest.raises(PastaError, match=r"e\.jsonl:1: missing field 'output'"):
+        load_alpaca_eval(_data_cfg(path))
+
+
+def test_shipped_samples_load_through_the_default_configs():
+    train = load_instructions(compose("train").data)
+    evaluation = load_alpaca_eval(compose("eval").eval_data)
+    assert len(train) >= 60 and all(r["instruction"] and r["output"] for r in train)
+    assert len(evaluation) >= 20 and all(r["generator"] and r["dataset"] for r in evaluation)
+    assert len({record_id(r) for r in train}) == len(train)
+
+
+def test_shared_alpaca_and_alpaca_eval_load_through_configured_paths(shared_data_dir):
+    train = load_instructions(compose("train", ["data=alpaca_5k", "data.limit=100"]).data)
+    evaluation = load_alpaca_eval(compose("eval", ["eval_data=alpaca_eval"]).eval_data)
+    assert len(train) == 100
+    assert len(evaluation) == 805
+    assert {r["generator"] for r in evaluation} == {"gpt4_1106_preview"}
