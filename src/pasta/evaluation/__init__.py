@@ -1,0 +1,14 @@
+"""Evaluation: decode the AlpacaEval prompts, score quality (alpaca_eval) and speed, and report.
+
+Modules, one job each:
+    config      the `eval:` config node (EvalConfig)
+    run_files   the files of one evaluated run and their checked loading
+    generation  decode the prompts of a run (async | sequential | sot), resumable
+    sot         Skeleton-of-Thought prompting over the sequential decoder
+    quality     win rate and length-controlled win rate through alpaca_eval
+    speed       per-prompt wall-clock and theoretical speedups, bootstrap intervals
+    scoring     score one run (quality + speed) and write its summary
+    report      per-run summary files; gather runs into a table and a Pareto plot
+
+The entry point is `python -m pasta.eval` (pasta/eval.py).
+"""

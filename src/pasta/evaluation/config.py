@@ -1,0 +1,106 @@
+"""The typed view of the `eval:` config node (conf/eval/default.yaml) of `python -m pasta.eval`.
+
+`EvalConfig.from_cfg(cfg.eval)` checks the composed node against these dataclasses, so a misspelt key or a wrong
+type stops with one line instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pasta.errors import PastaError
+from pasta.evaluation.speed import BootstrapConfig
+
+MODES = ("auto", "generate", "score", "all", "report")
+TIMINGS = ("wall", "throughput")
+
+
+@dataclass
+class SotConfig:
+    """Skeleton-of-Thought prompting (decode=sot): an outline request, then one request per point, batched."""
+
+    outline_prompt: str = field(
+        metadata={"help": "outline request; {instruction} is the user's request; the reply is a numbered list"}
+    )
+    point_prompt: str = field(
+        metadata={"help": "one point's expansion; fields {instruction}, {outline}, {index}, {point}"}
+    )
+    max_points: int = field(default=6, metadata={"help": "most outline points expanded; extra points are dropped"})
+    outline_max_new_tokens: int = field(default=160, metadata={"help": "token limit of the outline request"})
+    point_max_new_tokens: int = field(default=128, metadata={"help": "token limit of each point's expansion"})
+
+
+@dataclass
+class EvalConfig:
+    """What `python -m pasta.eval` does, and how (see conf/eval/default.yaml for the same text)."""
+
+    mode: str = field(
+        default="auto",
+        metadata={"help": "auto (report if `report` is set, score if eval.annotations is set, else generate then "
+                          "score) | generate | score | all | report"},
+    )
+    generator: str | None = field(
+        default=None, metadata={"help": "name of this run's outputs; null = <checkpoint or model name>-<decode>"}
+    )
+    limit: int | None = field(default=None, metadata={"help": "decode only the first N prompts; null = all"})
+    timing: str = field(
+        default="wall",
+        metadata={"help": "wall: one request at a time after a warm-up (per-prompt latency, the paper's setting) "
+                          "| throughput: batches of batch_size"},
+    )
+    batch_size: int = field(default=8, metadata={"help": "prompts per batch in timing=throughput"})
+    warmup_prompts: int = field(default=1, metadata={"help": "prompts decoded (and discarded) before timing"})
+    max_new_tokens: int = field(default=512, metadata={"help": "token limit of one answer (all threads)"})
+    outputs: str | None = field(
+        default=None, metadata={"help": "score this AlpacaEval outputs file; null = output_dir/model_outputs.json"}
+    )
+    reference: str | None = field(
+        default=None,
+        metadata={"help": "reference answers: a run dir or model_outputs.json (Baseline-SFT); null = eval_data's "
+                          "own outputs (GPT-4 Turbo for AlpacaEval)"},
+    )
+    sequential: str | None = field(
+        default=None, metadata={"help": "a sequential run dir (Baseline-SFT) for wall-clock speedups; null = none"}
+    )
+    annotators_config: str | None = field(
+        default=None,
+        metadata={"help": "alpaca_eval annotator config (name or path, e.g. weighted_alpaca_eval_gpt4_turbo); "
+                          "null = the pasta judge of the judge/ group"},
+    )
+    annotations: str | None = field(
+        default=None, metadata={"help": "re-score these alpaca_eval annotations.json; calls no judge"}
+    )
+    length_controlled: str = field(
+        default="auto", metadata={"help": "LC win rate: auto | official | offline | off (pasta.evaluation.quality)"}
+    )
+    judge_chunk_size: int = field(default=16, metadata={"help": "pairs judged between two saves (resume unit)"})
+    bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig, metadata={"help": "confidence intervals"})
+    sot: SotConfig = field(
+        default_factory=lambda: SotConfig(outline_prompt="???", point_prompt="???"),
+        metadata={"help": "Skeleton-of-Thought settings (prompts in conf/eval/default.yaml)"},
+    )
+
+    @classmethod
+    def from_cfg(cls, cfg: EvalConfig | DictConfig | dict[str, Any]) -> EvalConfig:
+        """Check a composed `cfg.eval` node (or a dict) into an EvalConfig."""
+        if isinstance(cfg, EvalConfig):
+            return cfg
+        try:
+            # A plain copy: a composed config is read-only, and merge would inherit that flag.
+            raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+            config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), raw))
+        except OmegaConfBaseException as exc:
+            raise PastaError(f"bad eval config: {str(exc).splitlines()[0]}") from None
+        if config.mode not in MODES:
+            raise PastaError(f"eval.mode={config.mode} is not one of {', '.join(MODES)}")
+        if config.timing not in TIMINGS:
+            raise PastaError(f"eval.timing={config.timing} is not one of {', '.join(TIMINGS)}")
+        if config.limit is not None and config.limit <= 0:
+            raise PastaError(f"eval.limit must be positive, got {config.limit}")
+        if config.batch_size <= 0 or config.max_new_tokens <= 0 or config.judge_chunk_size <= 0:
+            raise PastaError("eval.batch_size, eval.max_new_tokens and eval.judge_chunk_size must be positive")
+        return config

@@ -1,0 +1,329 @@
+"""Quality of an evaluated run through the `alpaca_eval` library: win rate and length-controlled win rate.
+
+Three ways to get annotations, one way to turn them into metrics:
+
+- an alpaca_eval annotator (`eval.annotators_config=weighted_alpaca_eval_gpt4_turbo`, any alpaca_eval config name
+  or a path to one): `alpaca_eval.evaluate` with local `reference_outputs`; its annotator caches verdicts in
+  alpaca_eval_cache.json after each chunk, so a rerun after a failure asks only for the missing ones;
+- the pasta judge of the `judge/` group (`eval.annotators_config=null`, judge=hf|openai): the same
+  `alpaca_eval.evaluate`, with `JudgeAnnotator` in place of alpaca_eval's annotator; it turns the judge's
+  P(candidate beats reference) into alpaca_eval preferences (1 + p, in [1, 2]) and appends each chunk to
+  judge_pairs.jsonl, so a rerun judges only the pairs not yet there;
+- saved alpaca_eval annotations (`eval.annotations=PATH/annotations.json`): no judge is called.
+
+Metrics always come from alpaca_eval's own functions: `metrics.get_winrate` for the win rate, and
+`metrics.get_length_controlled_winrate` (GLM `length_controlled_v1`) for the LC win rate. That GLM fits the
+model's annotations jointly with alpaca_eval's `df_gamed.csv` (the GPT-4 Turbo judge's verdicts on verbose and
+concise GPT-4 baselines, and per-instruction difficulty fitted over the whole leaderboard), downloaded from the
+hub. Offline that file is out of reach, and the shared fixtures' verbose/concise outputs do not replace it: the GLM
+needs the judge's verdicts on them, not the outputs. `eval.length_controlled`:
+- auto: the official LC when df_gamed.csv can be had, else none (the raw win rate only, with the reason);
+- official: the official LC or an error;
+- offline: `lc_winrate_offline_estimate`, alpaca_eval's `length_controlled_minimal` GLM fitted on this run's
+  annotations alone. It is NOT comparable with the leaderboard: on the alpaca-7b fixture it gives 19.5 where the
+  leaderboard's LC is 5.9, because without the gamed baselines the length term also absorbs quality;
+- off: the raw win rate only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pasta.data import JsonlAppender, read_jsonl
+from pasta.errors import PastaError
+from pasta.evaluation.run_files import ALPACA_EVAL_CACHE, JUDGE_PAIRS
+from pasta.judges import Judge, JudgeItem
+
+log = logging.getLogger(__name__)
+
+LC_MODES = ("auto", "official", "offline", "off")
+# AlpacaEval 2.0's judge and reference: only a run with both has LC numbers comparable with the leaderboard.
+LEADERBOARD_ANNOTATOR = "weighted_alpaca_eval_gpt4_turbo"
+LEADERBOARD_REFERENCE = "gpt4_1106_preview"
+ALPACA_EVAL_SIZE = 805
+# GroupKFold in alpaca_eval's GLM fit needs several prompts per fold.
+MIN_PROMPTS_FOR_GLM = 10
+ANNOTATION_FIELDS = ("instruction", "output_1", "output_2", "generator_1", "generator_2", "preference")
+
+
+def annotator_slug(name: str) -> str:
+    """A folder name for an annotator's results (alpaca_eval keeps each annotator's results in its own folder)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "annotator"
+
+
+# ----------------------------------------------------------------------------------------------- pasta judges
+
+
+def _pair_key(instruction: str, reference: str, candidate: str) -> str:
+    # Both answers are in the key: a pair whose candidate changed (regenerated outputs) is judged again.
+    return hashlib.sha256("\x00".join((instruction, reference, candidate)).encode("utf-8")).hexdigest()[:24]
+
+
+class JudgeAnnotator:
+    """A pasta judge in the place of alpaca_eval's PairwiseAnnotator (`alpaca_eval.evaluate(Annotator=...)`).
+
+    alpaca_eval builds it as `JudgeAnnotator(annotators_config=..., **annotator_kwargs)` and calls
+    `annotate_head2head(outputs_1=reference, outputs_2=model)`; the rows it returns are alpaca_eval annotations.
+    """
+
+    def __init__(self, annotators_config: str, *, judge: Judge, pairs_path: Path, chunk_size: int = 16):
+        self.annotator_name = annotators_config
+        self.judge = judge
+        self.pairs_path = Path(pairs_path)
+        self.chunk_size = chunk_size
+
+    def _judged(self) -> dict[str, float | None]:
+        if not self.pairs_path.is_file():
+            return {}
+        judged = {}
+        for record in read_jsonl(self.pairs_path):
+            if record.get("annotator") != self.annotator_name:
+                raise PastaError(
+                    f"{self.pairs_path} holds verdicts of {record.get('annotator')!r}, not of {self.annotator_name!r}; "
+                    "score into another output_dir or delete that file"
+                )
+            judged[record["key"]] = record["preference"]
+        return judged
+
+    def annotate_head2head(
+        self, outputs_1: pd.DataFrame | Sequence[dict], outputs_2: pd.DataFrame | Sequence[dict], **_: Any
+    ) -> list[dict[str, Any]]:
+        references = pd.DataFrame(outputs_1)
+        candidates = pd.DataFrame(outputs_2)
+        pairs = candidates.merge(
+            references[["instruction", "output", "generator"]], on="instruction", suffixes=("_2", "_1")
+        )
+        judged = self._judged()
+        rows = [
+            {
+                "instruction": row.instruction,
+                "output_1": row.output_1,
+                "generator_1": row.generator_1,
+                "output_2": row.output_2,
+                "generator_2": row.generator_2,
+                "annotator": self.annotator_name,
+                "key": _pair_key(row.instruction, row.output_1, row.output_2),
+            }
+            for row in pairs.itertuples(index=False)
+        ]
+        todo = [row for row in rows if row["key"] not in judged]
+        if todo:
+            log.info("judging %d of %d pairs with %s", len(todo), len(rows), self.annotator_name)
+        with JsonlAppender(self.pairs_path) as out:
+            for start in range(0, len(todo), self.chunk_size):
+                chunk = todo[start : start + self.chunk_size]
+                items = [JudgeItem(r["instruction"], candidate=r["output_2"], reference=r["output_1"]) for r in chunk]
+                try:
+                    probabilities = self.judge.compare(items)
+                except PastaError:
+                    raise
+                except Exception as exc:
+                    raise PastaError(
+                        f"judge {self.annotator_name} failed after {len(rows) - len(todo) + start} of {len(rows)} "
+                        f"pairs ({type(exc).__name__}: {exc}); they are saved in {self.pairs_path}: rerun to resume"
+                    ) from exc
+                for row, probability in zip(chunk, probabilities, strict=True):
+                    # None = the judge gave up on this pair; alpaca_eval drops a NaN preference from the metrics.
+                    preference = None if probability is None else 1.0 + float(probability)
+                    judged[row["key"]] = preference
+                    out.append({"key": row["key"], "annotator": self.annotator_name, "preference": preference})
+        return [{**row, "preference": judged[row["key"]]} for row in rows]
+
+
+# --------------------------------------------------------------------------------------------- metrics
+
+
+def _official_lc_available() -> tuple[bool, str]:
+    """Whether alpaca_eval's df_gamed.csv can be had (cached, or downloadable); else why not."""
+    from alpaca_eval import constants
+    from huggingface_hub import hf_hub_download
+
+    try:
+        hf_hub_download(
+            repo_id="tatsu-lab/alpaca_eval", filename="df_gamed.csv", repo_type="dataset",
+            token=constants.DATASETS_TOKEN, cache_dir=constants.DEFAULT_CACHE_DIR,
+        )
+    except Exception as exc:  # offline, no route, hub error: all mean "not available here"
+        return False, f"alpaca_eval's df_gamed.csv could not be fetched from the hub ({type(exc).__name__})"
+    return True, ""
+
+
+def _offline_lc_estimate(annotations: pd.DataFrame) -> float:
+    """alpaca_eval's `length_controlled_minimal` GLM fitted on these annotations alone (see the module docstring)."""
+    from alpaca_eval.metrics import glm_winrate
+
+    glm = glm_winrate.GLM_INFO["length_controlled_minimal"]
+    delta_len = annotations["output_1"].str.len() - annotations["output_2"].str.len()
+    spread = delta_len.std()
+    features = pd.DataFrame(
+        {
+            "preference": annotations["preference"].astype(float).replace({0.0: 1.5}) - 1,
+            "std_delta_len": delta_len / spread if spread > 0 else delta_len * 0.0,
+            "not_gamed_baseline": True,
+        }
+    ).reset_index(drop=True)
+    features = features[features["preference"].notna()]
+    test = features[["not_gamed_baseline"]].copy()
+    test["std_delta_len"] = 0.0  # the win rate the GLM predicts for equally long answers
+    train, test_matrix = glm_winrate.make_dmatrix_for_model(features, test, formula=glm["formula"])
+    model = glm_winrate.fit_LogisticRegressionCV(train, "preference", is_ytrue_proba=True, **glm["kwargs"])
+    return float(model.predict_proba(test_matrix)[:, 1].mean() * 100)
+
+
+def make_metric_fn(
+    positions: dict[str, int] | None, lc_mode: str = "auto"
+) -> Callable[[pd.DataFrame | Sequence[dict]], dict[str, Any]]:
+    """The `fn_metric` given to alpaca_eval: its win rate, plus an LC win rate as `lc_mode` and the data allow.
+
+    `positions` maps each instruction to its index in the full 805-prompt AlpacaEval set, which is how alpaca_eval's
+    GLM looks up instruction difficulty; None when the evaluation set is not AlpacaEval (official LC impossible).
+    """
+    if lc_mode not in LC_MODES:
+        raise PastaError(f"eval.length_controlled={lc_mode} is not one of {', '.join(LC_MODES)}")
+
+    def metric_fn(annotations: pd.DataFrame | Sequence[dict]) -> dict[str, Any]:
+        import warnings
+
+        from alpaca_eval import metrics as ae_metrics
+
+        frame = pd.DataFrame(annotations).reset_index(drop=True)
+        frame["preference"] = pd.to_numeric(frame["preference"], errors="coerce")
+        result: dict[str, Any] = {k: _plain(v) for k, v in ae_metrics.get_winrate(frame).items()}
+        result["n_unjudged"] = int(frame["preference"].isna().sum())
+        judged = frame[frame["preference"].notna()]
+        if lc_mode == "off":
+            return result
+        if lc_mode in ("auto", "official"):
+            available, why = _official_lc_available()
+            if positions is None:
+                available, why = False, f"the evaluation set is not the {ALPACA_EVAL_SIZE}-prompt AlpacaEval set"
+            elif available:
+                unknown = [i for i in judged["instruction"] if i not in positions]
+                if unknown:
+                    available, why = False, f"instruction not in AlpacaEval: {unknown[0][:60]!r}"
+            if available:
+                # alpaca_eval reads instruction difficulty by the frame's index: it must be the AlpacaEval position.
+                indexed = judged.set_index(judged["instruction"].map(positions).rename(None))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)  # sklearn's deprecations inside alpaca_eval
+                    lc = ae_metrics.get_length_controlled_winrate(
+                        indexed, save_weights_dir=None, is_add_glm_preference_inplace=False
+                    )
+                result["length_controlled_winrate"] = _plain(lc["length_controlled_winrate"])
+                result["lc_standard_error"] = _plain(lc["lc_standard_error"])
+                result["lc_method"] = "alpaca_eval length_controlled_v1"
+                return result
+            if lc_mode == "official":
+                raise PastaError(f"eval.length_controlled=official, but {why}; use auto or offline")
+            # auto: no LC rather than a number that reads like the leaderboard's and is not.
+            result["lc_unavailable"] = f"{why}; eval.length_controlled=offline gives a non-comparable estimate"
+            return result
+        if len(judged) < MIN_PROMPTS_FOR_GLM:
+            result["lc_unavailable"] = f"{len(judged)} judged pairs: too few to fit the length GLM"
+            return result
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            result["lc_winrate_offline_estimate"] = _offline_lc_estimate(judged)
+        result["lc_method"] = (
+            "offline estimate: alpaca_eval length_controlled_minimal GLM on this run's annotations alone, "
+            "without df_gamed.csv; NOT comparable with the AlpacaEval leaderboard"
+        )
+        return result
+
+    return metric_fn
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> Python numbers (JSON), NaN -> None."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ entry points
+
+
+def evaluate_outputs(
+    model_outputs: list[dict[str, Any]],
+    reference_outputs: list[dict[str, Any]],
+    *,
+    results_dir: Path,
+    metric_fn: Callable,
+    annotators_config: str | None = None,
+    judge: Judge | None = None,
+    chunk_size: int = 16,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Annotate with an alpaca_eval annotator (annotators_config) or a pasta judge, through `alpaca_eval.evaluate`.
+
+    Returns (metrics, annotations). Verdicts are cached in `results_dir` as they come, so a rerun resumes.
+    """
+    import alpaca_eval
+
+    results_dir.mkdir(parents=True, exist_ok=True)
+    if (annotators_config is None) == (judge is None):
+        raise ValueError("give exactly one of annotators_config and judge")
+    if judge is not None:
+        annotator_kwargs = {
+            "Annotator": JudgeAnnotator,
+            "judge": judge,
+            "pairs_path": results_dir / JUDGE_PAIRS,
+            "chunk_size": chunk_size,
+        }
+        annotators_config = judge.name
+    else:
+        annotator_kwargs = {"caching_path": results_dir / ALPACA_EVAL_CACHE}
+    leaderboard, annotations = alpaca_eval.evaluate(
+        model_outputs=pd.DataFrame(model_outputs),
+        reference_outputs=pd.DataFrame(reference_outputs),
+        annotators_config=annotators_config,
+        output_path=None,  # pasta writes annotations.json and leaderboard.csv itself, atomically
+        precomputed_leaderboard=None,
+        is_return_instead_of_print=True,
+        fn_metric=metric_fn,
+        sort_by="win_rate",
+        annotation_kwargs={"chunksize": chunk_size} if judge is None else None,
+        **annotator_kwargs,
+    )
+    records = pd.DataFrame(annotations).to_dict(orient="records")
+    row = leaderboard.iloc[0].to_dict()
+    metrics = {key: _plain(value) for key, value in row.items()}
+    metrics["annotator"] = str(annotators_config)
+    return metrics, records
+
+
+def load_annotations(path: Path) -> pd.DataFrame:
+    """alpaca_eval annotations (annotations.json) of one model against one reference, checked."""
+    if not path.is_file():
+        raise PastaError(f"annotations file not found: {path}")
+    try:
+        frame = pd.read_json(path, dtype={"preference": float})
+    except ValueError as exc:
+        raise PastaError(f"{path}: not alpaca_eval annotations ({' '.join(str(exc).split())[:120]})") from None
+    missing = [key for key in ANNOTATION_FIELDS if key not in frame.columns]
+    if frame.empty or missing:
+        raise PastaError(f"{path}: not alpaca_eval annotations (missing {', '.join(missing) or 'rows'})")
+    for column in ("generator_1", "generator_2"):
+        names = sorted(frame[column].astype(str).unique())
+        if len(names) > 1:
+            raise PastaError(f"{path}: {column} holds several models ({', '.join(names[:4])}); one pair of models a file")
+    return frame
+
+
+def rescore_annotations(path: Path, metric_fn: Callable) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Metrics of saved annotations, calling no judge; returns (metrics, annotations)."""
+    frame = load_annotations(path)
+    metrics = metric_fn(frame)
+    annotators = sorted(frame["annotator"].astype(str).unique()) if "annotator" in frame.columns else ["unknown"]
+    metrics["annotator"] = ",".join(annotators)
+    metrics["avg_length"] = int(frame["output_2"].str.len().mean())
+    return metrics, frame

@@ -1,0 +1,272 @@
+"""Summaries of evaluated runs: one per run (summary.json, summary.md), and a gathered table with a Pareto plot.
+
+    python -m pasta.eval report=[outputs/eval/sft-async,outputs/eval/baseline-sequential]
+    python -m pasta.eval report='outputs/eval/*' output_dir=outputs/eval/report
+
+The gathered report writes report.json, report.md (also printed) and pareto.png: speedup (geometric mean of
+per-prompt wall-clock speedups, or the theoretical speedup where a run has no sequential run to compare with) against
+win rate, with the Pareto frontier of the runs and the paper's two published end points for reference (PASTA on
+Gemma-7B, H100, against Baseline-SFT: 1.21x at +2.2 LC win rate, 1.93x at -7.1).
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pasta.data import write_json_atomic
+from pasta.errors import PastaError
+from pasta.evaluation.run_files import SUMMARY_JSON, SUMMARY_MD, read_json, write_text_atomic
+
+# The paper's end points (arXiv 2502.11517): LC win rate against Baseline-SFT, 50 = parity.
+PAPER_POINTS = ({"speedup": 1.21, "win_rate": 52.2}, {"speedup": 1.93, "win_rate": 42.9})
+PAPER_LABEL = "paper (Gemma-7B, H100)"
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+PARETO_PNG = "pareto.png"
+
+
+# ------------------------------------------------------------------------------------------------- one run
+
+
+def headline(summary: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a table row shows for one run summary: win rate (LC when official), speedup, and their kinds."""
+    quality = summary.get("quality") or {}
+    speed = summary.get("speed") or {}
+    if quality.get("length_controlled_winrate") is not None:
+        win_rate, win_rate_kind, win_rate_se = (
+            quality["length_controlled_winrate"], "LC", quality.get("lc_standard_error"))
+    else:
+        win_rate, win_rate_kind, win_rate_se = quality.get("win_rate"), "raw", quality.get("standard_error")
+    if "wall_speedup_geomean" in speed:
+        speedup, speedup_kind = speed["wall_speedup_geomean"], "wall"
+    elif "theoretical_speedup_geomean" in speed:
+        speedup, speedup_kind = speed["theoretical_speedup_geomean"], "theoretical"
+    else:
+        speedup, speedup_kind = None, None
+    return {
+        "name": summary.get("generator"),
+        "decode": summary.get("decode"),
+        "win_rate": win_rate,
+        "win_rate_kind": win_rate_kind,
+        "win_rate_se": win_rate_se,
+        "raw_win_rate": quality.get("win_rate"),
+        "lc_offline_estimate": quality.get("lc_winrate_offline_estimate"),
+        "speedup": None if speedup is None else speedup["value"],
+        "speedup_ci": None if speedup is None else [speedup["ci_low"], speedup["ci_high"]],
+        "speedup_kind": speedup_kind,
+        "theoretical_speedup": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
+        "ms_per_token": speed.get("ms_per_token_median"),
+        "num_prompts": summary.get("num_prompts"),
+        "annotator": quality.get("annotator"),
+        "reference": quality.get("reference"),
+        "device": summary.get("device"),
+    }
+
+
+def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{suffix}"
+    return f"{value}{suffix}"
+
+
+def run_markdown(summary: dict[str, Any]) -> str:
+    """summary.md: what was evaluated and its numbers, for a person."""
+    row = headline(summary)
+    quality = summary.get("quality") or {}
+    speed = summary.get("speed") or {}
+    lines = [
+        f"# Evaluation: {summary.get('generator')}",
+        "",
+        f"- model: {summary.get('model') or '-'}; decode: {summary.get('decode') or '-'}; "
+        f"timing: {summary.get('timing') or '-'}; device: {summary.get('device') or '-'}",
+        f"- prompts: {summary.get('num_prompts')} of {summary.get('eval_data') or '-'}",
+        "",
+        "## Quality",
+        "",
+    ]
+    if quality:
+        lines += [
+            f"- judge: {quality.get('annotator')}; reference: {quality.get('reference')}",
+            f"- win rate: {_fmt(quality.get('win_rate'))} ± {_fmt(quality.get('standard_error'))} "
+            f"(n = {quality.get('n_total')}, unjudged {quality.get('n_unjudged', 0)})",
+        ]
+        if quality.get("length_controlled_winrate") is not None:
+            lines.append(f"- length-controlled win rate: {_fmt(quality['length_controlled_winrate'])} "
+                         f"± {_fmt(quality.get('lc_standard_error'))} ({quality.get('lc_method')})")
+        if quality.get("lc_winrate_offline_estimate") is not None:
+            lines.append(f"- offline LC estimate: {_fmt(quality['lc_winrate_offline_estimate'])} "
+                         f"({quality.get('lc_method')})")
+        if quality.get("lc_unavailable"):
+            lines.append(f"- no length-controlled win rate: {quality['lc_unavailable']}")
+    else:
+        lines.append("- not scored")
+    lines += ["", "## Speed", ""]
+    if speed:
+        theoretical = speed["theoretical_speedup_geomean"]
+        lines.append(f"- theoretical speedup (geomean): {_fmt(theoretical['value'])}x "
+                     f"[{_fmt(theoretical['ci_low'])}, {_fmt(theoretical['ci_high'])}]")
+        if "wall_speedup_geomean" in speed:
+            wall = speed["wall_speedup_geomean"]
+            lines.append(f"- wall-clock speedup (geomean) against {speed.get('sequential_run')}: {_fmt(wall['value'])}x "
+                         f"[{_fmt(wall['ci_low'])}, {_fmt(wall['ci_high'])}], "
+                         f"{int(100 * speed['bootstrap']['confidence'])}% bootstrap interval")
+            lines.append(f"- latency per token (median): {_fmt(speed['ms_per_token_median'], 1)} ms "
+                         f"(sequential {_fmt(speed['sequential_ms_per_token_median'], 1)} ms)")
+        else:
+            lines.append(f"- latency per token (median): {_fmt(speed['ms_per_token_median'], 1)} ms "
+                         "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
+    else:
+        lines.append("- no per-prompt stats")
+    lines += ["", f"Headline: {row['win_rate_kind']} win rate {_fmt(row['win_rate'])}, "
+              f"{row['speedup_kind'] or 'no'} speedup {_fmt(row['speedup'])}x", ""]
+    return "\n".join(lines)
+
+
+def write_run_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """summary.json and summary.md in `run_dir`, each written atomically."""
+    write_json_atomic(run_dir / SUMMARY_JSON, summary)
+    write_text_atomic(run_dir / SUMMARY_MD, run_markdown(summary))
+
+
+# ------------------------------------------------------------------------------------------------- gathering
+
+
+def expand_runs(patterns: Sequence[str]) -> list[Path]:
+    """Run directories from paths and globs, in the given order (each glob sorted), without repeats."""
+    runs: list[Path] = []
+    for pattern in patterns:
+        pattern = str(pattern)
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matches = [m for m in matches if not glob.has_magic(pattern) or (Path(m) / SUMMARY_JSON).is_file()]
+        if not matches:
+            raise PastaError(f"report: {pattern!r} matches no scored run (a folder with {SUMMARY_JSON})")
+        for match in matches:
+            path = Path(match)
+            if path not in runs:
+                runs.append(path)
+    return runs
+
+
+def load_summaries(patterns: Sequence[str]) -> list[dict[str, Any]]:
+    """The summary.json of each run directory (paths or globs); a folder without one is an error naming it."""
+    summaries = []
+    for run_dir in expand_runs(patterns):
+        if not run_dir.is_dir():
+            raise PastaError(f"report: run directory not found: {run_dir}")
+        summary = read_json(run_dir / SUMMARY_JSON, f"{SUMMARY_JSON} of {run_dir} (score it first: eval.mode=score)")
+        summary["run_dir"] = str(run_dir)
+        summaries.append(summary)
+    return summaries
+
+
+def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both coordinates (higher is better), by increasing x."""
+    order = sorted(range(len(points)), key=lambda i: (-points[i][0], -points[i][1]))
+    frontier, best_y = [], -math.inf
+    for index in order:
+        if points[index][1] > best_y:
+            frontier.append(index)
+            best_y = points[index][1]
+    return sorted(frontier, key=lambda i: points[i][0])
+
+
+def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Table rows and warnings about what makes the runs incomparable (other judges, references, devices)."""
+    rows = [{**headline(summary), "run_dir": summary.get("run_dir")} for summary in summaries]
+    warnings = []
+    for key, what in (("annotator", "judges"), ("reference", "references"), ("device", "devices")):
+        values = sorted({str(row[key]) for row in rows if row[key] is not None})
+        if len(values) > 1:
+            warnings.append(f"the runs use different {what} ({', '.join(values)}): their numbers are not comparable")
+    kinds = {row["win_rate_kind"] for row in rows if row["win_rate"] is not None}
+    if len(kinds) > 1:
+        # One axis, one metric: fall back to the raw win rate everywhere.
+        for row in rows:
+            row["win_rate"], row["win_rate_kind"] = row["raw_win_rate"], "raw"
+        warnings.append("some runs have no LC win rate: the table and plot use the raw win rate for all")
+    return rows, warnings
+
+
+def report_markdown(rows: Sequence[dict[str, Any]], warnings: Sequence[str]) -> str:
+    header = ["run", "decode", "win rate", "kind", "speedup", "95% CI", "kind", "theor.", "ms/token", "n", "judge",
+              "reference"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        ci = row["speedup_ci"]
+        cells = [
+            row["name"], row["decode"] or "-",
+            f"{_fmt(row['win_rate'])} ± {_fmt(row['win_rate_se'])}", row["win_rate_kind"],
+            _fmt(row["speedup"], suffix="x"), "-" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]",
+            row["speedup_kind"] or "-", _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row["ms_per_token"], 1),
+            _fmt(row["num_prompts"]), row["annotator"] or "-", row["reference"] or "-",
+        ]
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    lines += ["", f"Paper reference: {PAPER_LABEL}, LC win rate against Baseline-SFT: "
+              + ", ".join(f"{p['speedup']}x at {p['win_rate'] - 50:+.1f}" for p in PAPER_POINTS) + "."]
+    lines += [f"Warning: {w}." for w in warnings]
+    return "\n".join(lines) + "\n"
+
+
+def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, title: str = "Speedup vs quality") -> None:
+    """pareto.png: each run, the frontier of the runs, parity lines, and the paper's points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plotted = [row for row in rows if row["speedup"] is not None and row["win_rate"] is not None]
+    fig, ax = plt.subplots(figsize=(7.5, 5.0), dpi=120)
+    ax.axhline(50.0, color="0.6", linestyle=":", linewidth=1, label="parity with the reference (50%)")
+    ax.axvline(1.0, color="0.6", linestyle="--", linewidth=1, label="sequential speed (1x)")
+    ax.plot([p["speedup"] for p in PAPER_POINTS], [p["win_rate"] for p in PAPER_POINTS], linestyle="--",
+            marker="*", markersize=12, color="tab:gray", label=PAPER_LABEL)
+    for row in plotted:
+        ci = row["speedup_ci"]
+        xerr = None if ci is None else [[max(row["speedup"] - ci[0], 0.0)], [max(ci[1] - row["speedup"], 0.0)]]
+        yerr = None if row["win_rate_se"] is None else [[row["win_rate_se"]], [row["win_rate_se"]]]
+        hollow = row["speedup_kind"] == "theoretical"
+        container = ax.errorbar(
+            row["speedup"], row["win_rate"], xerr=xerr, yerr=yerr, fmt="o", capsize=3, markersize=7,
+            markerfacecolor="none" if hollow else None,
+            label=f"{row['name']}" + (" (theoretical speedup)" if hollow else ""),
+        )
+        ax.annotate(row["name"], (row["speedup"], row["win_rate"]), textcoords="offset points", xytext=(6, 6),
+                    fontsize=8, color=container.lines[0].get_color())
+    frontier = pareto_frontier([(row["speedup"], row["win_rate"]) for row in plotted])
+    if len(frontier) > 1:
+        ax.plot([plotted[i]["speedup"] for i in frontier], [plotted[i]["win_rate"] for i in frontier],
+                color="black", linewidth=1.5, alpha=0.6, drawstyle="steps-post", label="Pareto frontier (runs)")
+    kinds = sorted({row["win_rate_kind"] for row in plotted}) or ["raw"]
+    references = sorted({str(row["reference"]) for row in plotted}) or ["-"]
+    ax.set_xlabel("speedup (geometric mean over prompts)")
+    ax.set_ylabel(f"{'/'.join(kinds)} win rate (%) against {', '.join(references)}")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def gather(patterns: Sequence[str], output_dir: Path) -> dict[str, Any]:
+    """Gather the runs into output_dir: report.json, report.md and pareto.png; returns the report."""
+    summaries = load_summaries(patterns)
+    rows, warnings = report_rows(summaries)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    report = {"runs": rows, "warnings": warnings, "paper_points": list(PAPER_POINTS), "paper_label": PAPER_LABEL}
+    write_json_atomic(output_dir / REPORT_JSON, report)
+    markdown = report_markdown(rows, warnings)
+    write_text_atomic(output_dir / REPORT_MD, markdown)
+    plot_pareto(rows, output_dir / PARETO_PNG)
+    report["markdown"] = markdown
+    return report

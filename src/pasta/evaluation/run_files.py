@@ -1,0 +1,147 @@
+"""The files of one evaluated run (one checkpoint, one decode mode) and their checked loading.
+
+An evaluation run directory holds:
+
+    run.json              what was decoded: generator name, model, decode mode, timing mode, device, eval data
+    stats.jsonl           one line per prompt, appended as each finishes (instruction, annotated, output,
+                          num_tokens, num_steps, theoretical_speedup, wall_s, prefill_s, decode_s, ...)
+    model_outputs.json    AlpacaEval format: [{instruction, output, generator, dataset}], written at the end
+    judge_pairs.jsonl     pasta judge preferences, one line per judged pair (resume without re-judging)
+    alpaca_eval_cache.json  an alpaca_eval annotator's own cache (same purpose, alpaca_eval's format)
+    annotations.json      alpaca_eval annotations (output_1 = reference, output_2 = this run, preference in [1, 2])
+    leaderboard.csv       alpaca_eval's one-row leaderboard of this run
+    quality.json, speed.json, summary.json, summary.md   the metrics and the per-run summary
+
+Loaders check what a user can get wrong (a file from another model, an outputs file that misses instructions) and
+raise one-line PastaErrors that name the file and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pasta.data import read_jsonl
+from pasta.errors import PastaError
+
+RUN_META = "run.json"
+STATS = "stats.jsonl"
+MODEL_OUTPUTS = "model_outputs.json"
+JUDGE_PAIRS = "judge_pairs.jsonl"
+ALPACA_EVAL_CACHE = "alpaca_eval_cache.json"
+ANNOTATIONS = "annotations.json"
+LEADERBOARD = "leaderboard.csv"
+QUALITY = "quality.json"
+SPEED = "speed.json"
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+
+OUTPUT_FIELDS = ("instruction", "output", "generator")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file all at once (temporary file beside it, then rename), so no reader sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file, or a PastaError saying which `what` is missing or broken."""
+    if not path.is_file():
+        raise PastaError(f"{what} not found: {path}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise PastaError(f"{path}: invalid JSON ({exc})") from None
+
+
+def read_run_meta(run_dir: Path) -> dict[str, Any]:
+    """run.json of an evaluation run directory."""
+    if not run_dir.is_dir():
+        raise PastaError(f"evaluation run directory not found: {run_dir}")
+    return read_json(run_dir / RUN_META, f"run.json of {run_dir} (is it a `python -m pasta.eval` run?)")
+
+
+def read_stats(run_dir: Path) -> list[dict[str, Any]]:
+    """Per-prompt stats of a run; a prompt decoded twice (a resumed run) counts once, its last line winning."""
+    path = run_dir / STATS
+    if not path.is_file():
+        raise PastaError(f"per-prompt stats not found: {path} (run generation first: eval.mode=generate)")
+    by_instruction: dict[str, dict[str, Any]] = {}
+    for record in read_jsonl(path):
+        if not isinstance(record.get("instruction"), str):
+            raise PastaError(f"{path}: a record has no 'instruction' string")
+        by_instruction[record["instruction"]] = record
+    return list(by_instruction.values())
+
+
+def outputs_path(path: Path) -> Path:
+    """A model_outputs.json given directly or as the run directory holding it."""
+    return path / MODEL_OUTPUTS if path.is_dir() else path
+
+
+def load_model_outputs(path: Path, expected_generator: str | None = None) -> list[dict[str, Any]]:
+    """AlpacaEval-format outputs: a JSON list of {instruction, output, generator, ...}, one generator throughout.
+
+    `expected_generator`: the name this file must carry (e.g. the generator recorded in its run's run.json);
+    a file of another model is an error naming both.
+    """
+    path = outputs_path(path)
+    records = read_json(path, "model outputs file")
+    if not isinstance(records, list) or not records:
+        raise PastaError(f"{path}: expected a non-empty JSON list of {{instruction, output, generator}} records")
+    for index, record in enumerate(records, start=1):
+        if not isinstance(record, dict):
+            raise PastaError(f"{path}: record {index} is not a JSON object")
+        missing = [key for key in OUTPUT_FIELDS if not isinstance(record.get(key), str)]
+        if missing:
+            raise PastaError(f"{path}: record {index} lacks the string field(s) {', '.join(missing)}")
+    generators = sorted({record["generator"] for record in records})
+    if len(generators) > 1:
+        raise PastaError(f"{path}: outputs of several models in one file ({', '.join(generators)}); keep one")
+    if expected_generator is not None and generators[0] != expected_generator:
+        raise PastaError(
+            f"{path}: outputs of {generators[0]!r}, but this run is {expected_generator!r}: wrong file?"
+        )
+    seen: set[str] = set()
+    for record in records:
+        if record["instruction"] in seen:
+            raise PastaError(f"{path}: instruction given twice: {record['instruction'][:80]!r}")
+        seen.add(record["instruction"])
+    return records
+
+
+def check_covers(records: Iterable[dict[str, Any]], instructions: Iterable[str], what: str) -> None:
+    """Raise PastaError if `records` (of `what`, e.g. a file path) lack any of `instructions`, naming the first."""
+    have = {record["instruction"] for record in records}
+    wanted = list(instructions)
+    missing = [instruction for instruction in wanted if instruction not in have]
+    if missing:
+        raise PastaError(
+            f"{what} lacks {len(missing)} of the {len(wanted)} evaluated instructions "
+            f"(first: {missing[0][:80]!r})"
+        )
+
+
+def check_known(records: Iterable[dict[str, Any]], instructions: Iterable[str], what: str) -> None:
+    """Raise PastaError if `records` hold instructions outside the evaluation set, naming the first."""
+    known = set(instructions)
+    unknown = [record["instruction"] for record in records if record["instruction"] not in known]
+    if unknown:
+        raise PastaError(
+            f"{what} holds {len(unknown)} instructions that are not in the evaluation set "
+            f"(first: {unknown[0][:80]!r}); was it decoded from another eval_data?"
+        )

@@ -1,0 +1,193 @@
+"""Score one evaluated run: quality (pasta.evaluation.quality), speed (pasta.evaluation.speed), and its summary.
+
+    python -m pasta.eval eval.mode=score output_dir=outputs/eval/sft-async eval.reference=outputs/eval/base-seq \
+        eval.sequential=outputs/eval/base-seq
+    python -m pasta.eval eval.annotations=PATH/annotations.json output_dir=outputs/eval/rescored
+
+The evaluated prompts are eval_data's (first eval.limit of them). The run's outputs must answer every one of them
+and come from the run's own model; the reference and the sequential run must cover them; otherwise one line says
+which file lacks what.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig
+
+from pasta.data import DataConfig, load_alpaca_eval, write_json_atomic
+from pasta.errors import PastaError
+from pasta.evaluation import quality as quality_lib
+from pasta.evaluation.config import EvalConfig
+from pasta.evaluation.report import write_run_summary
+from pasta.evaluation.run_files import (
+    ANNOTATIONS,
+    LEADERBOARD,
+    MODEL_OUTPUTS,
+    QUALITY,
+    RUN_META,
+    SPEED,
+    STATS,
+    check_covers,
+    check_known,
+    load_model_outputs,
+    outputs_path,
+    read_run_meta,
+    read_stats,
+    write_text_atomic,
+)
+from pasta.evaluation.speed import speed_metrics
+
+log = logging.getLogger(__name__)
+
+
+def eval_prompts(cfg: DictConfig, limit: int | None) -> tuple[list[dict[str, Any]], list[str], dict[str, int] | None]:
+    """(evaluated records, every instruction of the data set, AlpacaEval positions or None).
+
+    The positions (index in the full 805-prompt set) are what alpaca_eval's LC GLM needs; None when eval_data is
+    not the full AlpacaEval set.
+    """
+    data_cfg = DataConfig.from_cfg(cfg.eval_data)
+    full = load_alpaca_eval(dataclasses.replace(data_cfg, limit=None, offset=0, shuffle=False))
+    records = load_alpaca_eval(data_cfg)
+    if limit is not None:
+        records = records[:limit]
+    if not records:
+        raise PastaError(f"eval_data {data_cfg.name} selects no prompts (check eval_data.limit/offset, eval.limit)")
+    instructions = [record["instruction"] for record in full]
+    positions = (
+        {instruction: index for index, instruction in enumerate(instructions)}
+        if len(full) == quality_lib.ALPACA_EVAL_SIZE else None
+    )
+    return records, instructions, positions
+
+
+def _reference_outputs(ecfg: EvalConfig, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if ecfg.reference is None:
+        return [{key: record[key] for key in ("instruction", "output", "generator", "dataset")} for record in records]
+    path = Path(ecfg.reference)
+    meta = read_run_meta(path) if path.is_dir() and (path / RUN_META).is_file() else {}
+    return load_model_outputs(path, expected_generator=meta.get("generator"))
+
+
+def _write_quality(results_dir: Path, metrics: dict[str, Any], annotations: pd.DataFrame | None) -> None:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    if annotations is not None:
+        write_json_atomic(results_dir / ANNOTATIONS, annotations.to_dict(orient="records"))
+    buffer = io.StringIO()
+    pd.DataFrame([metrics]).set_index("generator").to_csv(buffer)
+    write_text_atomic(results_dir / LEADERBOARD, buffer.getvalue())
+    write_json_atomic(results_dir / QUALITY, metrics)
+
+
+def _comparable(metrics: dict[str, Any]) -> bool:
+    return (
+        metrics.get("annotator") == quality_lib.LEADERBOARD_ANNOTATOR
+        and metrics.get("reference") == quality_lib.LEADERBOARD_REFERENCE
+        and metrics.get("n_total") == quality_lib.ALPACA_EVAL_SIZE
+        and metrics.get("lc_method") == "alpaca_eval length_controlled_v1"
+    )
+
+
+def _speed(
+    ecfg: EvalConfig, run_dir: Path, meta: dict[str, Any], instructions: list[str]
+) -> dict[str, Any] | None:
+    if not (run_dir / STATS).is_file():
+        if ecfg.sequential is not None:
+            raise PastaError(f"eval.sequential is set but {run_dir / STATS} does not exist: nothing to compare")
+        return None
+    wanted = set(instructions)
+    stats = [record for record in read_stats(run_dir) if record["instruction"] in wanted]
+    check_covers(stats, instructions, str(run_dir / STATS))
+    sequential = None
+    sequential_name = "sequential"
+    if ecfg.sequential is not None:
+        sequential_dir = Path(ecfg.sequential)
+        sequential_meta = read_run_meta(sequential_dir)
+        if sequential_meta.get("decode") != "sequential":
+            raise PastaError(
+                f"eval.sequential={sequential_dir} was decoded with decode={sequential_meta.get('decode')}, "
+                "not sequential: give Baseline-SFT's sequential run"
+            )
+        for name, run_meta in ((sequential_dir, sequential_meta), (run_dir, meta)):
+            if run_meta.get("timing") != "wall":
+                raise PastaError(
+                    f"{name} was decoded with eval.timing={run_meta.get('timing')}: per-prompt speedups need "
+                    "eval.timing=wall (one request at a time) for both runs"
+                )
+        if sequential_meta.get("device") != meta.get("device"):
+            raise PastaError(
+                f"wall-clock speedups need both runs on one machine: {sequential_dir} ran on "
+                f"{sequential_meta.get('device')!r}, {run_dir} on {meta.get('device')!r}"
+            )
+        sequential = read_stats(sequential_dir)
+        sequential_name = sequential_meta.get("generator", str(sequential_dir))
+    return speed_metrics(stats, sequential, sequential_name=sequential_name, bootstrap=ecfg.bootstrap)
+
+
+def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any]:
+    """Score the run in `run_dir` (or saved annotations, eval.annotations) and write its summary; returns it."""
+    records, all_instructions, positions = eval_prompts(cfg, ecfg.limit)
+    metric_fn = quality_lib.make_metric_fn(positions, ecfg.length_controlled)
+    meta = read_run_meta(run_dir) if (run_dir / RUN_META).is_file() else {}
+    if ecfg.annotations is not None:
+        metrics, annotations = quality_lib.rescore_annotations(Path(ecfg.annotations), metric_fn)
+        generator = str(annotations["generator_2"].iloc[0])
+        metrics["reference"] = str(annotations["generator_1"].iloc[0])
+        metrics["annotations"] = str(ecfg.annotations)
+        instructions = list(annotations["instruction"])
+        saved_annotations = None  # the user's file stays where it is; quality.json names it
+    else:
+        outputs_file = outputs_path(Path(ecfg.outputs)) if ecfg.outputs else run_dir / MODEL_OUTPUTS
+        if not outputs_file.is_file() and ecfg.outputs is None:
+            raise PastaError(f"{outputs_file} not found: generate first (eval.mode=generate) or give eval.outputs=PATH")
+        model_outputs = load_model_outputs(outputs_file, expected_generator=None if ecfg.outputs else meta.get("generator"))
+        check_known(model_outputs, all_instructions, str(outputs_file))
+        instructions = [record["instruction"] for record in records]
+        check_covers(model_outputs, instructions, str(outputs_file))
+        wanted = set(instructions)
+        model_outputs = [record for record in model_outputs if record["instruction"] in wanted]
+        references = _reference_outputs(ecfg, records)
+        check_covers(references, instructions, f"reference {ecfg.reference or cfg.eval_data.name}")
+        references = [record for record in references if record["instruction"] in wanted]
+        generator = model_outputs[0]["generator"]
+        judge = None
+        if ecfg.annotators_config is None:
+            from pasta.judges import build_judge
+
+            judge = build_judge(cfg.judge)
+        name = ecfg.annotators_config or judge.name
+        metrics, annotation_records = quality_lib.evaluate_outputs(
+            model_outputs, references, results_dir=run_dir / quality_lib.annotator_slug(name), metric_fn=metric_fn,
+            annotators_config=ecfg.annotators_config, judge=judge, chunk_size=ecfg.judge_chunk_size,
+        )
+        metrics["reference"] = references[0]["generator"]
+        metrics["outputs"] = str(outputs_file)
+        saved_annotations = pd.DataFrame(annotation_records)
+    metrics["generator"] = generator
+    metrics["comparable_with_leaderboard"] = _comparable(metrics)
+    _write_quality(run_dir / quality_lib.annotator_slug(metrics["annotator"]), metrics, saved_annotations)
+    speed = _speed(ecfg, run_dir, meta, instructions)
+    if speed is not None:
+        write_json_atomic(run_dir / SPEED, speed)
+    summary = {
+        "generator": generator,
+        "model": meta.get("model"),
+        "decode": meta.get("decode"),
+        "timing": meta.get("timing"),
+        "device": meta.get("device"),
+        "eval_data": cfg.eval_data.name,
+        "num_prompts": len(instructions),
+        "quality": metrics,
+        "speed": speed,
+        "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    write_run_summary(run_dir, summary)
+    log.info("scored %s: win rate %.2f", generator, metrics["win_rate"] or float("nan"))
+    return summary

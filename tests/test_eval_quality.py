@@ -1,0 +1,260 @@
+"""Quality scoring through alpaca_eval: re-scoring saved annotations, the pasta judge as an alpaca_eval annotator
+(resume after a failure), and the checks on outputs and reference files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from helpers import server_stats, start_chat_server
+from pasta.config import compose
+from pasta.errors import PastaError
+from pasta.eval import evaluate
+from pasta.evaluation.quality import JudgeAnnotator, make_metric_fn
+
+FIXTURE_ANNOTATIONS = "alpaca_eval_fixtures/alpaca-7b__weighted_alpaca_eval_gpt4_turbo__annotations.json"
+LEADERBOARD = "alpaca_eval_fixtures/weighted_alpaca_eval_gpt4_turbo_leaderboard.csv"
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def no_judge(monkeypatch):
+    """Fail the test if anything builds a judge."""
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a judge was built")
+
+    monkeypatch.setattr("pasta.judges.build_judge", refuse)
+
+
+# ------------------------------------------------------------------------------------ re-scoring annotations
+
+
+def test_rescoring_alpaca_7b_annotations_gives_the_leaderboard_win_rate(shared_data_dir, tmp_path, no_judge):
+    cfg = compose("eval", ["eval_data=alpaca_eval", f"eval.annotations={shared_data_dir / FIXTURE_ANNOTATIONS}",
+                           f"output_dir={tmp_path}"])
+    result = evaluate(cfg)
+    quality = result["summary"]["quality"]
+    leaderboard = pd.read_csv(shared_data_dir / LEADERBOARD, index_col=0)
+    assert round(quality["win_rate"], 2) == 2.59
+    assert quality["win_rate"] == pytest.approx(leaderboard.loc["alpaca-7b", "win_rate"], abs=1e-9)
+    assert quality["standard_error"] == pytest.approx(leaderboard.loc["alpaca-7b", "standard_error"], abs=1e-9)
+    assert (quality["n_total"], quality["n_wins"], quality["reference"]) == (805, 17, "gpt4_1106_preview")
+    # Offline there is no official LC, and none is invented.
+    assert "length_controlled_winrate" not in quality
+    assert "df_gamed.csv" in quality["lc_unavailable"]
+    saved = json.loads((tmp_path / "weighted_alpaca_eval_gpt4_turbo" / "quality.json").read_text())
+    assert saved["win_rate"] == quality["win_rate"]
+    assert (tmp_path / "summary.md").read_text().count("2.59") >= 1
+
+
+def test_offline_lc_estimate_is_labelled_as_not_comparable(shared_data_dir, tmp_path, no_judge):
+    cfg = compose("eval", ["eval_data=alpaca_eval", f"eval.annotations={shared_data_dir / FIXTURE_ANNOTATIONS}",
+                           f"output_dir={tmp_path}", "eval.length_controlled=offline"])
+    quality = evaluate(cfg)["summary"]["quality"]
+    assert "length_controlled_winrate" not in quality
+    assert 0 < quality["lc_winrate_offline_estimate"] < 100
+    assert "NOT comparable" in quality["lc_method"]
+    assert quality["comparable_with_leaderboard"] is False
+
+
+def test_official_lc_without_the_hub_is_a_clear_error(shared_data_dir, tmp_path):
+    cfg = compose("eval", ["eval_data=alpaca_eval", f"eval.annotations={shared_data_dir / FIXTURE_ANNOTATIONS}",
+                           f"output_dir={tmp_path}", "eval.length_controlled=official"])
+    with pytest.raises(PastaError, match="length_controlled=official, but alpaca_eval's df_gamed.csv"):
+        evaluate(cfg)
+
+
+def test_annotations_file_that_is_not_alpaca_eval_annotations_is_a_clear_error(tmp_path):
+    bad = tmp_path / "annotations.json"
+    bad.write_text(json.dumps([{"instruction": "x", "output": "y"}]))
+    cfg = compose("eval", [f"eval.annotations={bad}", f"output_dir={tmp_path / 'out'}"])
+    with pytest.raises(PastaError, match="not alpaca_eval annotations .missing output_1"):
+        evaluate(cfg)
+
+
+# ------------------------------------------------------------------------------- the pasta judge, resumable
+
+
+class CountingJudge:
+    """A judge double: prefers answers containing "BEST"; raises after `fail_after` calls to compare."""
+
+    name = "counting-judge"
+
+    def __init__(self, fail_after: int | None = None):
+        self.fail_after = fail_after
+        self.judged: list[str] = []
+
+    def compare(self, items):
+        if self.fail_after is not None and len(self.judged) >= self.fail_after:
+            raise ConnectionError("judge server went away")
+        self.judged.extend(item.instruction for item in items)
+        return [1.0 if "BEST" in item.candidate else 0.25 for item in items]
+
+
+def outputs(generator: str, answers: dict[str, str]) -> list[dict]:
+    return [{"instruction": i, "output": o, "generator": generator, "dataset": "test"} for i, o in answers.items()]
+
+
+def test_judge_failing_midway_keeps_finished_pairs_and_resume_judges_only_the_rest(tmp_path):
+    instructions = [f"question {n}" for n in range(5)]
+    model = outputs("model", {q: ("BEST answer" if n % 2 == 0 else "meh") for n, q in enumerate(instructions)})
+    reference = outputs("reference", dict.fromkeys(instructions, "a reference answer"))
+    pairs_path = tmp_path / "judge_pairs.jsonl"
+
+    failing = CountingJudge(fail_after=2)
+    annotator = JudgeAnnotator("counting-judge", judge=failing, pairs_path=pairs_path, chunk_size=1)
+    with pytest.raises(PastaError, match=r"failed after 2 of 5 pairs .*rerun to resume"):
+        annotator.annotate_head2head(reference, model)
+    assert len(pairs_path.read_text().splitlines()) == 2
+
+    resumed = CountingJudge()
+    rows = JudgeAnnotator("counting-judge", judge=resumed, pairs_path=pairs_path, chunk_size=2).annotate_head2head(
+        reference, model
+    )
+    assert resumed.judged == instructions[2:]
+    assert [row["preference"] for row in rows] == [2.0, 1.25, 2.0, 1.25, 2.0]
+    assert {row["generator_1"] for row in rows} == {"reference"} and {row["generator_2"] for row in rows} == {"model"}
+
+
+def test_changed_candidate_answer_is_judged_again(tmp_path):
+    pairs_path = tmp_path / "judge_pairs.jsonl"
+    reference = outputs("reference", {"q": "ref"})
+    JudgeAnnotator("counting-judge", judge=CountingJudge(), pairs_path=pairs_path).annotate_head2head(
+        reference, outputs("model", {"q": "meh"}))
+    judge = CountingJudge()
+    rows = JudgeAnnotator("counting-judge", judge=judge, pairs_path=pairs_path).annotate_head2head(
+        reference, outputs("model", {"q": "BEST now"}))
+    assert judge.judged == ["q"] and rows[0]["preference"] == 2.0
+
+
+def test_verdicts_of_another_judge_are_not_reused(tmp_path):
+    pairs_path = tmp_path / "judge_pairs.jsonl"
+    reference, model = outputs("reference", {"q": "ref"}), outputs("model", {"q": "a"})
+    JudgeAnnotator("judge-a", judge=CountingJudge(), pairs_path=pairs_path).annotate_head2head(reference, model)
+    with pytest.raises(PastaError, match="holds verdicts of 'judge-a', not of 'judge-b'"):
+        JudgeAnnotator("judge-b", judge=CountingJudge(), pairs_path=pairs_path).annotate_head2head(reference, model)
+
+
+def test_unjudged_pairs_are_dropped_from_the_win_rate_and_counted():
+    frame = pd.DataFrame({
+        "instruction": list("abcd"), "output_1": ["r"] * 4, "output_2": ["o"] * 4,
+        "generator_1": ["ref"] * 4, "generator_2": ["m"] * 4, "preference": [2.0, 1.0, None, 1.5],
+    })
+    metrics = make_metric_fn(None, "off")(frame)
+    assert metrics["win_rate"] == pytest.approx(50.0)
+    assert (metrics["n_total"], metrics["n_unjudged"]) == (3, 1)
+
+
+# --------------------------------------------------------------- a run directory scored end to end
+
+
+def make_run(run_dir: Path, generator: str, answers: dict[str, str], decode: str = "async") -> Path:
+    """A run directory as generation writes it: run.json, model_outputs.json, stats.jsonl."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"generator": generator, "decode": decode, "timing": "wall", "device": "cpu test", "model": "tiny"}
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    (run_dir / "model_outputs.json").write_text(json.dumps(outputs(generator, answers)))
+    with (run_dir / "stats.jsonl").open("w") as handle:
+        for n, instruction in enumerate(answers):
+            steps = 50 if decode == "async" else 100
+            record = {"instruction": instruction, "wall_s": 0.5 + 0.1 * n if decode == "async" else 1.0 + 0.1 * n,
+                      "num_tokens": 100, "num_steps": steps, "theoretical_speedup": 100 / steps}
+            handle.write(json.dumps(record) + "\n")
+    return run_dir
+
+
+def sample_instructions(n: int) -> list[str]:
+    return [json.loads(line)["instruction"] for line in Path("data/eval_sample.jsonl").read_text().splitlines()[:n]]
+
+
+JUDGE_RULES = {
+    # Whichever answer contains BEST wins; otherwise the judge says "1", a position bias that both orders cancel.
+    "rules": [{"regex": r"## Answer 1\n[^\n]*BEST", "reply": "1"}, {"regex": r"## Answer 2\n[^\n]*BEST", "reply": "2"}],
+    "default": "1",
+}
+
+
+def openai_judge_overrides(base_url: str) -> list[str]:
+    return ["judge=openai", f"judge.base_url={base_url}", "judge.api_key_env=null", "judge.model=test-model",
+            "judge.progress=false", "judge.max_retries=0"]
+
+
+def test_run_outputs_are_scored_through_alpaca_eval_with_a_pasta_judge(tmp_path):
+    instructions = sample_instructions(4)
+    run = make_run(tmp_path / "run", "sft-async", {q: ("BEST" if n < 2 else "plain") for n, q in enumerate(instructions)})
+    baseline = make_run(tmp_path / "base", "base-sequential", dict.fromkeys(instructions, "baseline"), "sequential")
+    with start_chat_server(tmp_path, rules=JUDGE_RULES) as (base_url, _):
+        cfg = compose("eval", ["eval.mode=score", "eval.limit=4", f"output_dir={run}", f"eval.reference={baseline}",
+                               f"eval.sequential={baseline}", "eval.bootstrap.num_resamples=200",
+                               *openai_judge_overrides(base_url)])
+        summary = evaluate(cfg)["summary"]
+        requests = server_stats(base_url)["chat_requests"]
+    quality, speed = summary["quality"], summary["speed"]
+    # Two wins (preference 2) and two ties (1.5): 75%.
+    assert quality["win_rate"] == pytest.approx(75.0)
+    assert (quality["annotator"], quality["reference"], quality["n_total"]) == ("openai:test-model", "base-sequential", 4)
+    annotations = json.loads((run / "openai-test-model" / "annotations.json").read_text())
+    assert sorted(a["preference"] for a in annotations) == [1.5, 1.5, 2.0, 2.0]
+    assert requests == 8  # both orders of 4 pairs
+    expected = (2.0 * 1.1 / 0.6 * 1.2 / 0.7 * 1.3 / 0.8) ** 0.25  # sequential 1.0 + 0.1 n s, async 0.5 + 0.1 n s
+    assert speed["wall_speedup_geomean"]["value"] == pytest.approx(expected)
+    assert speed["theoretical_speedup_geomean"]["value"] == pytest.approx(2.0)
+    assert json.loads((run / "summary.json").read_text())["quality"]["win_rate"] == pytest.approx(75.0)
+
+    # Scoring again asks the judge nothing: every pair is in judge_pairs.jsonl.
+    with start_chat_server(tmp_path, rules=JUDGE_RULES) as (base_url, _):
+        cfg = compose("eval", ["eval.mode=score", "eval.limit=4", f"output_dir={run}", f"eval.reference={baseline}",
+                               *openai_judge_overrides(base_url)])
+        assert evaluate(cfg)["summary"]["quality"]["win_rate"] == pytest.approx(75.0)
+        assert server_stats(base_url)["chat_requests"] == 0
+
+
+def test_outputs_missing_instructions_name_the_file_and_the_first_missing_one(tmp_path, no_judge):
+    instructions = sample_instructions(3)
+    run = make_run(tmp_path / "run", "m-async", {q: "x" for q in instructions[:2]})
+    cfg = compose("eval", ["eval.mode=score", "eval.limit=3", f"output_dir={run}"])
+    with pytest.raises(PastaError, match=rf"model_outputs.json lacks 1 of the 3 .*{instructions[2][:20]}"):
+        evaluate(cfg)
+
+
+def test_outputs_of_another_model_are_rejected(tmp_path, no_judge):
+    run = make_run(tmp_path / "run", "m-async", dict.fromkeys(sample_instructions(2), "x"))
+    (run / "run.json").write_text(json.dumps({"generator": "other-model", "decode": "async", "timing": "wall"}))
+    cfg = compose("eval", ["eval.mode=score", "eval.limit=2", f"output_dir={run}"])
+    with pytest.raises(PastaError, match="outputs of 'm-async', but this run is 'other-model'"):
+        evaluate(cfg)
+
+
+def test_outputs_from_another_data_set_are_rejected(tmp_path, no_judge):
+    run = make_run(tmp_path / "run", "m-async", {"What is not in the sample?": "x"})
+    cfg = compose("eval", ["eval.mode=score", "eval.limit=1", f"output_dir={run}"])
+    with pytest.raises(PastaError, match="1 instructions that are not in the evaluation set"):
+        evaluate(cfg)
+
+
+def test_reference_run_lacking_instructions_is_rejected(tmp_path, no_judge):
+    instructions = sample_instructions(3)
+    run = make_run(tmp_path / "run", "m-async", dict.fromkeys(instructions, "x"))
+    base = make_run(tmp_path / "base", "base-sequential", dict.fromkeys(instructions[:1], "y"), "sequential")
+    cfg = compose("eval", ["eval.mode=score", "eval.limit=3", f"output_dir={run}", f"eval.reference={base}"])
+    with pytest.raises(PastaError, match=r"reference .*base lacks 2 of the 3"):
+        evaluate(cfg)
+
+
+def test_sequential_run_that_is_not_sequential_is_rejected(tmp_path):
+    instructions = sample_instructions(2)
+    run = make_run(tmp_path / "run", "m-async", dict.fromkeys(instructions, "x"))
+    other = make_run(tmp_path / "other", "other-async", dict.fromkeys(instructions, "y"))
+    with start_chat_server(tmp_path, rules=JUDGE_RULES) as (base_url, _):
+        cfg = compose("eval", ["eval.mode=score", "eval.limit=2", f"output_dir={run}", f"eval.sequential={other}",
+                               *openai_judge_overrides(base_url)])
+        with pytest.raises(PastaError, match="decoded with decode=async, not sequential"):
+            evaluate(cfg)

@@ -1,0 +1,102 @@
+"""Speed metrics on hand-made numbers: geometric means, bootstrap intervals, joining runs by instruction."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pasta.errors import PastaError
+from pasta.evaluation.speed import BootstrapConfig, bootstrap_ci, geometric_mean, speed_metrics
+
+
+def stats(instruction: str, wall_s: float, num_tokens: int = 100, num_steps: int = 100) -> dict:
+    return {"instruction": instruction, "wall_s": wall_s, "num_tokens": num_tokens, "num_steps": num_steps}
+
+
+def test_geometric_mean_of_hand_made_numbers():
+    assert geometric_mean([1.0, 4.0]) == pytest.approx(2.0)
+    assert geometric_mean([2.0, 8.0, 4.0]) == pytest.approx(4.0)
+    assert geometric_mean([3.0]) == pytest.approx(3.0)
+    # A speedup and the matching slowdown cancel: the reason the paper averages speedups geometrically.
+    assert geometric_mean([2.0, 0.5]) == pytest.approx(1.0)
+
+
+def test_geometric_mean_reduces_the_last_axis_of_resamples():
+    assert geometric_mean(np.array([[1.0, 4.0], [2.0, 8.0]])) == pytest.approx([2.0, 4.0])
+
+
+@pytest.mark.parametrize("values", [[], [1.0, 0.0], [2.0, -1.0]])
+def test_geometric_mean_rejects_empty_and_non_positive_values(values):
+    with pytest.raises(ValueError):
+        geometric_mean(values)
+
+
+def test_bootstrap_of_a_constant_is_that_constant():
+    assert bootstrap_ci([1.5] * 7, geometric_mean, BootstrapConfig(num_resamples=200)) == pytest.approx((1.5, 1.5))
+
+
+def test_bootstrap_is_repeatable_with_a_seed_and_varies_with_another():
+    values = [1.0, 1.2, 1.7, 2.5, 0.9, 1.4, 3.0, 1.1]
+    first = bootstrap_ci(values, geometric_mean, BootstrapConfig(num_resamples=500, seed=3))
+    again = bootstrap_ci(values, geometric_mean, BootstrapConfig(num_resamples=500, seed=3))
+    other = bootstrap_ci(values, geometric_mean, BootstrapConfig(num_resamples=500, seed=4))
+    assert first == again
+    assert first != other
+
+
+def test_bootstrap_interval_brackets_the_estimate_and_matches_a_normal_approximation():
+    rng = np.random.default_rng(0)
+    values = rng.normal(10.0, 2.0, size=400)
+    low, high = bootstrap_ci(values, lambda s: s.mean(axis=-1), BootstrapConfig(num_resamples=4000, seed=1))
+    assert low < values.mean() < high
+    # For a mean, the 95% percentile interval is close to mean +- 1.96 standard errors.
+    half_width = 1.96 * values.std(ddof=1) / math.sqrt(values.size)
+    assert (high - low) / 2 == pytest.approx(half_width, rel=0.1)
+
+
+def test_bootstrap_interval_narrows_with_more_prompts():
+    rng = np.random.default_rng(0)
+    few = rng.lognormal(0.3, 0.4, size=20)
+    many = rng.lognormal(0.3, 0.4, size=2000)
+    config = BootstrapConfig(num_resamples=1000)
+    few_low, few_high = bootstrap_ci(few, geometric_mean, config)
+    many_low, many_high = bootstrap_ci(many, geometric_mean, config)
+    assert many_high - many_low < (few_high - few_low) / 3
+
+
+def test_per_prompt_wall_speedups_are_joined_by_instruction_and_averaged_geometrically():
+    candidate = [stats("a", 1.0, num_tokens=120, num_steps=60), stats("b", 2.0, num_tokens=90, num_steps=90)]
+    # Given in another order, with an extra prompt the candidate did not decode.
+    sequential = [stats("c", 9.0), stats("b", 1.0), stats("a", 4.0)]
+    metrics = speed_metrics(candidate, sequential, bootstrap=BootstrapConfig(num_resamples=100))
+    # Speedups: a = 4 / 1 = 4, b = 1 / 2 = 0.5; geometric mean sqrt(2).
+    assert metrics["wall_speedup_geomean"]["value"] == pytest.approx(math.sqrt(2.0))
+    assert metrics["wall_speedup_mean"]["value"] == pytest.approx(2.25)
+    assert (metrics["wall_speedup_min"], metrics["wall_speedup_max"]) == pytest.approx((0.5, 4.0))
+    assert metrics["theoretical_speedup_geomean"]["value"] == pytest.approx(math.sqrt(2.0 * 1.0))
+    # Latency per token: a 1000 * 1.0 / 120 = 8.33 ms, b 1000 * 2.0 / 90 = 22.2 ms; median of two = their mean.
+    assert metrics["ms_per_token_median"] == pytest.approx((1000 / 120 + 2000 / 90) / 2)
+    interval = metrics["wall_speedup_geomean"]
+    assert 0.5 <= interval["ci_low"] <= interval["value"] <= interval["ci_high"] <= 4.0
+
+
+def test_without_a_sequential_run_only_theoretical_speed_and_latency_are_reported():
+    metrics = speed_metrics([stats("a", 1.0, 100, 50)], None, bootstrap=BootstrapConfig(num_resamples=10))
+    assert metrics["theoretical_speedup_geomean"]["value"] == pytest.approx(2.0)
+    assert "wall_speedup_geomean" not in metrics
+
+
+def test_sequential_run_missing_an_instruction_is_an_error_naming_the_run_and_instruction():
+    with pytest.raises(PastaError, match=r"baseline-sft lacks 1 of the 2 .*'Name three colours.'"):
+        speed_metrics(
+            [stats("Say hi.", 1.0), stats("Name three colours.", 1.0)],
+            [stats("Say hi.", 2.0)],
+            sequential_name="baseline-sft",
+        )
+
+
+def test_a_zero_wall_time_is_an_error_not_an_infinite_speedup():
+    with pytest.raises(PastaError, match="wall_s"):
+        speed_metrics([stats("a", 0.0)], [stats("a", 1.0)])
