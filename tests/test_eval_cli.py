@@ -1,0 +1,61 @@
+"""`python -m pasta.eval` as a user runs it: an alpaca_eval annotator over an OpenAI-compatible server, resumed
+from its cache, and one-line errors for a user's mistakes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+from helpers import server_stats, start_chat_server
+from test_eval_quality import make_run, sample_instructions
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def run_eval(*overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pasta.eval", *overrides],
+        env={**os.environ, **OFFLINE, **(env or {})}, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_alpaca_eval_weighted_gpt4_turbo_annotator_runs_against_a_compatible_server_and_reuses_its_cache(tmp_path):
+    instructions = sample_instructions(3)
+    run = make_run(tmp_path / "run", "m-async", dict.fromkeys(instructions, "an answer"))
+    # The weighted judge reads P("m") (output_1 better) against P("M") from the top logprobs of one token.
+    rules = {"default": {"reply": "M", "top_logprobs": {"M": math.log(0.8), "m": math.log(0.2)}}}
+    with start_chat_server(tmp_path, rules=rules) as (base_url, _):
+        env = {"OPENAI_API_BASE": base_url, "OPENAI_API_KEY": "sk-test"}
+        common = ["eval.mode=score", f"output_dir={run}", "eval.annotators_config=weighted_alpaca_eval_gpt4_turbo"]
+        first = run_eval(*common, "eval.limit=2", env=env)
+        assert first.returncode == 0, first.stderr[-2000:]
+        assert server_stats(base_url)["chat_requests"] == 2
+        # One more prompt: only its pair is asked for, the first two come from alpaca_eval's cache.
+        second = run_eval(*common, "eval.limit=3", env=env)
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert server_stats(base_url)["chat_requests"] == 3
+    results = run / "weighted_alpaca_eval_gpt4_turbo"
+    annotations = json.loads((results / "annotations.json").read_text())
+    # alpaca_eval shows the two answers in a seeded random order and maps the verdict back: 1.8 or 1.2.
+    assert sorted({round(a["preference"], 6) for a in annotations}) <= [1.2, 1.8] and len(annotations) == 3
+    quality = json.loads((results / "quality.json").read_text())
+    assert quality["annotator"] == "weighted_alpaca_eval_gpt4_turbo" and quality["n_total"] == 3
+    assert "win rate:" in second.stdout
+
+
+def test_missing_run_directory_is_one_line_error_with_exit_code_2(tmp_path):
+    result = run_eval("eval.mode=score", f"output_dir={tmp_path / 'nowhere'}", "judge=openai")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "model_outputs.json not found" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_report_of_a_folder_that_was_never_scored_is_one_line_error(tmp_path):
+    (tmp_path / "run").mkdir()
+    result = run_eval(f"report=[{tmp_path / 'run'}]", f"output_dir={tmp_path / 'report'}")
+    assert result.returncode == 2
+    assert "summary.json of" in result.stderr and "Traceback" not in result.stderr
