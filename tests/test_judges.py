@@ -249,39 +249,37 @@ def test_misspelt_judge_key_is_rejected_not_ignored():
 
 @pytest.mark.parametrize("name", ["embedding", "openai", "hf"])
 def test_judge_yaml_has_exactly_the_fields_of_its_dataclass(name):
+    # The train primary selects the judge (judge: embedding by default); evaluation composes the same group.
     from pasta.config import compose
     from pasta.judges.embedding import EmbeddingJudgeConfig
     from pasta.judges.hf_judge import HFJudgeConfig
     from pasta.judges.openai_judge import OpenAIJudgeConfig
 
     schema = {"embedding": EmbeddingJudgeConfig, "openai": OpenAIJudgeConfig, "hf": HFJudgeConfig}[name]
-    cfg = compose_judge(compose, name)
+    cfg = compose("train", [f"judge={name}"]).judge
     assert cfg.kind == name
     assert set(cfg.keys()) == {f.name for f in dataclasses.fields(schema)}
-
-
-def compose_judge(compose, name: str):
-    """The judge node of the train primary with judge=name (appended when train.yaml has no judge default yet)."""
-    try:
-        return compose("train", [f"judge={name}"]).judge
-    except Exception:
-        return compose("train", [f"+judge={name}"]).judge
 
 
 def test_hf_judge_config_nests_a_model_config_overridable_apart_from_the_policy():
     from pasta.config import compose
 
-    cfg = compose_judge(compose, "hf")
-    assert cfg.model.name == "smollm2-135m"
-    try:
-        root = compose("train", ["judge=hf", "model@judge.model=tiny"])
-    except Exception:
-        root = compose("train", ["+judge=hf", "model@judge.model=tiny"])
+    assert compose("train", ["judge=hf"]).judge.model.name == "smollm2-135m"
+    root = compose("train", ["judge=hf", "model@judge.model=tiny"])
     assert root.judge.model.name == "tiny"
     assert root.model.name == "smollm2-135m"  # the policy's model is untouched
 
 
 # ---------------------------------------------------------------- hf judge on a tiny random model
+
+
+def test_hf_judge_builds_from_the_composed_config_group():
+    from pasta.config import compose
+
+    cfg = compose("train", ["judge=hf", "model@judge.model=tiny", "judge.progress=false"])
+    judge = build_judge(cfg.judge)
+    assert judge.name == "hf:tiny"
+    assert 0.0 <= judge.score([JudgeItem("Say hi.", "Hi!", "Hello.")])[0] <= 1.0
 
 
 @pytest.fixture(scope="module")

@@ -50,6 +50,9 @@ def build_judge(judge_cfg: DictConfig | dict[str, Any]) -> Judge:
 def _checked(schema: type, cfg: DictConfig) -> Any:
     """`cfg` as an instance of the dataclass `schema`, or one PastaError naming the bad key."""
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))
+        # Resolved first: interpolations such as the model's ${paths.cache_dir} point outside the judge node,
+        # and a merged copy no longer has the root config they refer to.
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), resolved))
     except OmegaConfBaseException as e:
         raise PastaError(f"bad judge config: {str(e).splitlines()[0]}") from None
