@@ -242,7 +242,7 @@ def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, title: str = "Speedu
     frontier = pareto_frontier([(row["speedup"], row["win_rate"]) for row in plotted])
     if len(frontier) > 1:
         ax.plot([plotted[i]["speedup"] for i in frontier], [plotted[i]["win_rate"] for i in frontier],
-                color="black", linewidth=1.5, alpha=0.6, drawstyle="steps-post", label="Pareto frontier (runs)")
+                color="black", linewidth=1.5, alpha=0.6, drawstyle="steps-pre", label="Pareto frontier (runs)")
     kinds = sorted({row["win_rate_kind"] for row in plotted}) or ["raw"]
     references = sorted({str(row["reference"]) for row in plotted}) or ["-"]
     ax.set_xlabel("speedup (geometric mean over prompts)")

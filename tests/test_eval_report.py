@@ -1,0 +1,101 @@
+"""Reports: the per-run summary, the gathered table and Pareto plot on fixture results, and the notebook."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pasta.config import compose
+from pasta.errors import PastaError
+from pasta.eval import evaluate
+from pasta.evaluation.report import headline, pareto_frontier, report_rows, run_markdown
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "pareto.ipynb"
+
+
+def test_pareto_frontier_of_hand_made_points():
+    points = [(1.0, 50.0), (1.18, 51.3), (1.4, 44.0), (1.52, 46.0), (1.35, 38.5), (1.52, 45.0)]
+    assert pareto_frontier(points) == [1, 3]
+    assert pareto_frontier([(1.0, 1.0)]) == [0]
+    # Equal points: one of them stands for both.
+    assert len(pareto_frontier([(1.0, 1.0), (1.0, 1.0)])) == 1
+
+
+def test_gathered_report_of_fixture_runs_has_table_plot_and_paper_points(tmp_path, capsys):
+    cfg = compose("eval", [f"report={FIXTURES}/*", f"output_dir={tmp_path}"])
+    result = evaluate(cfg)
+    assert result["mode"] == "report"
+    names = [row["name"] for row in result["report"]["runs"]]
+    assert names == sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+    png = (tmp_path / "pareto.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| pasta-r1-lambda1-async | async | 46.00 ± 2.30 | raw | 1.52x | [1.41, 1.63] | wall |" in markdown
+    assert "paper (Gemma-7B, H100)" in markdown and "1.21x at +2.2" in markdown and "1.93x at -7.1" in markdown
+    assert markdown in capsys.readouterr().out
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["warnings"] == [] and len(saved["runs"]) == 5
+
+
+def test_explicit_list_of_runs_keeps_its_order(tmp_path):
+    runs = [FIXTURES / "sot-smollm2-135m", FIXTURES / "baseline-sft-sequential"]
+    cfg = compose("eval", [f"report=[{runs[0]},{runs[1]}]", f"output_dir={tmp_path}"])
+    assert [row["name"] for row in evaluate(cfg)["report"]["runs"]] == ["sot-smollm2-135m", "baseline-sft-sequential"]
+
+
+def test_runs_judged_differently_are_flagged_as_not_comparable(tmp_path):
+    for name in ("baseline-sft-sequential", "sot-smollm2-135m"):
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+    summary_path = tmp_path / "sot-smollm2-135m" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["quality"]["annotator"] = "openai:gpt-4o-mini"
+    summary_path.write_text(json.dumps(summary))
+    cfg = compose("eval", [f"report={tmp_path}/*", f"output_dir={tmp_path / 'report'}"])
+    warnings = evaluate(cfg)["report"]["warnings"]
+    assert any("different judges" in warning for warning in warnings)
+
+
+def test_lc_win_rate_is_the_headline_when_official_and_raw_everywhere_when_mixed():
+    lc = {"generator": "a", "quality": {"win_rate": 40.0, "length_controlled_winrate": 45.0, "lc_standard_error": 1.0}}
+    raw = {"generator": "b", "quality": {"win_rate": 30.0, "standard_error": 2.0}}
+    assert (headline(lc)["win_rate"], headline(lc)["win_rate_kind"]) == (45.0, "LC")
+    rows, warnings = report_rows([lc, raw])
+    assert [(r["win_rate"], r["win_rate_kind"]) for r in rows] == [(40.0, "raw"), (30.0, "raw")]
+    assert warnings
+
+
+def test_report_glob_matching_nothing_is_a_clear_error(tmp_path):
+    cfg = compose("eval", [f"report={tmp_path}/none-*", f"output_dir={tmp_path / 'report'}"])
+    with pytest.raises(PastaError, match="matches no scored run"):
+        evaluate(cfg)
+
+
+def test_run_markdown_states_missing_speed_and_lc_plainly():
+    summary = json.loads((FIXTURES / "sot-smollm2-135m" / "summary.json").read_text())
+    text = run_markdown({**summary, "speed": None})
+    assert "- no per-prompt stats" in text
+    assert "no length-controlled win rate: the evaluation set is not" in text
+
+
+@pytest.mark.timeout(300)
+def test_pareto_notebook_executes_headless_on_fixture_results(tmp_path, monkeypatch):
+    import nbclient
+    import nbformat
+
+    monkeypatch.setenv("PASTA_REPORT_RUNS", f"{FIXTURES}/*")
+    monkeypatch.setenv("PASTA_REPORT_OUT", str(tmp_path))
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
+    outputs = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.get("outputs", [])]
+    assert not [out for out in outputs if out.get("output_type") == "error"]
+    text = "".join(out.get("text", "") for out in outputs if out.get("output_type") == "stream")
+    assert "frontier: pasta-r1-lambda8-async, pasta-r1-lambda1-async" in text
+    assert any("image/png" in out.get("data", {}) for out in outputs)
+    assert (tmp_path / "pareto_notebook.png").read_bytes().startswith(b"\x89PNG")
