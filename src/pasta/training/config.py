@@ -1,0 +1,168 @@
+"""Typed views of the `stage:` configs (conf/stage/sft.yaml, conf/stage/pref.yaml).
+
+`SFTSettings.from_cfg(cfg.stage)` and `PrefSettings.from_cfg(cfg.stage)` check the composed node against the
+dataclass, so a misspelt key or a wrong type stops with one line instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pasta.errors import PastaError
+
+
+@dataclass
+class LoraSettings:
+    """Low-rank adapters (peft) on the linear layers; the PASTA-LANG tag-token rows are trained as well."""
+
+    r: int = field(default=16, metadata={"help": "adapter rank"})
+    alpha: int = field(default=32, metadata={"help": "adapter scaling numerator (scale = alpha / r)"})
+    dropout: float = field(default=0.05, metadata={"help": "dropout on the adapter input"})
+    target_modules: Any = field(
+        default="all-linear", metadata={"help": "peft target_modules: all-linear, or a list of module names"}
+    )
+
+
+@dataclass
+class OptimSettings:
+    """The optimisation loop shared by both stages (transformers TrainingArguments underneath)."""
+
+    finetune: str = field(
+        default="lora", metadata={"help": "lora (adapters + tag rows) or full (every weight)"}
+    )
+    lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "used when finetune=lora"})
+    merge_lora: bool = field(
+        default=True,
+        metadata={"help": "final folder holds the merged model; false = adapter + a saved base (both load)"},
+    )
+    epochs: float = field(default=1.0, metadata={"help": "passes over the training examples"})
+    max_steps: int = field(default=-1, metadata={"help": "stop after this many optimizer steps; -1 = epochs"})
+    batch_size: int = field(default=8, metadata={"help": "examples per device per micro-batch"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    learning_rate: float = field(default=2e-4, metadata={"help": "peak learning rate"})
+    lr_scheduler: str = field(
+        default="linear", metadata={"help": "transformers scheduler name (linear decays to 0)"}
+    )
+    warmup_ratio: float = field(default=0.0, metadata={"help": "fraction of steps with linear warm-up"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
+    max_length: int = field(
+        default=1024, metadata={"help": "longest training row count (prompt + all threads)"}
+    )
+    too_long: str = field(
+        default="truncate",
+        metadata={"help": "longer examples: truncate (keep the first max_length rows) or skip; both counted"},
+    )
+    mixed_precision: str = field(
+        default="auto", metadata={"help": "auto (bf16 on a bf16-capable GPU, none on CPU), no, bf16 or fp16"}
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "trade compute for memory (GPU runs)"}
+    )
+    save_steps: int = field(default=50, metadata={"help": "checkpoint every this many optimizer steps"})
+    save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept (the newest)"})
+    logging_steps: int = field(default=10, metadata={"help": "log loss and metrics every this many steps"})
+    report_to: str = field(
+        default="none", metadata={"help": "transformers report_to: none, tensorboard, wandb"}
+    )
+
+    def validate(self) -> None:
+        if self.finetune not in ("lora", "full"):
+            raise PastaError(f"stage.finetune={self.finetune} is not one of lora, full")
+        if self.too_long not in ("truncate", "skip"):
+            raise PastaError(f"stage.too_long={self.too_long} is not one of truncate, skip")
+        if self.mixed_precision not in ("auto", "no", "bf16", "fp16"):
+            raise PastaError(
+                f"stage.mixed_precision={self.mixed_precision} is not one of auto, no, bf16, fp16"
+            )
+        if self.batch_size < 1 or self.grad_accum < 1 or self.max_length < 2:
+            raise PastaError("stage.batch_size and stage.grad_accum must be >= 1, stage.max_length >= 2")
+
+
+@dataclass
+class SFTSettings(OptimSettings):
+    """Stage 1: supervised finetuning on annotated responses in the PASTA-LANG training layout."""
+
+    name: str = field(default="sft", metadata={"help": "the stage: sft"})
+
+
+@dataclass
+class PrefSettings(OptimSettings):
+    """Stage 2: rounds of sampling, scoring, best-vs-worst pairing and BoNBoN training."""
+
+    name: str = field(default="pref", metadata={"help": "the stage: pref"})
+    rounds: int = field(
+        default=1, metadata={"help": "preference rounds; each starts from the previous round"}
+    )
+    prompts_per_round: int | None = field(
+        default=32,
+        metadata={"help": "prompts sampled per round (a window that moves on each round); null = all"},
+    )
+    num_samples: int = field(default=4, metadata={"help": "candidates sampled per prompt (the paper: 10)"})
+    quality_weight: float = field(
+        default=1.0,
+        metadata={"help": "the paper's lambda: score = speedup + lambda * quality; inf = quality only"},
+    )
+    alpha: float = field(
+        default=0.5, metadata={"help": "BoNBoN: alpha * SFT(best) + (1 - alpha) * IPO(margin)"}
+    )
+    beta: float = field(
+        default=0.1, metadata={"help": "IPO regularisation (TRL's beta; target margin 1/(2 beta))"}
+    )
+    reference: str = field(
+        default="output",
+        metadata={
+            "help": "quality reference: output (the record's answer) or baseline (decode stage.baseline_model)"
+        },
+    )
+    baseline_model: str | None = field(
+        default=None,
+        metadata={"help": "Baseline-SFT model folder, decoded sequentially when reference=baseline"},
+    )
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the candidates"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of the candidates"})
+    max_new_tokens: int = field(default=384, metadata={"help": "longest candidate, in sampled tokens"})
+    sample_batch_size: int = field(default=8, metadata={"help": "prompts decoded together while sampling"})
+    judge_retries: int = field(
+        default=2,
+        metadata={
+            "help": "re-asks of the judge for candidates it could not score; then the prompt is skipped"
+        },
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if self.rounds < 1 or self.num_samples < 2:
+            raise PastaError(
+                "stage.rounds must be >= 1 and stage.num_samples >= 2 (a pair needs two candidates)"
+            )
+        if not 0.0 <= self.alpha <= 1.0:
+            raise PastaError(f"stage.alpha={self.alpha} must lie in [0, 1]")
+        if self.quality_weight < 0 or math.isnan(self.quality_weight):
+            raise PastaError(f"stage.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
+        if self.reference not in ("output", "baseline"):
+            raise PastaError(f"stage.reference={self.reference} is not one of output, baseline")
+        if self.reference == "baseline" and not self.baseline_model:
+            raise PastaError(
+                "stage.reference=baseline needs stage.baseline_model=/path/to/baseline-sft/final"
+            )
+
+
+def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:
+    """The typed settings of the composed `cfg.stage` node (its `name` picks sft or pref)."""
+    cfg = stage_cfg if isinstance(stage_cfg, DictConfig) else OmegaConf.create(stage_cfg)
+    schemas = {"sft": SFTSettings, "pref": PrefSettings}
+    name = cfg.get("name")
+    if name not in schemas:
+        raise PastaError(f"unknown stage {name!r}: use stage=sft or stage=pref")
+    try:
+        settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schemas[name]), cfg))
+    except OmegaConfBaseException as exc:
+        raise PastaError(f"bad stage config: {str(exc).splitlines()[0]}") from None
+    settings.validate()
+    return settings

@@ -1,0 +1,107 @@
+"""The model side of training: tag tokens, LoRA (with trainable tag rows) or full finetuning, and the final folder.
+
+Final folder (`<output_dir>/final`): loadable with `AutoModelForCausalLM.from_pretrained` and by `pasta.models`
+through `model.path=...`, tokenizer (tag tokens included) alongside.
+- LoRA, `merge_lora=true` (default) and full finetuning: a plain model folder.
+- LoRA, `merge_lora=false`: the adapter, whose `base_model_name_or_path` is `<output_dir>/base`, the starting model
+  with its tag-token rows added (a base without them cannot take the adapter), saved once before training.
+The folder is written beside its place and renamed into it, so a crash never leaves half a model behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from pasta.lang.tokens import TagIds
+from pasta.training.config import LoraSettings, OptimSettings
+
+log = logging.getLogger(__name__)
+
+
+def _module_name(model, module) -> str:
+    for name, candidate in model.named_modules():
+        if candidate is module:
+            return name.rsplit(".", 1)[-1]
+    raise ValueError("module not found in model")
+
+
+def lora_config(lora: LoraSettings, model, tag_ids: TagIds):
+    """peft LoraConfig: adapters on `target_modules` plus trainable rows for the tag tokens.
+
+    The tag tokens are new, so their embedding rows (and, for an untied LM head, their output rows) must train,
+    or the model cannot learn to read or emit them; peft's trainable tokens train just those rows rather than the
+    whole vocabulary (`modules_to_save`). With tied embeddings peft shares the rows with the LM head.
+    """
+    from peft import LoraConfig
+
+    indices = sorted(tag_ids.all)
+    embed = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    trainable = {_module_name(model, embed): indices}
+    if head is not None and head.weight.data_ptr() != embed.weight.data_ptr():
+        trainable[_module_name(model, head)] = indices
+    target = lora.target_modules
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=target if isinstance(target, str) else list(target),
+        trainable_token_indices=trainable,
+        task_type="CAUSAL_LM",
+    )
+
+
+def expose_head_bias(model) -> None:
+    """Let TRL's fused LM head read `lm_head.bias` through peft's trainable-token wrapper.
+
+    peft's TrainableTokensWrapper forwards `.weight` (with the trained rows merged in) to the head it wraps, but
+    not `.bias`, which the fused head reads (AttributeError). The bias is put in the wrapper's `__dict__`, not
+    registered: it stays the wrapped head's own parameter (None for the Llama-family heads we train).
+    """
+    from peft.utils.other import TrainableTokensWrapper
+
+    head = model.get_output_embeddings()
+    if isinstance(head, TrainableTokensWrapper) and "bias" not in vars(head):
+        vars(head)["bias"] = head.token_adapter.base_layer.bias
+
+
+def mixed_precision_flags(setting: str, device: str) -> dict[str, bool]:
+    """TrainingArguments' bf16/fp16 from `stage.mixed_precision` (TRL's own default is bf16 even on a CPU)."""
+    if setting == "auto":
+        cuda_bf16 = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        setting = "bf16" if cuda_bf16 else "no"
+    return {"bf16": setting == "bf16", "fp16": setting == "fp16"}
+
+
+def save_model_folder(model, tokenizer, target: Path) -> Path:
+    """Save model and tokenizer into `target` through a temporary sibling folder and a rename."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def save_final(model, tokenizer, settings: OptimSettings, output_dir: Path) -> Path:
+    """Write `<output_dir>/final` from the trained model (unwrapped; see the module docstring for the forms)."""
+    from peft import PeftModel
+
+    final = Path(output_dir) / "final"
+    if isinstance(model, PeftModel):
+        if settings.merge_lora:
+            model = model.merge_and_unload()
+        else:
+            model.peft_config["default"].base_model_name_or_path = str((Path(output_dir) / "base").resolve())
+    return save_model_folder(model, tokenizer, final)

@@ -1,0 +1,77 @@
+"""Run folders of the training stages: where outputs go, resuming, and `train_info.json`.
+
+A run folder holds `checkpoints/` (transformers checkpoints), `final/` (the model) and `train_info.json` (what was
+trained on, the composed config, metrics). `train_info.json` is written when the run starts (status "running",
+with the data hash) and rewritten when it ends (status "done", with metrics), so `resume=true` can refuse to
+continue a run on different data.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.data import write_json_atomic
+from pasta.errors import PastaError
+
+log = logging.getLogger(__name__)
+
+TRAIN_INFO = "train_info.json"
+
+
+def resolve_output_dir(cfg: DictConfig) -> Path:
+    """`output_dir` from the config, else the Hydra run folder of this invocation."""
+    if cfg.get("output_dir"):
+        return Path(cfg.output_dir).expanduser()
+    if cfg.get("resume"):
+        raise PastaError("resume=true needs output_dir=<the folder of the run to continue>")
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    raise PastaError("set output_dir=/path/to/run/folder")
+
+
+def last_checkpoint(checkpoint_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(checkpoint_dir)) if checkpoint_dir.is_dir() else None
+
+
+def checkpoint_to_resume(checkpoint_dir: Path, resume: bool) -> str | None:
+    """The checkpoint to continue from; refuses to silently train over an earlier run's checkpoints."""
+    found = last_checkpoint(checkpoint_dir)
+    if found and not resume:
+        raise PastaError(
+            f"{checkpoint_dir} already holds checkpoints: pass resume=true to continue that run, or another output_dir"
+        )
+    if resume and not found:
+        log.warning("resume=true but %s holds no checkpoint: starting from the beginning", checkpoint_dir)
+    return found if resume else None
+
+
+def read_train_info(output_dir: Path) -> dict[str, Any] | None:
+    import json
+
+    path = Path(output_dir) / TRAIN_INFO
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def check_same_data(output_dir: Path, data_sha256: str) -> None:
+    previous = read_train_info(output_dir)
+    if previous is not None and previous.get("data_sha256") not in (None, data_sha256):
+        raise PastaError(
+            f"{output_dir} was trained on other data (sha256 {previous['data_sha256'][:12]}..., now "
+            f"{data_sha256[:12]}...): resume it with the same data and model, or use another output_dir"
+        )
+
+
+def write_train_info(output_dir: Path, cfg: DictConfig, **fields: Any) -> Path:
+    """Write `<output_dir>/train_info.json`: the given fields plus the resolved config."""
+    info = {**fields, "config": OmegaConf.to_container(cfg, resolve=True)}
+    path = Path(output_dir) / TRAIN_INFO
+    write_json_atomic(path, info)
+    return path

@@ -1,0 +1,162 @@
+"""Stage 1, supervised finetuning: `python -m pasta.train stage=sft data.path=annotated.jsonl`.
+
+Trains the student on annotated responses in the PASTA-LANG layout (one sequence per example holding every thread,
+with the mask, positions and targets the decoder will reproduce) through TRL's SFTTrainer; with
+`data.strip_annotations=true` the same records without tags give Baseline-SFT, the sequential model that speed
+and quality are compared against. Writes `<output_dir>/final` and `<output_dir>/train_info.json`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.config import resolve_device
+from pasta.data import load_instructions
+from pasta.lang import ReservationPolicy, add_tag_tokens
+from pasta.models import load_model
+from pasta.training.collator import LayoutCollator
+from pasta.training.config import OptimSettings, SFTSettings, settings_from_cfg
+from pasta.training.examples import build_sft_examples, examples_sha256
+from pasta.training.modeling import (
+    expose_head_bias,
+    lora_config,
+    mixed_precision_flags,
+    save_final,
+    save_model_folder,
+)
+from pasta.training.runs import (
+    check_same_data,
+    checkpoint_to_resume,
+    resolve_output_dir,
+    write_train_info,
+)
+
+log = logging.getLogger(__name__)
+
+# `data.strip_annotations` rides on the data config but is training's own switch, not a loader field.
+TRAINING_DATA_KEYS = ("strip_annotations",)
+
+
+def loader_config(data_cfg: DictConfig) -> dict[str, Any]:
+    raw = OmegaConf.to_container(data_cfg, resolve=True)
+    return {k: v for k, v in raw.items() if k not in TRAINING_DATA_KEYS}
+
+
+def training_arguments(settings: OptimSettings, checkpoint_dir: Path, cfg: DictConfig) -> dict[str, Any]:
+    """Keyword arguments of TRL's SFTConfig/DPOConfig from our settings; CPU-safe (TRL defaults to bf16 and
+    gradient checkpointing)."""
+    device = resolve_device(cfg.get("device", "auto"))
+    return dict(
+        output_dir=str(checkpoint_dir),
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.lr_scheduler,
+        warmup_steps=settings.warmup_ratio,  # transformers reads a value below 1 as a fraction of the steps
+        weight_decay=settings.weight_decay,
+        max_grad_norm=settings.max_grad_norm,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        **mixed_precision_flags(settings.mixed_precision, device),
+        use_cpu=device == "cpu",
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=settings.save_total_limit,
+        logging_steps=settings.logging_steps,
+        report_to=settings.report_to,
+        seed=int(cfg.get("seed") or 0),
+        remove_unused_columns=False,  # the collator needs every column of our examples
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+    )
+
+
+def run_sft(cfg: DictConfig) -> Path:
+    """Train stage 1 as `cfg` says; returns the final model folder."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from pasta.training.trainers import LayoutSFTTrainer
+
+    settings = settings_from_cfg(cfg.stage)
+    assert isinstance(settings, SFTSettings)
+    output_dir = resolve_output_dir(cfg)
+    policy = ReservationPolicy.from_config(cfg.lang.reservation)
+    strip = bool(cfg.data.get("strip_annotations", False))
+
+    records = load_instructions(loader_config(cfg.data))
+    model, tokenizer = load_model(cfg.model, device="cpu")  # the trainer moves it to its device
+    tag_ids = add_tag_tokens(tokenizer, model)
+    examples, stats = build_sft_examples(
+        records,
+        tokenizer,
+        strip_annotations=strip,
+        max_length=settings.max_length,
+        too_long=settings.too_long,
+    )
+    data_sha256 = examples_sha256(examples)
+    log.info("sft: %d of %d records used (%s)", stats.num_used, stats.num_records, stats.as_dict())
+
+    checkpoint_dir = output_dir / "checkpoints"
+    resume_from = checkpoint_to_resume(checkpoint_dir, bool(cfg.get("resume", False)))
+    check_same_data(output_dir, data_sha256)
+    base_info = {
+        "stage": "sft",
+        "baseline": strip,
+        "data_sha256": data_sha256,
+        "data_path": cfg.data.get("path"),
+        "examples": stats.as_dict(),
+    }
+    peft_config = None
+    if settings.finetune == "lora":
+        peft_config = lora_config(settings.lora, model, tag_ids)
+        if not settings.merge_lora and not (output_dir / "base" / "config.json").is_file():
+            save_model_folder(model, tokenizer, output_dir / "base")
+    args = SFTConfig(
+        **training_arguments(settings, checkpoint_dir, cfg),
+        dataset_kwargs={"skip_prepare_dataset": True},
+        packing=False,
+        max_length=None,
+    )
+    collator = LayoutCollator(
+        tag_ids=tag_ids,
+        pad_id=tokenizer.pad_token_id,
+        policy=policy,
+        max_length=settings.max_length,
+        mask_dtype=model.dtype,
+    )
+    trainer = LayoutSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        data_collator=collator,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    expose_head_bias(trainer.model)
+    if trainer.is_world_process_zero():
+        write_train_info(output_dir, cfg, status="running", **base_info)
+    start = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    seconds = time.perf_counter() - start
+    final = output_dir / "final"
+    if trainer.is_world_process_zero():
+        save_final(trainer.accelerator.unwrap_model(trainer.model), tokenizer, settings, output_dir)
+        write_train_info(
+            output_dir,
+            cfg,
+            status="done",
+            **base_info,
+            final_dir=str(final),
+            metrics={**result.metrics, "train_seconds": seconds},
+            log_history=trainer.state.log_history,
+        )
+        write_train_info(final, cfg, status="done", **base_info, metrics=result.metrics)
+    trainer.accelerator.wait_for_everyone()
+    return final

@@ -1,0 +1,323 @@
+"""Stage 1 (SFT): examples and their accounting, the layout collator, the trainer's loss, a few real steps, the
+final folder in both forms, and resume after a killed run."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pasta.config import compose
+from pasta.data import read_jsonl
+from pasta.errors import PastaError
+from pasta.lang import (
+    IGNORE_INDEX,
+    ReservationPolicy,
+    add_tag_tokens,
+    build_layout,
+    collate_layouts,
+    has_tag_tokens,
+    sequence_logprobs,
+)
+from pasta.training.collator import LayoutCollator, truncate_layout
+from pasta.training.examples import build_sft_examples, token_doc_of
+from pasta.training.sft import run_sft
+
+ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
+
+
+@pytest.fixture(scope="module")
+def records():
+    return read_jsonl(ANNOTATED)
+
+
+@pytest.fixture(scope="module")
+def tagged(tiny_model_and_tokenizer):
+    model, tokenizer = (copy.deepcopy(x) for x in tiny_model_and_tokenizer)
+    tag_ids = add_tag_tokens(tokenizer, model)
+    return model, tokenizer, tag_ids
+
+
+def examples_of(records, tokenizer, **kwargs):
+    options = {"strip_annotations": False, "max_length": 4096, "too_long": "truncate"} | kwargs
+    return build_sft_examples(records, tokenizer, **options)
+
+
+# --- examples -------------------------------------------------------------------------------------------------
+
+
+def test_every_annotated_example_becomes_a_training_example_with_measured_token_counts(records, tagged):
+    _, tokenizer, _ = tagged
+    examples, stats = examples_of(records, tokenizer)
+    assert stats.num_used == len(records) == len(examples) and not stats.skipped
+    chunked = [e for e in examples if e["body_ids"]]
+    assert chunked, "the fixture has annotated records"
+    for example in chunked:
+        # tokens="N" is re-measured in this tokenizer: the chunk's content, without its closing tag.
+        assert example["num_predicted"] == [len(body) - 1 for body in example["body_ids"]]
+
+
+def test_baseline_sft_examples_have_no_tag_tokens(records, tagged):
+    _, tokenizer, tag_ids = tagged
+    examples, stats = examples_of(records, tokenizer, strip_annotations=True)
+    assert stats.num_used == len(records)
+    for example, record in zip(examples, records, strict=True):
+        assert not example["opener_ids"] and not set(example["main_ids"]) & tag_ids.all
+        text = tokenizer.decode(example["main_ids"], skip_special_tokens=True)
+        assert text == record["output"]
+
+
+def test_plain_alpaca_records_train_baseline_sft_on_their_output(tagged):
+    _, tokenizer, _ = tagged
+    examples, _ = examples_of(
+        [{"instruction": "Say hi.", "input": "", "output": "Hi!"}], tokenizer, strip_annotations=True
+    )
+    assert tokenizer.decode(examples[0]["main_ids"]) == "Hi!" + tokenizer.eos_token
+
+
+def test_unusable_records_are_skipped_and_counted_by_reason(records, tagged):
+    _, tokenizer, _ = tagged
+    bad = [
+        {**records[0], "accepted": False},
+        {**records[0], "annotated": None},
+        {"instruction": "x", "input": "", "output": "y"},
+        {**records[0], "annotated": 'Hi <promise topic="a"/> no chunk'},
+    ]
+    examples, stats = examples_of(bad + records[:2], tokenizer)
+    assert len(examples) == stats.num_used == 2
+    assert stats.skipped == {"not_accepted": 1, "no_annotation": 2, "unparseable": 1}
+
+
+def test_too_long_examples_are_truncated_or_skipped_and_counted(records, tagged):
+    _, tokenizer, _ = tagged
+    examples, stats = examples_of(records, tokenizer, max_length=120, too_long="truncate")
+    assert stats.num_truncated > 0 and stats.num_used == len(records)
+    _, stats = examples_of(records, tokenizer, max_length=120, too_long="skip")
+    assert stats.skipped["too_long"] == stats.num_records - stats.num_used > 0
+
+
+def test_prompt_filling_max_length_is_skipped_even_when_truncating(records, tagged):
+    """Such a prompt leaves nothing to train on."""
+    _, tokenizer, _ = tagged
+    with pytest.raises(PastaError, match="1 too_long"):
+        examples_of(records[:1], tokenizer, max_length=5, too_long="truncate")
+
+
+def test_no_usable_record_is_one_clear_error(records, tagged):
+    _, tokenizer, _ = tagged
+    with pytest.raises(
+        PastaError, match=r"no usable training records out of 2 \(1 no_annotation, 1 not_accepted\)"
+    ):
+        examples_of([{**records[0], "accepted": False}, {**records[0], "annotated": ""}], tokenizer)
+
+
+# --- collator -------------------------------------------------------------------------------------------------
+
+
+def test_collator_batch_is_the_padded_layout_of_each_example(records, tagged):
+    _, tokenizer, tag_ids = tagged
+    policy = ReservationPolicy(policy="scale", scale=2.0)
+    examples, _ = examples_of(records[:3], tokenizer)
+    batch = LayoutCollator(tag_ids, tokenizer.pad_token_id, policy, max_length=4096)(examples)
+    layouts = [build_layout(e["prompt_ids"], token_doc_of(e, tag_ids), policy) for e in examples]
+    expected = collate_layouts(layouts, tokenizer.pad_token_id)
+    for key in ("input_ids", "position_ids", "attention_mask"):
+        torch.testing.assert_close(batch[key], expected[key], rtol=0, atol=0)
+    assert torch.equal(batch["shift_labels"], expected["target_ids"])
+    assert torch.equal(batch["labels"], expected["target_ids"])
+    assert batch["num_rows"].tolist() == [len(layout) for layout in layouts]
+
+
+def test_collator_truncates_to_the_first_max_length_rows(records, tagged):
+    _, tokenizer, tag_ids = tagged
+    policy = ReservationPolicy()
+    examples, _ = examples_of(records[:1], tokenizer)
+    full = build_layout(examples[0]["prompt_ids"], token_doc_of(examples[0], tag_ids), policy)
+    batch = LayoutCollator(tag_ids, tokenizer.pad_token_id, policy, max_length=100)(examples)
+    cut = truncate_layout(full, 100)
+    assert batch["input_ids"].shape == (1, 100)
+    assert batch["input_ids"][0].tolist() == full.input_ids[:100] == cut.input_ids
+    assert torch.equal(batch["attention_mask"][0, 0] == 0, full.visible[:100, :100])
+
+
+# --- the trainer's loss ---------------------------------------------------------------------------------------
+
+
+def test_trainer_loss_is_the_mean_negative_log_prob_of_the_trained_tokens(records, tagged, tmp_path):
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from pasta.training.trainers import LayoutSFTTrainer
+
+    model, tokenizer, tag_ids = tagged
+    model = copy.deepcopy(model)
+    examples, _ = examples_of(records[:3], tokenizer, max_length=160)
+    collator = LayoutCollator(tag_ids, tokenizer.pad_token_id, ReservationPolicy(), max_length=160)
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        remove_unused_columns=False,
+        max_length=None,
+        dataset_kwargs={"skip_prepare_dataset": True},
+    )
+    trainer = LayoutSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+    batch = collator(examples)
+    model.eval()
+    with torch.no_grad():
+        trained = trainer.compute_loss(trainer.model, dict(batch))
+        plain = {k: v for k, v in batch.items() if k in ("input_ids", "position_ids", "attention_mask")}
+        logprobs = sequence_logprobs(model(**plain).logits, batch["shift_labels"])  # [B, S]
+    num_trained = (batch["shift_labels"] != IGNORE_INDEX).sum()
+    torch.testing.assert_close(trained, -logprobs.sum() / num_trained)
+
+
+# --- real runs ------------------------------------------------------------------------------------------------
+
+
+def sft_cfg(tmp_path: Path, data: Path, *overrides: str):
+    return compose(
+        "train",
+        [
+            "stage=sft",
+            "model=tiny",
+            f"data.path={data}",
+            f"output_dir={tmp_path / 'run'}",
+            "device=cpu",
+            "stage.max_length=96",
+            "stage.logging_steps=1",
+            "stage.save_steps=2",
+            *overrides,
+        ],
+    )
+
+
+@pytest.fixture
+def two_records(records, tmp_path) -> Path:
+    path = tmp_path / "two.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records[:2]))
+    return path
+
+
+def batch_loss(model, tokenizer, records_path, max_length=96) -> float:
+    tag_ids = add_tag_tokens(tokenizer)
+    examples, _ = examples_of(read_jsonl(records_path), tokenizer, max_length=max_length)
+    batch = LayoutCollator(tag_ids, tokenizer.pad_token_id, ReservationPolicy(), max_length=max_length)(
+        examples
+    )
+    inputs = {k: batch[k] for k in ("input_ids", "position_ids", "attention_mask", "labels", "shift_labels")}
+    with torch.no_grad():
+        return model.eval()(**inputs).loss.item()
+
+
+def test_a_few_full_sft_steps_on_a_repeated_batch_lower_its_loss(tagged, two_records, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    cfg = sft_cfg(
+        tmp_path,
+        two_records,
+        "stage.finetune=full",
+        "stage.batch_size=2",
+        "stage.max_steps=5",
+        "stage.learning_rate=3e-3",
+    )
+    final = run_sft(cfg)
+    model, tokenizer, _ = tagged
+    trained = AutoModelForCausalLM.from_pretrained(final)
+    assert has_tag_tokens(tokenizer) and len(tokenizer) == trained.get_input_embeddings().weight.shape[0]
+    before, after = batch_loss(model, tokenizer, two_records), batch_loss(trained, tokenizer, two_records)
+    assert after < before - 0.5
+    info = json.loads((tmp_path / "run" / "train_info.json").read_text())
+    assert info["status"] == "done" and info["examples"]["num_used"] == 2 and len(info["data_sha256"]) == 64
+    assert info["metrics"]["train_loss"] > 0 and info["config"]["stage"]["finetune"] == "full"
+
+
+def test_lora_sft_trains_the_tag_rows_and_both_final_forms_load_alike(tagged, two_records, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model, tokenizer, tag_ids = tagged
+    common = ("stage.batch_size=2", "stage.max_steps=3", "stage.learning_rate=1e-2", "stage.save_steps=100")
+    merged_dir = run_sft(sft_cfg(tmp_path / "merged", two_records, *common))
+    adapter_dir = run_sft(sft_cfg(tmp_path / "adapter", two_records, *common, "stage.merge_lora=false"))
+    assert (adapter_dir / "adapter_config.json").is_file() and not (
+        adapter_dir / "model.safetensors"
+    ).exists()
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir).eval()
+    with_adapter = AutoModelForCausalLM.from_pretrained(adapter_dir).eval()
+    rows = sorted(tag_ids.all)
+    start = model.get_input_embeddings().weight[rows]
+    assert not torch.allclose(merged.get_input_embeddings().weight[rows], start)
+    layers = ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight")
+    trained_state = load_file(merged_dir / "model.safetensors")
+    for name in layers:
+        assert not torch.allclose(trained_state[name], model.state_dict()[name])
+    ids = torch.tensor([tokenizer("Hello there, friend")["input_ids"] + rows])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, with_adapter(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def kill_at_step(monkeypatch, step: int | None) -> list[int]:
+    """Make training raise KeyboardInterrupt (a kill) when the optimizer reaches `step`; returns the list of steps
+    that ran."""
+    from pasta.training.trainers import LayoutSFTTrainer
+
+    original_step = LayoutSFTTrainer.training_step
+    steps: list[int] = []
+
+    def dies(self, *args, **kwargs):
+        if self.state.global_step == step:
+            raise KeyboardInterrupt
+        steps.append(self.state.global_step)
+        return original_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(LayoutSFTTrainer, "training_step", dies)
+    return steps
+
+
+def test_resume_after_a_killed_run_matches_the_uninterrupted_run(two_records, tmp_path, monkeypatch):
+    common = ("stage.batch_size=1", "stage.max_steps=4", "stage.save_steps=2", "stage.learning_rate=5e-3")
+    whole = run_sft(sft_cfg(tmp_path / "whole", two_records, *common))
+
+    killed = sft_cfg(tmp_path / "killed", two_records, *common)
+    with monkeypatch.context() as patch:
+        kill_at_step(patch, 3)
+        with pytest.raises(KeyboardInterrupt):
+            run_sft(killed)
+    run_dir = tmp_path / "killed" / "run"
+    assert not (run_dir / "final").exists()
+    assert json.loads((run_dir / "train_info.json").read_text())["status"] == "running"
+    with pytest.raises(PastaError, match="resume=true"):
+        run_sft(killed)
+    with monkeypatch.context() as patch:
+        steps = kill_at_step(patch, None)
+        resumed = run_sft(sft_cfg(tmp_path / "killed", two_records, *common, "resume=true"))
+    assert steps == [2, 3], "the resumed run continues from checkpoint-2"
+
+    expected, actual = load_file(whole / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_resume_on_other_data_is_refused(records, two_records, tmp_path, monkeypatch):
+    common = ("stage.batch_size=1", "stage.max_steps=4", "stage.save_steps=1")
+    with monkeypatch.context() as patch:
+        kill_at_step(patch, 1)
+        with pytest.raises(KeyboardInterrupt):
+            run_sft(sft_cfg(tmp_path, two_records, *common))
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps(r) + "\n" for r in records[2:4]))
+    with pytest.raises(PastaError, match="trained on other data"):
+        run_sft(sft_cfg(tmp_path, other, *common, "resume=true"))
