@@ -1,0 +1,30 @@
+"""Decoding: the sequential baseline and the asynchronous PASTA-LANG decoder (one shared KV cache, one forward per
+step for every thread of every request), with teacher forcing and streaming.
+
+    from pasta.decoding import DecodeConfig, SamplingConfig, decode_async, decode_sequential
+    config = DecodeConfig(max_new_tokens=256, sampling=SamplingConfig(temperature=0.0))
+    baseline = decode_sequential(model, tokenizer, [prompt_ids], config)[0]
+    pasta = decode_async(model, tokenizer, [prompt_ids], config, policy)[0]   # policy: pasta.lang.ReservationPolicy
+    pasta.text, pasta.annotated, pasta.token_doc, pasta.stats.theoretical_speedup, pasta.stats.wall_s
+
+Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread state machines, no model),
+cache (slot-indexed KV cache), runner (the step loop), sampling, text (detokenizing, stop strings, streaming),
+asynchronous and sequential (the entry points), result (DecodeResult, DecodeStats, TokenLogprobs).
+"""
+
+from pasta.decoding.asynchronous import decode_async, stream_async, teacher_forced_logprobs
+from pasta.decoding.config import DecodeConfig, SamplingConfig
+from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
+from pasta.decoding.sequential import decode_sequential
+
+__all__ = [
+    "DecodeConfig",
+    "DecodeResult",
+    "DecodeStats",
+    "SamplingConfig",
+    "TokenLogprobs",
+    "decode_async",
+    "decode_sequential",
+    "stream_async",
+    "teacher_forced_logprobs",
+]

@@ -1,0 +1,183 @@
+"""The asynchronous decoder's entry points: decode a batch, stream one answer, replay a response (teacher forcing).
+
+    from pasta.decoding import DecodeConfig, decode_async
+    from pasta.lang import ReservationPolicy
+    results = decode_async(model, tokenizer, [prompt_ids], DecodeConfig(max_new_tokens=256),
+                           ReservationPolicy.from_config(cfg.lang.reservation))
+    results[0].text, results[0].annotated, results[0].stats.theoretical_speedup
+
+The tokenizer must carry the PASTA-LANG tag tokens and the model the matching embedding rows
+(`pasta.lang.add_tag_tokens(tokenizer, model)`); training and decoding must use the same reservation policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from pasta.decoding.config import DecodeConfig
+from pasta.decoding.interpreter import Interpreter
+from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
+from pasta.decoding.runner import Chooser, RequestClock, run_steps
+from pasta.decoding.sampling import choose_tokens, request_generators
+from pasta.decoding.text import TextCallback, TextStream, eos_token_ids, pad_token_id, text_decoder
+from pasta.errors import PastaError
+from pasta.lang import MAIN_THREAD, ReservationPolicy, TagIds, TokenDoc
+
+
+def _tag_ids(model, tokenizer) -> TagIds:
+    tag_ids = TagIds.from_tokenizer(tokenizer)
+    num_rows = model.get_input_embeddings().weight.shape[0]
+    if max(tag_ids.all) >= num_rows:
+        raise PastaError(
+            f"the model has {num_rows} embedding rows but the tag tokens go up to id {max(tag_ids.all)}: "
+            "call pasta.lang.add_tag_tokens(tokenizer, model)"
+        )
+    return tag_ids
+
+
+def _interpreters(model, tokenizer, prompt_ids_batch, config, policy) -> list[Interpreter]:
+    if not prompt_ids_batch or any(not ids for ids in prompt_ids_batch):
+        raise PastaError("every prompt needs at least one token")
+    tag_ids = _tag_ids(model, tokenizer)
+    eos_ids = eos_token_ids(model, tokenizer)
+    decode = text_decoder(tokenizer)
+    capacity = max(len(ids) for ids in prompt_ids_batch) + config.max_new_tokens + 64
+    return [
+        Interpreter(ids, tag_ids=tag_ids, eos_ids=eos_ids, policy=policy, config=config, decode=decode,
+                    capacity=capacity, device=model.device)
+        for ids in prompt_ids_batch
+    ]
+
+
+def _sampler(config: DecodeConfig, num_requests: int, device, seeds: list[int] | None) -> Chooser:
+    generators = request_generators(config.sampling, num_requests, device, seeds)
+
+    def choose(request: int, logits: torch.Tensor, threads: list[int]) -> list[int]:
+        generator = generators[request] if generators else None
+        return choose_tokens(logits, config.sampling, generator).tolist()
+
+    return choose
+
+
+def _stats(interpreter: Interpreter, clock: RequestClock) -> DecodeStats:
+    return DecodeStats(
+        num_tokens=interpreter.num_sampled,
+        num_steps=interpreter.num_steps,
+        prefill_s=clock.prefill_s,
+        decode_s=clock.decode_s,
+        wall_s=clock.prefill_s + clock.decode_s,
+        bookkeeping_s=clock.bookkeeping_s,
+        num_threads=interpreter.num_threads,
+        num_overruns=interpreter.num_overruns,
+        malformed=dict(interpreter.malformed),
+        finish_reason=interpreter.finish_reason or "",
+    )
+
+
+def _result(interpreter: Interpreter, clock: RequestClock) -> DecodeResult:
+    return DecodeResult(
+        text=interpreter.text(),
+        annotated=interpreter.annotated(),
+        token_doc=interpreter.token_doc(),
+        token_ids=list(interpreter.main_ids),
+        stats=_stats(interpreter, clock),
+    )
+
+
+def decode_async(
+    model,
+    tokenizer,
+    prompt_ids_batch: list[list[int]],
+    config: DecodeConfig,
+    policy: ReservationPolicy,
+    on_text: TextCallback | None = None,
+    seeds: list[int] | None = None,
+) -> list[DecodeResult]:
+    """Decode a batch of prompts, interpreting PASTA-LANG as the model writes it.
+
+    `on_text(request, piece)` receives each request's plain text as it becomes final (a chunk once it is spliced
+    in order). `seeds[i]` seeds request i's sampling (default `config.sampling.seed + i`), so a request samples
+    the same tokens alone or in any batch.
+    """
+    interpreters = _interpreters(model, tokenizer, prompt_ids_batch, config, policy)
+    choose = _sampler(config, len(interpreters), model.device, seeds)
+    clocks = [RequestClock() for _ in interpreters]
+    stream = TextStream(on_text, len(interpreters)) if on_text else None
+    for stepped in run_steps(model, interpreters, choose, pad_token_id(tokenizer), clocks):
+        if stream:
+            for r in stepped:
+                stream.update(r, interpreters[r].final_text())
+    return [_result(i, c) for i, c in zip(interpreters, clocks, strict=True)]
+
+
+def stream_async(
+    model,
+    tokenizer,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    policy: ReservationPolicy,
+    seed: int | None = None,
+) -> Iterator[str]:
+    """Decode one prompt, yielding plain-text pieces as they become final; their concatenation is the text."""
+    interpreters = _interpreters(model, tokenizer, [prompt_ids], config, policy)
+    choose = _sampler(config, 1, model.device, None if seed is None else [seed])
+    emitted = ""
+    for _ in run_steps(model, interpreters, choose, pad_token_id(tokenizer), [RequestClock()]):
+        final = interpreters[0].final_text()
+        if len(final) > len(emitted) and final.startswith(emitted):
+            yield final[len(emitted) :]
+            emitted = final
+
+
+def teacher_forced_logprobs(
+    model,
+    tokenizer,
+    prompt_ids: list[int],
+    token_doc: TokenDoc,
+    policy: ReservationPolicy,
+) -> tuple[TokenLogprobs, DecodeStats]:
+    """Replay `token_doc` through the decoder (every thread's tokens forced, nothing sampled).
+
+    Returns the log-probability of each sampled token under the model, in the decoder's own steps (they equal
+    one forward over `pasta.lang.build_layout` of the same structure), and the stats of the replay, whose
+    num_steps / num_tokens are `pasta.lang.schedule(token_doc)`'s.
+    """
+    tags = token_doc.tag_ids
+    for k, chunk in enumerate(token_doc.chunks):
+        if not chunk.body_ids or chunk.body_ids[-1] != tags.async_end or tags.async_end in chunk.body_ids[:-1]:
+            raise PastaError(f"chunk {k} of the token_doc must end with <|async_end|>, and only there")
+    longest = max([len(c.body_ids) for c in token_doc.chunks] + [1])
+    config = DecodeConfig(max_new_tokens=max(1, len(token_doc.main_ids)),
+                          max_threads=max(1, len(token_doc.chunks)), max_chunk_tokens=longest)
+    interpreters = _interpreters(model, tokenizer, [prompt_ids], config, policy)
+    streams = {MAIN_THREAD: list(token_doc.main_ids)}
+    streams.update({k + 1: list(c.body_ids) for k, c in enumerate(token_doc.chunks)})
+    logprobs: dict[int, list[torch.Tensor]] = {thread: [] for thread in streams}
+
+    def force(request: int, logits: torch.Tensor, threads: list[int]) -> list[int]:
+        token_ids = []
+        for row, thread in zip(logits, threads, strict=True):
+            consumed = len(logprobs[thread])
+            if consumed >= len(streams[thread]):
+                raise PastaError("the token_doc does not replay as written: a thread ran past its tokens")
+            token_id = streams[thread][consumed]
+            logprobs[thread].append(torch.log_softmax(row.float(), dim=-1)[token_id])
+            token_ids.append(token_id)
+        return token_ids
+
+    clock = RequestClock()
+    for _ in run_steps(model, interpreters, force, pad_token_id(tokenizer), [clock]):
+        pass
+    interpreter = interpreters[0]
+    predicted = [c.num_predicted for c in interpreter.chunks]
+    if (interpreter.malformed or any(len(logprobs[t]) != len(ids) for t, ids in streams.items())
+            or predicted != [c.num_predicted for c in token_doc.chunks]):
+        raise PastaError(
+            f"the token_doc does not replay as written (malformed: {dict(interpreter.malformed)}; "
+            "each promise's count digits must spell its chunk's num_predicted)"
+        )
+    stacked = {t: torch.stack(v) if v else torch.zeros(0) for t, v in logprobs.items()}
+    result = TokenLogprobs(main=stacked[MAIN_THREAD], chunks=[stacked[k + 1] for k in range(len(token_doc.chunks))])
+    return result, _stats(interpreter, clock)

@@ -1,0 +1,124 @@
+"""A preallocated KV cache written by slot index: one interleaved cache per request, all requests in one batch.
+
+Every thread of a request appends to the same cache: the runner hands each forward the first free slot of each
+request (`begin_step`), the new key/value rows of request b land in slots [start_b, start_b + q), and attention
+runs over the used prefix [0, max_b(start_b) + q) only, as a view (no copy). Rows of a request that are padding
+in this step are written beyond that request's counter, where its next real rows will overwrite them; the mask
+never lets a real row see them.
+
+Why not transformers' caches: `DynamicCache` concatenates (a copy of the whole cache per layer per step) and
+`StaticCache` attends over its whole preallocated length; both advance every request by the same q.
+The capacity doubles when a step would overflow it (rare: it starts at prompt + max_new_tokens + a margin).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+
+class SlotLayer(CacheLayerMixin):
+    """One layer's keys and values [B, H_kv, capacity, D], written at the owner's current slots."""
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, owner: SlotCache):
+        super().__init__()
+        self.owner = owner
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, num_heads = key_states.shape[:2]
+        self.dtype, self.device = key_states.dtype, key_states.device
+        capacity = self.owner.capacity
+        self.keys = key_states.new_zeros(batch, num_heads, capacity, key_states.shape[-1])  # [B, H, C, D]
+        self.values = value_states.new_zeros(batch, num_heads, capacity, value_states.shape[-1])  # [B, H, C, Dv]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        owner = self.owner
+        num_new = key_states.shape[-2]
+        if owner.aligned_start is not None:  # every request starts at the same slot: one slice copy
+            start = owner.aligned_start
+            self.keys[:, :, start : start + num_new] = key_states
+            self.values[:, :, start : start + num_new] = value_states
+        else:
+            index = owner.slot_index(key_states.shape[1], key_states.shape[-1])  # [B, H, q, D]
+            self.keys.scatter_(2, index, key_states)
+            self.values.scatter_(2, index, value_states)
+        used = owner.used_length
+        return self.keys[:, :, :used], self.values[:, :, :used]  # [B, H, used, D]
+
+    def grow(self, capacity: int) -> None:
+        if not self.is_initialized:
+            return
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_zeros(*old.shape[:2], capacity, old.shape[-1])
+            new[:, :, : old.shape[2]] = old
+            setattr(self, name, new)
+
+    def keep(self, batch_indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.keys = self.keys.index_select(0, batch_indices.to(self.device))
+            self.values = self.values.index_select(0, batch_indices.to(self.device))
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.owner.seq_length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.owner.seq_length
+
+    def get_max_length(self) -> int:
+        return self.owner.capacity
+
+
+class SlotCache(Cache):
+    """The batch's cache. Call `begin_step(starts, q)` before each forward; `starts[b]` is request b's first slot."""
+
+    def __init__(self, num_layers: int, capacity: int):
+        self.capacity = capacity
+        self.starts: list[int] = []
+        self.num_new = 0
+        self.aligned_start: int | None = None
+        self.used_length = 0
+        self.seq_length = 0  # slots before this step (aligned batches; transformers sizes 2-D masks with it)
+        self._index: torch.Tensor | None = None
+        self._index_key: tuple[int, int] | None = None
+        super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
+
+    @classmethod
+    def for_model(cls, model, capacity: int) -> SlotCache:
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        return cls(config.num_hidden_layers, capacity)
+
+    def begin_step(self, starts: list[int], num_new: int, device: torch.device | str = "cpu") -> None:
+        """Place the next forward's `num_new` rows of request b at slots [starts[b], starts[b] + num_new)."""
+        self.starts = list(starts)
+        self.num_new = num_new
+        self.used_length = max(starts) + num_new
+        self.seq_length = max(starts)
+        if self.used_length > self.capacity:
+            self.capacity = max(2 * self.capacity, self.used_length)
+            for layer in self.layers:
+                layer.grow(self.capacity)
+        self.aligned_start = starts[0] if all(s == starts[0] for s in starts) else None
+        self._index = None
+        self._device = device
+
+    def slot_index(self, num_heads: int, head_dim: int) -> torch.Tensor:
+        """The scatter index [B, H, q, D] of this step's rows, built once per step and shared by all layers."""
+        if self._index is None or self._index_key != (num_heads, head_dim):
+            starts = torch.tensor(self.starts, device=self._device)[:, None]  # [B, 1]
+            slots = starts + torch.arange(self.num_new, device=self._device)  # [B, q]
+            self._index = slots[:, None, :, None].expand(-1, num_heads, -1, head_dim)  # [B, H, q, D]
+            self._index_key = (num_heads, head_dim)
+        return self._index
+
+    def keep(self, batch_indices: list[int]) -> None:
+        """Drop finished requests: keep these batch rows, in this order."""
+        index = torch.tensor(batch_indices, dtype=torch.long)
+        for layer in self.layers:
+            layer.keep(index)

@@ -1,0 +1,90 @@
+"""The typed view of a `decode:` config (conf/decode/*.yaml): sampling knobs and the decoder's limits.
+
+`DecodeConfig.from_cfg` accepts the composed `cfg.decode` node, a dict or a DecodeConfig and rejects unknown keys
+and impossible values with a PastaError, so a typo in a decode file fails loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.errors import PastaError
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the next token is chosen from the logits."""
+
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy (argmax); > 0 divides the logits"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: keep the smallest set with mass >= top_p"})
+    top_k: int = field(default=0, metadata={"help": "keep the k most likely tokens; 0 = all"})
+    seed: int | None = field(
+        default=None,
+        metadata={"help": "request i of a batch samples with seed + i; null = drawn from torch's global RNG"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise PastaError(f"sampling.temperature={self.temperature} must be >= 0 (0 = greedy)")
+        if not 0 < self.top_p <= 1:
+            raise PastaError(f"sampling.top_p={self.top_p} must be in (0, 1]")
+        if self.top_k < 0:
+            raise PastaError(f"sampling.top_k={self.top_k} must be >= 0 (0 = no top-k)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Limits and sampling of one decode call; the async-only fields are ignored by the sequential decoder."""
+
+    max_new_tokens: int = field(
+        default=256, metadata={"help": "tokens the main thread (the whole answer, when sequential) may sample"}
+    )
+    stop_strings: tuple[str, ...] = field(
+        default=(), metadata={"help": "main-thread text that ends the answer; the text stops before it"}
+    )
+    sampling: SamplingConfig = field(default_factory=SamplingConfig, metadata={"help": "token choice"})
+    max_threads: int = field(
+        default=8,
+        metadata={"help": "async: chunk threads running at once per request; later promises wait in a queue"},
+    )
+    max_chunk_tokens: int = field(
+        default=256, metadata={"help": "async: tokens one chunk may sample before it is force-closed"}
+    )
+    max_total_tokens: int | None = field(
+        default=None, metadata={"help": "async: tokens all threads of a request may sample; null = no extra cap"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise PastaError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+        if self.max_threads < 1:
+            raise PastaError(f"max_threads={self.max_threads} must be >= 1")
+        if self.max_chunk_tokens < 1:
+            raise PastaError(f"max_chunk_tokens={self.max_chunk_tokens} must be >= 1")
+        if self.max_total_tokens is not None and self.max_total_tokens < 1:
+            raise PastaError(f"max_total_tokens={self.max_total_tokens} must be >= 1 or null")
+        if any(not s for s in self.stop_strings):
+            raise PastaError("stop_strings may not contain an empty string")
+
+    @classmethod
+    def from_cfg(cls, cfg: DecodeConfig | DictConfig | dict[str, Any]) -> DecodeConfig:
+        """Validate a composed `cfg.decode` node (or a dict) into a DecodeConfig; `name` is ignored."""
+        if isinstance(cfg, DecodeConfig):
+            return cfg
+        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+        raw.pop("name", None)
+        known = ", ".join(f.name for f in dataclasses.fields(cls))
+        try:
+            sampling = SamplingConfig(**(raw.pop("sampling", None) or {}))
+            stop_strings = tuple(raw.pop("stop_strings", None) or ())
+            return cls(sampling=sampling, stop_strings=stop_strings, **raw)
+        except TypeError as exc:
+            raise PastaError(f"decode config is invalid ({exc}); known keys: {known}") from None

@@ -1,0 +1,516 @@
+"""The PASTA-LANG interpreter of one request: thread state machines over token ids, no model.
+
+Each step the runner asks every request for a `StepPlan` (the tokens to feed, their positions, the visibility-table
+row each one attends with, and which rows' logits choose a next token), runs one forward for the whole batch, and
+hands the chosen tokens back to `commit`. The rules are the ones `pasta.lang.build_layout` and `pasta.lang.schedule`
+write down; the decoder follows them step by step:
+
+- the prefill feeds the prompt and samples the main thread's first token;
+- a main token sampled at step s is fed at step s + 1; a valid `<|promise|> topic <|promise_tokens|> N
+  <|promise_end|>` forks a chunk when its `<|promise_end|>` is fed: the chunk's forced opener `<|async|> topic
+  <|async_body|>` rides in the same forward at positions promise_end + 1 ..., and the main thread's next position
+  skips `policy.span(len(opener), N)`;
+- a chunk's sampled token is fed at the next step until it samples `<|async_end|>`; that last token waits;
+- a `<|sync|>` sampled at step t is fed once every chunk of its group is closed, in the forward after the last one
+  (max(t, last chunk step) + 1), together with the waiting `<|async_end|>` tokens of the group; the main thread
+  then sees every chunk of the group;
+- eos ends the main thread (the implicit join feeds nothing); the request is done when every thread is.
+
+Visibility is a bool table per request, one row per thread over cache slots, kept incrementally: a fed token sets
+its own slot in its thread's row; a fork copies the main row (promise_end included) into the chunk's row; a sync
+ORs the joined chunks' rows into the main row. A fed token at step-offset i sees its row's slots up to
+`start_slot + i`: that cut gives the causal order among the tokens fed in one step (a chunk's opener rows, the
+waiting `<|async_end|>` rows before their `<|sync|>`). Row 0 is for padding: it sees slot 0 only.
+
+Robustness: malformed output never raises. A promise that does not complete (eos, another tag, a bad topic or
+count, a duplicated topic) falls back to literal text: its topic and count tokens stay in the plain text, its tag
+tokens are stripped. Stray tags in the main thread or in a chunk are stripped. eos in a chunk closes it; a chunk
+reaching `max_chunk_tokens` is force-closed; an empty chunk is dropped. Each event is counted in `malformed`.
+The model's raw tokens stay in the cache as sampled; `token_doc()` is the cleaned structure (a valid TokenDoc).
+Promises beyond `max_threads` running chunks wait in a queue and start when a running chunk closes (positions
+and visibility are those of their promise, so only the timing changes).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from pasta.decoding.config import DecodeConfig
+from pasta.decoding.text import find_stop, settled
+from pasta.lang import (
+    MAIN_THREAD,
+    Document,
+    Promise,
+    ReservationPolicy,
+    Sync,
+    TagIds,
+    Text,
+    TokenChunk,
+    TokenDoc,
+)
+from pasta.lang.syntax import MAX_TOPIC_CHARS, serialize, validate_topic
+
+PAD_ROW = 0
+MAIN_ROW = 1
+_MAX_COUNT_TOKENS = 8  # longer than any sensible tokens="N"
+
+
+@dataclass
+class StepPlan:
+    """What one request feeds into the next forward (parallel lists over its fed tokens)."""
+
+    start_slot: int  # cache slot of the first fed token; the others follow
+    token_ids: list[int]
+    positions: list[int]
+    rows: list[int]  # visibility-table row each token attends with
+    threads: list[int]  # the thread each token belongs to: MAIN_THREAD (prompt too), or chunk index + 1
+    sample_feeds: list[int]  # index of each fed token whose logits choose a next token
+    sample_threads: list[int]  # the thread each of those tokens goes to: MAIN_THREAD, or chunk index + 1
+
+
+@dataclass
+class Chunk:
+    """An asynchronous thread, from its promise to its join."""
+
+    index: int
+    topic_ids: list[int]
+    num_predicted: int
+    opener_ids: list[int]
+    state: str = "forking"  # forking -> queued | opening -> running -> closed; dropped when never started
+    row: int = -1
+    position: int = 0  # position of the next token this chunk feeds
+    num_reserved: int = 0  # positions the policy reserved for the content
+    body_ids: list[int] = field(default_factory=list)  # cleaned content, closing <|async_end|> included
+    pending: list[int] = field(default_factory=list)  # sampled, fed at the next step (closing ones at the join)
+    joined: bool = False  # a sync made it visible to the main thread
+    num_sampled: int = 0
+    num_positions: int = 0  # body tokens that take a position (sampled ones, stray tags included)
+
+
+@dataclass
+class _TextRun:
+    ids: list[int] = field(default_factory=list)
+    stop_at: int | None = None  # character offset where a stop string starts
+
+
+@dataclass
+class _PromiseItem:
+    chunk: Chunk
+    count_ids: list[int]
+
+
+class _SyncItem:
+    pass
+
+
+class Interpreter:
+    """One request: its threads, its visibility table and the text they write."""
+
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        *,
+        tag_ids: TagIds,
+        eos_ids: set[int],
+        policy: ReservationPolicy,
+        config: DecodeConfig,
+        decode: Callable[[list[int]], str],
+        capacity: int,
+        device: torch.device | str = "cpu",
+    ):
+        if not prompt_ids:
+            raise ValueError("empty prompt")
+        self.prompt_ids = list(prompt_ids)
+        self.tag_ids = tag_ids
+        self.eos_ids = set(eos_ids)
+        self.policy = policy
+        self.config = config
+        self.decode = decode
+        self.vis = torch.zeros(2 + config.max_threads, capacity, dtype=torch.bool, device=device)  # [R, C]
+        self.vis[PAD_ROW, 0] = True
+        self._free_rows = list(range(self.vis.shape[0] - 1, MAIN_ROW, -1))
+
+        self.num_slots = 0  # cache slots used
+        self.num_steps = 0
+        self.num_sampled = 0  # by all threads
+        self.malformed: Counter[str] = Counter()
+        self.finish_reason: str | None = None
+
+        self.main_ids: list[int] = []  # everything the main thread sampled, as sampled
+        self.main_state = "running"  # running | waiting (at a sync) | done
+        self.main_pending: int | None = None
+        self.main_position = len(prompt_ids)
+        self.prefilled = False
+        self.items: list[_TextRun | _PromiseItem | _SyncItem] = []
+        self.chunks: list[Chunk] = []
+        self._mode = "text"  # text | topic | count: where the main thread is inside a promise tag
+        self._topic_ids: list[int] = []
+        self._count_ids: list[int] = []
+        self._group_topics: set[str] = set()
+        self._stop_checked_len = 0
+        self._max_stop_len = max((len(s) for s in config.stop_strings), default=0)
+
+    # --- state -----------------------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return (
+            self.main_state == "done"
+            and self.main_pending is None
+            and all(c.state in ("closed", "dropped") for c in self.chunks)
+        )
+
+    @property
+    def num_threads(self) -> int:
+        """Chunk threads that started."""
+        return sum(1 for c in self.chunks if c.state in ("opening", "running", "closed"))
+
+    @property
+    def num_overruns(self) -> int:
+        return sum(1 for c in self.chunks if c.num_positions > c.num_reserved + 1)
+
+    def ensure_capacity(self, capacity: int) -> None:
+        if capacity > self.vis.shape[1]:
+            grown = self.vis.new_zeros(self.vis.shape[0], capacity)
+            grown[:, : self.vis.shape[1]] = self.vis
+            self.vis = grown
+
+    def _alloc_row(self) -> int:
+        if not self._free_rows:
+            old = self.vis.shape[0]
+            self.vis = torch.cat([self.vis, self.vis.new_zeros(old, self.vis.shape[1])])
+            self._free_rows = list(range(2 * old - 1, old - 1, -1))
+        return self._free_rows.pop()
+
+    # --- planning a step ---------------------------------------------------------------------------------------
+
+    def plan(self) -> StepPlan:
+        """The tokens this request feeds into the next forward; sets their slots in the visibility table."""
+        self.num_steps += 1
+        plan = StepPlan(self.num_slots, [], [], [], [], [], [])
+        if not self.prefilled:
+            self.prefilled = True
+            for position, token_id in enumerate(self.prompt_ids):
+                self._feed(plan, token_id, position, MAIN_ROW, MAIN_THREAD)
+            self._sample(plan, MAIN_THREAD)
+            return plan
+
+        if self.main_state == "waiting" and all(c.state == "closed" for c in self._group()):
+            self._feed_join(plan)
+        elif self.main_state != "waiting" and self.main_pending is not None:
+            token_id = self.main_pending
+            self.main_pending = None
+            self._feed(plan, token_id, self.main_position, MAIN_ROW, MAIN_THREAD)
+            self.main_position += 1
+            if self.main_state == "running":
+                self._sample(plan, MAIN_THREAD)
+            forking = [c for c in self.chunks if c.state == "forking"]
+            if forking:
+                self._fork(forking[0])
+
+        running = sum(1 for c in self.chunks if c.state in ("opening", "running"))
+        for chunk in self.chunks:
+            if chunk.state == "queued" and running < self.config.max_threads:
+                chunk.state = "opening"
+                running += 1
+        for chunk in self.chunks:
+            if chunk.state == "opening":
+                for token_id in chunk.opener_ids:
+                    self._feed(plan, token_id, chunk.position, chunk.row, chunk.index + 1)
+                    chunk.position += 1
+                chunk.state = "running"
+                self._sample(plan, chunk.index + 1)
+            elif chunk.state == "running" and chunk.pending:
+                self._feed_pending(plan, chunk)
+                self._sample(plan, chunk.index + 1)
+        return plan
+
+    def _feed_pending(self, plan: StepPlan, chunk: Chunk) -> None:
+        for token_id in chunk.pending:
+            self._feed(plan, token_id, chunk.position, chunk.row, chunk.index + 1)
+            chunk.position += 1
+        chunk.pending = []
+
+    def _feed(self, plan: StepPlan, token_id: int, position: int, row: int, thread: int) -> None:
+        slot = self.num_slots
+        self.num_slots += 1
+        self.vis[row, slot] = True
+        plan.token_ids.append(token_id)
+        plan.positions.append(position)
+        plan.rows.append(row)
+        plan.threads.append(thread)
+
+    @staticmethod
+    def _sample(plan: StepPlan, thread: int) -> None:
+        plan.sample_feeds.append(len(plan.token_ids) - 1)
+        plan.sample_threads.append(thread)
+
+    def _fork(self, chunk: Chunk) -> None:
+        """The promise_end was just fed: the chunk sees what it saw, and starts right after it."""
+        chunk.row = self._alloc_row()
+        self.vis[chunk.row] = self.vis[MAIN_ROW]
+        chunk.position = self.main_position
+        chunk.num_reserved = self.policy.num_reserved(chunk.num_predicted)
+        self.main_position += self.policy.span(len(chunk.opener_ids), chunk.num_predicted)
+        chunk.state = "queued"
+
+    def _group(self) -> list[Chunk]:
+        """Chunks forked since the last join."""
+        return [c for c in self.chunks if not c.joined and c.state != "dropped"]
+
+    def _feed_join(self, plan: StepPlan) -> None:
+        """The sync step: the group's closing tokens, then the sync, which sees every chunk of the group."""
+        group = self._group()
+        for chunk in group:
+            self._feed_pending(plan, chunk)
+        for chunk in group:
+            self.vis[MAIN_ROW] |= self.vis[chunk.row]
+            self._free_rows.append(chunk.row)  # kept as is for this step's mask; a fork overwrites it
+            chunk.joined = True
+        self._feed(plan, self.tag_ids.sync, self.main_position, MAIN_ROW, MAIN_THREAD)
+        self.main_position += 1
+        self.main_pending = None
+        self.main_state = "running"
+        self._group_topics.clear()
+        self._sample(plan, MAIN_THREAD)
+
+    # --- committing sampled tokens -------------------------------------------------------------------------------
+
+    def commit(self, plan: StepPlan, token_ids: list[int]) -> None:
+        """Take the tokens chosen at `plan.sample_feeds`, in order."""
+        for thread, token_id in zip(plan.sample_threads, token_ids, strict=True):
+            self.num_sampled += 1
+            if thread == MAIN_THREAD:
+                self._commit_main(token_id)
+            else:
+                self._commit_chunk(self.chunks[thread - 1], token_id)
+        if self.config.max_total_tokens is not None and self.num_sampled >= self.config.max_total_tokens:
+            self._stop_all()
+
+    def _commit_main(self, token_id: int) -> None:
+        self.main_ids.append(token_id)
+        if token_id in self.eos_ids:
+            if self._mode != "text":
+                self._fall_back("unclosed_promise")
+            self._finish_main("eos")
+            return
+        self.main_pending = token_id
+        self._parse_main(token_id)
+        if self.main_state != "done" and len(self.main_ids) >= self.config.max_new_tokens:
+            if self._mode != "text":
+                self._fall_back("unclosed_promise")
+            self._finish_main("max_new_tokens")
+
+    def _parse_main(self, token_id: int) -> None:
+        tags = self.tag_ids
+        if self._mode == "topic":
+            if token_id == tags.promise_tokens:
+                if validate_topic(self.decode(self._topic_ids)):
+                    self._fall_back("bad_topic")
+                else:
+                    self._mode = "count"
+                return
+            if token_id == tags.promise_end:
+                self._fall_back("bad_count")
+                return
+            if token_id not in tags.all:
+                self._topic_ids.append(token_id)
+                if len(self._topic_ids) > MAX_TOPIC_CHARS:
+                    self._fall_back("bad_topic")
+                return
+            self._fall_back("unclosed_promise")  # another tag: the promise never closes; read the tag as text
+        elif self._mode == "count":
+            if token_id == tags.promise_end:
+                self._close_promise()
+                return
+            if token_id not in tags.all:
+                self._count_ids.append(token_id)
+                if len(self._count_ids) > _MAX_COUNT_TOKENS:
+                    self._fall_back("bad_count")
+                return
+            self._fall_back("unclosed_promise")
+
+        if token_id == tags.promise:
+            self._mode = "topic"
+            self._topic_ids, self._count_ids = [], []
+        elif token_id == tags.sync:
+            self.items.append(_SyncItem())
+            self.main_state = "waiting"
+        elif token_id in (tags.async_start, tags.async_body, tags.async_end):
+            self.malformed["async_tag_in_main"] += 1
+        elif token_id in (tags.promise_tokens, tags.promise_end):
+            self.malformed["stray_promise_tag"] += 1
+        else:
+            self._add_text(token_id)
+
+    def _close_promise(self) -> None:
+        raw = self.decode(self._count_ids).strip()
+        topic = self.decode(self._topic_ids)
+        if not (raw.isascii() and raw.isdigit() and int(raw) > 0):
+            self._fall_back("bad_count")
+            return
+        if topic in self._group_topics:
+            self._fall_back("duplicate_topic")
+            return
+        num_predicted = int(raw)
+        self._group_topics.add(topic)
+        self._mode = "text"
+        tags = self.tag_ids
+        chunk = Chunk(
+            index=len(self.chunks),
+            topic_ids=self._topic_ids,
+            num_predicted=num_predicted,
+            opener_ids=[tags.async_start, *self._topic_ids, tags.async_body],
+        )
+        self.chunks.append(chunk)
+        self.items.append(_PromiseItem(chunk, self._count_ids))
+
+    def _fall_back(self, reason: str) -> None:
+        """The promise being written is not valid: its topic and count tokens are plain text, its tags dropped."""
+        self.malformed[reason] += 1
+        self._mode = "text"
+        for token_id in self._topic_ids + self._count_ids:
+            self._add_text(token_id)
+        self._topic_ids, self._count_ids = [], []
+
+    def _add_text(self, token_id: int) -> None:
+        if not self.items or not isinstance(self.items[-1], _TextRun):
+            self.items.append(_TextRun())
+            self._stop_checked_len = 0
+        run = self.items[-1]
+        run.ids.append(token_id)
+        if self.config.stop_strings and self.main_state != "done":
+            text = self.decode(run.ids)
+            stop_at = find_stop(text, self.config.stop_strings, self._stop_checked_len)
+            self._stop_checked_len = len(text)
+            if stop_at is not None:
+                run.stop_at = stop_at
+                self._finish_main("stop_string")
+
+    def _finish_main(self, reason: str) -> None:
+        self.main_state = "done"
+        self.finish_reason = self.finish_reason or reason
+        # A promise_end sampled as the last main token is still fed, so that its chunk forks.
+        if not any(c.state == "forking" for c in self.chunks):
+            self.main_pending = None
+
+    def _commit_chunk(self, chunk: Chunk, token_id: int) -> None:
+        chunk.num_sampled += 1
+        chunk.num_positions += 1
+        tags = self.tag_ids
+        if token_id == tags.async_end:
+            self._close_chunk(chunk, token_id)
+            return
+        if token_id in self.eos_ids:
+            self.malformed["eos_in_chunk"] += 1
+            self._close_chunk(chunk, tags.async_end)
+            return
+        if token_id in tags.all:
+            self.malformed["tag_in_chunk"] += 1
+        else:
+            chunk.body_ids.append(token_id)
+        chunk.pending = [token_id]
+        if chunk.num_sampled >= self.config.max_chunk_tokens:
+            self.malformed["chunk_cap"] += 1
+            chunk.num_positions += 1
+            self._close_chunk(chunk, tags.async_end)
+
+    def _close_chunk(self, chunk: Chunk, closing_id: int) -> None:
+        """The chunk is complete; its last tokens wait for the join (a sync), which feeds them."""
+        chunk.body_ids.append(closing_id)
+        chunk.pending = [*chunk.pending, closing_id]
+        chunk.state = "closed"
+        if not self.decode(chunk.body_ids[:-1]).strip():
+            self.malformed["empty_chunk"] += 1
+
+    def _stop_all(self) -> None:
+        """max_total_tokens: every thread stops; running chunks are closed as they are, waiting ones dropped."""
+        if self.main_state != "done":
+            if self._mode != "text":
+                self._fall_back("unclosed_promise")
+            self.finish_reason = "max_total_tokens"
+            self.main_state = "done"
+        self.main_pending = None
+        for chunk in self.chunks:
+            if chunk.state in ("forking", "queued"):
+                chunk.state = "dropped"
+            elif chunk.state == "running":
+                chunk.body_ids.append(self.tag_ids.async_end)
+                chunk.state = "closed"
+            chunk.pending = []
+
+    # --- results -------------------------------------------------------------------------------------------------
+
+    def _kept(self, chunk: Chunk) -> bool:
+        return chunk.state == "closed" and bool(self.decode(chunk.body_ids[:-1]).strip())
+
+    def _item_text(self, item) -> str:
+        if isinstance(item, _TextRun):
+            text = self.decode(item.ids)
+            return text if item.stop_at is None else text[: item.stop_at]
+        if isinstance(item, _PromiseItem):
+            return self.decode(item.chunk.body_ids[:-1]) if self._kept(item.chunk) else ""
+        return ""
+
+    def text(self) -> str:
+        """The plain text: main-thread text with each chunk spliced in at its promise."""
+        return "".join(self._item_text(item) for item in self.items)
+
+    def final_text(self) -> str:
+        """The prefix of the plain text that later steps cannot change (for streaming)."""
+        if self.done:
+            return self.text()
+        parts = []
+        for i, item in enumerate(self.items):
+            if isinstance(item, _PromiseItem) and item.chunk.state not in ("closed", "dropped"):
+                break
+            text = self._item_text(item)
+            if i == len(self.items) - 1 and isinstance(item, _TextRun):
+                # Still open: later tokens may complete a character, a stop string, or fall back into it.
+                parts.append(settled(text, self._max_stop_len))
+                break
+            parts.append(text)
+        return "".join(parts)
+
+    def document(self) -> Document:
+        items = []
+        for item in self.items:
+            if isinstance(item, _TextRun):
+                if text := self._item_text(item):
+                    items.append(Text(text))
+            elif isinstance(item, _PromiseItem):
+                if self._kept(item.chunk):
+                    content = self._item_text(item)
+                    items.append(Promise(self.decode(item.chunk.topic_ids), content, item.chunk.num_predicted))
+            else:
+                items.append(Sync())
+        return Document(tuple(items))
+
+    def annotated(self) -> str:
+        """The response in the inline form (what each thread wrote, malformed parts cleaned away)."""
+        return serialize(self.document())
+
+    def token_doc(self) -> TokenDoc:
+        """The cleaned structure as ids: a valid TokenDoc (stray tags and dropped promises left out)."""
+        tags = self.tag_ids
+        main_ids: list[int] = []
+        chunks: list[TokenChunk] = []
+        for item in self.items:
+            if isinstance(item, _TextRun):
+                main_ids += item.ids
+            elif isinstance(item, _PromiseItem):
+                chunk = item.chunk
+                if self._kept(chunk):
+                    main_ids += [tags.promise, *chunk.topic_ids, tags.promise_tokens, *item.count_ids]
+                    main_ids.append(tags.promise_end)
+                    chunks.append(TokenChunk(chunk.opener_ids, chunk.body_ids, chunk.num_predicted))
+            else:
+                main_ids.append(tags.sync)
+        if self.finish_reason == "eos":
+            main_ids.append(self.main_ids[-1])
+        return TokenDoc(main_ids=main_ids, chunks=chunks, tag_ids=tags)
+

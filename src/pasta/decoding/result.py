@@ -1,0 +1,61 @@
+"""What a decode returns per request: the text, its annotated form and structure, and the stats of the run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from pasta.lang import TokenDoc
+
+
+@dataclass
+class DecodeStats:
+    """Counts and timings of one request. Timings of a batch are shared: prefill_s is the batch's prefill."""
+
+    num_tokens: int = 0  # tokens sampled by all threads (decoder-supplied openers are not sampled)
+    num_steps: int = 0  # forward passes this request took part in, prefill included
+    prefill_s: float = 0.0  # the first forward (the prompt) and its sampling
+    decode_s: float = 0.0  # from the end of the prefill until this request was done
+    wall_s: float = 0.0  # prefill_s + decode_s
+    bookkeeping_s: float = 0.0  # interpreter, masks, positions and tag parsing (part of prefill_s + decode_s)
+    num_threads: int = 0  # chunk threads forked
+    num_overruns: int = 0  # chunks that wrote past the positions reserved for them
+    malformed: dict[str, int] = field(default_factory=dict)  # malformed-output events by kind
+    finish_reason: str = ""  # eos | stop_string | max_new_tokens | max_total_tokens
+
+    @property
+    def theoretical_speedup(self) -> float:
+        """Tokens per forward step: what an ideal machine gains over one token per step."""
+        return self.num_tokens / self.num_steps if self.num_steps else 1.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "theoretical_speedup": self.theoretical_speedup}
+
+
+@dataclass
+class DecodeResult:
+    """One request's answer."""
+
+    text: str  # the plain text a reader sees (chunks spliced in, tags removed)
+    annotated: str  # the inline PASTA-LANG form; equal to `text` for the sequential decoder
+    token_doc: TokenDoc | None  # what each thread sampled, cleaned of malformed tags; None for sequential
+    token_ids: list[int]  # the main thread's sampled ids, as sampled (the whole answer when sequential)
+    stats: DecodeStats
+
+    def to_dict(self) -> dict:
+        """JSON-ready: text, annotated, token_ids and every stat at the top level."""
+        return {"text": self.text, "annotated": self.annotated, "token_ids": self.token_ids,
+                **self.stats.to_dict()}
+
+
+@dataclass
+class TokenLogprobs:
+    """Log-probabilities of a teacher-forced response, per sampled token, thread by thread."""
+
+    main: torch.Tensor  # [len(token_doc.main_ids)]
+    chunks: list[torch.Tensor]  # chunk k: [len(token_doc.chunks[k].body_ids)]
+
+    def total(self) -> torch.Tensor:
+        """The sequence log-probability: the sum over every sampled token."""
+        return self.main.sum() + sum((c.sum() for c in self.chunks), torch.zeros(()))

@@ -1,0 +1,50 @@
+"""Choosing the next token from logits: greedy, or temperature with top-k / top-p, one seeded generator per request.
+
+Each request draws from its own `torch.Generator`, and its rows are drawn in a fixed order (the main thread, then
+its chunks in fork order), so a request decodes the same tokens alone or inside a batch.
+transformers' logits processors work on [batch, vocab] rows of one generation loop and one global RNG; the decoder
+samples a varying number of rows per request per step, so the few lines below stand in for them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pasta.decoding.config import SamplingConfig
+
+
+def request_generators(config: SamplingConfig, num_requests: int, device: torch.device | str,
+                       seeds: list[int] | None = None) -> list[torch.Generator] | None:
+    """One generator per request (None when greedy): `seeds[i]`, else `config.seed + i`, else torch's global RNG."""
+    if config.greedy:
+        return None
+    if seeds is None:
+        base = config.seed if config.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
+        seeds = [base + i for i in range(num_requests)]
+    if len(seeds) != num_requests:
+        raise ValueError(f"{len(seeds)} seeds for {num_requests} requests")
+    return [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+
+def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Temperature, then top-k, then top-p, as transformers' warpers apply them; removed tokens get -inf."""
+    scores = logits.float() / config.temperature  # [N, V]
+    if config.top_k and config.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, config.top_k, dim=-1).values[..., -1:]  # [N, 1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if config.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=False)  # [N, V]
+        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)  # [N, V]
+        drop_sorted = cumulative <= 1 - config.top_p
+        drop_sorted[..., -1] = False  # always keep the most likely token
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, float("-inf"))
+    return scores
+
+
+def choose_tokens(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
+    """The next token of each row of `logits` [N, V] -> [N]; rows are drawn in order from `generator`."""
+    if config.greedy:
+        return logits.argmax(dim=-1)
+    probs = filter_logits(logits, config).softmax(dim=-1)  # [N, V]
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
