@@ -1,0 +1,29 @@
+"""The annotation stage's parts: validating a teacher's answer, the records it writes, and the run summary.
+
+The stage itself (reading data, resuming, progress, writing) is pasta/annotate.py; the teachers are pasta.teachers.
+"""
+
+from pasta.annotation.records import STAT_FIELDS, make_record, measure
+from pasta.annotation.summary import format_table, summarize
+from pasta.annotation.validate import (
+    UNUSABLE_CODES,
+    Rejected,
+    check_original,
+    realign_whitespace,
+    reason_code,
+    validate_annotation,
+)
+
+__all__ = [
+    "STAT_FIELDS",
+    "UNUSABLE_CODES",
+    "Rejected",
+    "check_original",
+    "format_table",
+    "make_record",
+    "measure",
+    "realign_whitespace",
+    "reason_code",
+    "summarize",
+    "validate_annotation",
+]

@@ -1,0 +1,490 @@
+"""The `structural` teacher: rule-based PASTA-LANG annotation that needs no model.
+
+It is the offline fallback and the heuristic baseline, in the spirit of Skeleton-of-Thought and APAR: the parallel
+parts of an answer are found from its layout, not its meaning.
+
+- **Lists**: numbered (`1.`, `2)`) or bulleted (`-`, `*`, `•`, `+`) items at one indentation, with their indented
+  continuation lines and sub-bullets, each item one chunk. Blank lines between items stay in the main text.
+- **Labelled paragraphs**: consecutive paragraphs that each open with a label (`**Solids**`, `Solids:`, `## Solids`).
+- **Announced paragraphs**: paragraphs that follow an intro naming their number ("three states" and three
+  paragraphs after it).
+- **Pros and cons**: two lists separated only by a short heading (`Cons:`) form one group.
+
+And what it leaves sequential, as the teacher prompt asks: short answers (`min_words`), instructions that ask for
+steps, derivations, code or stories (`sequential_patterns`), lists whose items point back at earlier ones ("Then",
+"the result"), items too short on average to be worth a promise (`min_item_words`), groups whose estimated critical path is
+not shorter than writing them in order, and a last item or paragraph that sums up the others ("Overall, ..."),
+which goes after `<sync/>`. Any main text after a group follows a `<sync/>`, since it may refer to the chunks.
+
+The annotation is built from character spans of the response, so its plain text is the response exactly: this
+teacher never changes a character. Topics are the item's label, or its first `topic_words` words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from pasta.errors import PastaError
+from pasta.lang import Document, LangError, Promise, Sync, Text, parse, plain_text, serialize, validate_topic
+from pasta.teachers.base import Teacher, TeacherReply, TeacherRequest
+
+RULES_VERSION = "rules-v1"
+
+# An instruction matching one of these asks for an answer whose parts depend on each other.
+_DEFAULT_SEQUENTIAL_PATTERNS = [
+    r"\bsteps?\b", r"\bstep-by-step\b", r"\bprocedure\b", r"\bprocess (of|for|to)\b", r"\brecipe\b",
+    r"\binstructions\b", r"\bdirections\b", r"\balgorithm\b", r"\btimeline\b", r"\bchronolog", r"\bin order\b", r"\bsequence\b",
+    r"\b(calculate|compute|solve|derive|prove|evaluate|simplify)\b",
+    # "Write a short story", "compose a Python function": the thing asked for is at most three words after the verb.
+    r"\b(write|compose|create|generate|tell|draft)(\W+\w+){0,3}?\W+(story|poem|song|rap|lyrics|haiku|dialogue|"
+    r"conversation|script|letter|email|speech|essay|code|program|function|query|tweet|paragraph)\b",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StructuralConfig:
+    """Settings of the rule-based teacher (conf/teacher/structural.yaml)."""
+
+    name: str = field(default="structural", metadata={"help": "teacher type: structural | hf | openai"})
+    min_words: int = field(default=40, metadata={"help": "responses with fewer words get no tags"})
+    min_items: int = field(default=2, metadata={"help": "fewest chunks in a group"})
+    min_item_words: int = field(
+        default=5,
+        metadata={"help": "a list or paragraph run whose items are shorter on average stays sequential"},
+    )
+    topic_words: int = field(
+        default=5,
+        metadata={"help": "a topic is the item's label, or its first N words (fewer for short items)"},
+    )
+    sequential_patterns: list[str] = field(
+        default_factory=lambda: list(_DEFAULT_SEQUENTIAL_PATTERNS),
+        metadata={
+            "help": "regexes (case-insensitive): an instruction matching one gets no tags (steps, code, ...)"
+        },
+    )
+
+
+# A list item's first line: indentation, marker, at least one space, text.
+_ITEM = re.compile(r"(?P<indent>[ \t]*)(?P<marker>(?P<number>\d{1,3})[.)]|[-*•+])[ \t]+\S")
+_FENCE = re.compile(r"[ \t]*(```|~~~)")
+# A paragraph that opens with a label: a Markdown heading, a bold phrase, or a short `Label:`.
+_LABEL = re.compile(
+    r"#{1,6}[ \t]+(?P<heading>[^\n]+)|\*\*(?P<bold>[^*\n]{1,80})\*\*|__(?P<under>[^_\n]{1,80})__|"
+    r"(?P<colon>[A-Z0-9][^:.!?\n]{0,60}):(?:\s|$)"
+)
+_MAX_LABEL_WORDS = 6
+# A label that only numbers its paragraph ("Q1", "Step 2", "Part 3b"): no use as a topic.
+_ENUMERATOR = re.compile(
+    r"\s*((q|question|part|item|option|step|section|no\.?|#)\s*)?\d+[a-z]?\s*", re.IGNORECASE
+)
+# An item that continues from the previous one rather than standing on its own.
+_DEPENDENT_START = re.compile(
+    r"(then|next|after|afterwards?|finally|lastly|once|now|repeat|continue|meanwhile|subsequently|"
+    r"following this|using (the|this) result)\b",
+    re.IGNORECASE,
+)
+_BACK_REFERENCE = re.compile(
+    r"\b(previous step|steps? \d+|the above|the result|this result|the mixture|this mixture)\b", re.IGNORECASE
+)
+# An item or paragraph that sums up the ones before it.
+_CONCLUSION_START = re.compile(
+    r"(overall|in summary|in conclusion|to sum up|to summari[sz]e|together|taken together|all in all|in short|"
+    r"ultimately|all of these|these)\b",
+    re.IGNORECASE,
+)
+_COUNT_WORDS = {
+    "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+    **{str(n): n for n in range(2, 11)},
+}  # fmt: skip
+_MARKDOWN = re.compile(r"[*_`#]+")
+# Function words that make a poor last word of a topic ("Do a quick sweep of") and say little in one.
+_TRAILING_STOPWORDS = frozenset({
+    "a", "an", "the", "of", "to", "for", "and", "or", "but", "in", "on", "at", "by", "with", "from", "as", "that",
+    "which", "who", "is", "are", "was", "were", "be", "your", "their", "its", "this", "these", "those", "it", "can",
+    "will", "what", "how", "why", "where", "when", "do", "does",
+})  # fmt: skip
+_MARKER_PREFIX = re.compile(r"^([-*•+]|\d{1,3}[.)])\s+")
+_TOPIC_WORD_EDGES = "\"'“”‘’()[]{}.,;:!?"
+# <|promise|> <|promise_tokens|> N <|promise_end|>: what a promise costs the main thread beyond its topic.
+_PROMISE_TAG_TOKENS = 4
+
+
+@dataclass
+class _Line:
+    start: int  # offset of the line's first character in the response
+    text: str  # without its newline
+    in_code: bool  # inside a fenced code block, fences included
+
+    @property
+    def blank(self) -> bool:
+        return not self.text.strip()
+
+    @property
+    def indent(self) -> int:
+        return len(self.text) - len(self.text.lstrip(" \t"))
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    start: int  # character span of the chunk in the response
+    end: int
+
+    def text(self, response: str) -> str:
+        return response[self.start : self.end]
+
+
+@dataclass
+class _Block:
+    """A run of parallel candidates: one list, or one run of paragraphs."""
+
+    chunks: list[_Chunk]
+    is_list: bool
+
+
+def _split_lines(response: str) -> list[_Line]:
+    lines: list[_Line] = []
+    in_code = False
+    for match in re.finditer(r"[^\n]*\n?", response):
+        if not match.group():
+            continue
+        text = match.group().rstrip("\n")
+        fence = bool(_FENCE.match(text))
+        lines.append(_Line(match.start(), text, in_code or fence))
+        if fence:
+            in_code = not in_code
+    return lines
+
+
+def _content_end(line: _Line) -> int:
+    return line.start + len(line.text.rstrip())
+
+
+def _item_marker(line: _Line) -> re.Match[str] | None:
+    return None if line.in_code else _ITEM.match(line.text)
+
+
+def _same_list(first: re.Match[str], other: re.Match[str], expected_number: int | None) -> bool:
+    if len(first.group("indent")) != len(other.group("indent")):
+        return False
+    if first.group("number") is None:
+        return other.group("marker") == first.group("marker")
+    number = other.group("number")
+    return (
+        number is not None
+        and int(number) == expected_number
+        and other.group("marker")[-1] == first.group("marker")[-1]
+    )
+
+
+def _next_nonblank(lines: list[_Line], index: int) -> int | None:
+    while index < len(lines) and lines[index].blank:
+        index += 1
+    return index if index < len(lines) else None
+
+
+def _find_lists(lines: list[_Line]) -> list[tuple[_Block, int, int]]:
+    """Lists as (block, first line, last line).
+
+    An item runs over the lines indented deeper than its marker (sub-bullets, continued paragraphs), and over
+    unindented lines right after its text ("1. Which river?" then "A) Seine") when the list goes on after them, or
+    when every earlier item had such lines too. Other text at the marker's indentation ends the list.
+    """
+    found: list[tuple[_Block, int, int]] = []
+    index = 0
+    while index < len(lines):
+        first = _item_marker(lines[index])
+        if first is None:
+            index += 1
+            continue
+        indent = len(first.group("indent"))
+        number = None if first.group("number") is None else int(first.group("number"))
+        chunks: list[_Chunk] = []
+        had_lazy_lines: list[bool] = []
+        start_line = index
+        current = index
+        while True:
+            expected_next = None if number is None else number + len(chunks) + 1
+            last = current
+            lazy = False
+            probe = current + 1
+            while probe < len(lines):
+                line = lines[probe]
+                if line.blank:
+                    following = _next_nonblank(lines, probe)
+                    if following is None or lines[following].indent <= indent:
+                        break
+                    probe = following
+                    continue
+                if line.indent > indent:
+                    last = probe
+                    probe += 1
+                    continue
+                if _item_marker(line) is not None:  # the next item, or another list
+                    break
+                lazy_end = probe
+                while (
+                    lazy_end + 1 < len(lines)
+                    and not lines[lazy_end + 1].blank
+                    and _item_marker(lines[lazy_end + 1]) is None
+                ):
+                    lazy_end += 1
+                following = _next_nonblank(lines, lazy_end + 1)
+                marker = None if following is None else _item_marker(lines[following])
+                goes_on = marker is not None and _same_list(first, marker, expected_next)
+                if not goes_on and not (had_lazy_lines and all(had_lazy_lines)):
+                    break  # main text after the list
+                last, lazy, probe = lazy_end, True, lazy_end + 1
+            item_start = lines[current].start + indent
+            chunks.append(_Chunk(item_start, _content_end(lines[last])))
+            had_lazy_lines.append(lazy)
+            following = _next_nonblank(lines, last + 1)
+            marker = None if following is None else _item_marker(lines[following])
+            if marker is None or not _same_list(first, marker, expected_next):
+                break
+            current = following
+        found.append((_Block(chunks, is_list=True), start_line, last))
+        index = last + 1
+    return found
+
+
+def _paragraphs(lines: list[_Line], taken: set[int]) -> list[tuple[int, int, bool]]:
+    """(first line, last line, eligible) of each blank-line-separated paragraph; eligible = no list or code."""
+    paragraphs = []
+    index = 0
+    while index < len(lines):
+        if lines[index].blank:
+            index += 1
+            continue
+        end = index
+        while end + 1 < len(lines) and not lines[end + 1].blank:
+            end += 1
+        span = range(index, end + 1)
+        eligible = not any(i in taken or lines[i].in_code for i in span)
+        paragraphs.append((index, end, eligible))
+        index = end + 1
+    return paragraphs
+
+
+def _paragraph_chunk(lines: list[_Line], first: int, last: int) -> _Chunk:
+    return _Chunk(lines[first].start + lines[first].indent, _content_end(lines[last]))
+
+
+def _announced_count(text: str) -> set[int]:
+    return {_COUNT_WORDS[w] for w in re.findall(r"[A-Za-z]+|\d+", text.lower()) if w in _COUNT_WORDS}
+
+
+def _find_paragraph_runs(response: str, lines: list[_Line], taken: set[int]) -> list[_Block]:
+    blocks: list[_Block] = []
+    paragraphs = _paragraphs(lines, taken)
+    index = 0
+    while index < len(paragraphs):
+        run_end = index
+        while run_end < len(paragraphs) and paragraphs[run_end][2]:
+            run_end += 1
+        run = paragraphs[index:run_end]
+        chunks = [_paragraph_chunk(lines, first, last) for first, last, _ in run]
+        labelled = [label_of(c.text(response)) is not None for c in chunks]
+        position = 0
+        while position < len(run):
+            # Labelled paragraphs in a row.
+            end = position
+            while end < len(run) and labelled[end]:
+                end += 1
+            if end - position >= 2:
+                blocks.append(_Block(chunks[position:end], is_list=False))
+                position = end
+                continue
+            # An intro that announces how many paragraphs follow.
+            following = chunks[position + 1 :]
+            counts = _announced_count(chunks[position].text(response))
+            if len(following) in counts:
+                blocks.append(_Block(following, is_list=False))
+                break
+            if len(following) - 1 in counts and _CONCLUSION_START.match(following[-1].text(response)):
+                blocks.append(_Block(following[:-1], is_list=False))
+                break
+            position += 1
+        index = run_end + 1
+    return blocks
+
+
+def _word_count(text: str) -> int:
+    return len(text.split())
+
+
+def _estimated_tokens(text: str) -> float:
+    """A tokenizer-free length estimate (about 1.3 tokens a word; a line break is a token)."""
+    return max(_word_count(text) * 1.3, 1.0 if text else 0.0)
+
+
+def label_of(text: str) -> str | None:
+    """The label a paragraph or item opens with (`## Solids`, `**Solids**`, `Solids:`), or None."""
+    match = _LABEL.match(text)
+    if match is None:
+        return None
+    label = next(g for g in match.groups() if g is not None).strip()
+    if not label or len(label.split()) > _MAX_LABEL_WORDS:
+        return None
+    return label
+
+
+def make_topic(chunk_text: str, topic_words: int) -> str:
+    """The chunk's label (`**Solids**`, `Solids:`) or its first words, as a valid topic ("" when nothing is left)."""
+    first_line = chunk_text.strip().splitlines()[0] if chunk_text.strip() else ""
+    first_line = _MARKER_PREFIX.sub("", first_line.strip())
+    label = label_of(first_line)
+    if label is not None and _ENUMERATOR.fullmatch(_MARKDOWN.sub("", label)):
+        # "Q1: What is the capital of India?": the label only counts; the words after it say what the chunk is.
+        first_line = first_line[_LABEL.match(first_line).end() :].strip()
+        label = None
+    if label is not None:
+        words = label.split()
+    else:
+        words = []
+        # A short item gets a short topic: the promise must cost less than the chunk it stands for.
+        num_words = max(2, min(topic_words, _word_count(chunk_text) // 3))
+        num_content = 0
+        for word in first_line.split()[: 2 * num_words]:
+            words.append(word)
+            # Function words ride along for free: "What is the capital" says more than "What is the".
+            num_content += word.lower().strip(_TOPIC_WORD_EDGES) not in _TRAILING_STOPWORDS
+            if (word[-1] in ",;:.!?" and num_content >= 2) or num_content >= num_words:  # or the first clause
+                break
+        while len(words) > 2 and words[-1].lower().strip(_TOPIC_WORD_EDGES) in _TRAILING_STOPWORDS:
+            words.pop()
+    cleaned = [_MARKDOWN.sub("", w).strip(_TOPIC_WORD_EDGES) for w in words]
+    topic = " ".join(w for w in cleaned if w).replace('"', "").replace("<", "").replace(">", "")
+    topic = "".join(ch for ch in topic if ord(ch) >= 32)[:100].strip()
+    return topic if validate_topic(topic) is None else ""
+
+
+class StructuralAnnotator:
+    """Finds a response's parallel parts and writes them as PASTA-LANG (see the module docstring)."""
+
+    def __init__(self, cfg: StructuralConfig):
+        self.cfg = cfg
+        try:
+            self._sequential = [re.compile(p, re.IGNORECASE) for p in cfg.sequential_patterns]
+        except re.error as exc:
+            raise PastaError(f"teacher.sequential_patterns: invalid regex {exc.pattern!r} ({exc})") from None
+
+    def annotate(self, instruction: str, response: str) -> str:
+        """The annotated response (inline PASTA-LANG without `tokens=`), or the response unchanged."""
+        return serialize(self.document(instruction, response))
+
+    def document(self, instruction: str, response: str) -> Document:
+        unchanged = Document((Text(response),) if response else ())
+        if _word_count(response) < self.cfg.min_words:
+            return unchanged
+        if any(pattern.search(instruction) for pattern in self._sequential):
+            return unchanged
+        try:
+            if parse(response).is_annotated:
+                return unchanged  # the response already holds tags: not ours to rewrite
+        except LangError:
+            return unchanged
+        groups = self._groups(response)
+        if not groups:
+            return unchanged
+        doc = self._build(response, groups)
+        if plain_text(doc) != response:  # a bug here would corrupt training data: refuse rather than write it
+            raise AssertionError("structural teacher changed the response")
+        return doc
+
+    def _blocks(self, response: str) -> list[_Block]:
+        lines = _split_lines(response)
+        lists = _find_lists(lines)
+        taken = {i for _, first, last in lists for i in range(first, last + 1)}
+        blocks = [block for block, _, _ in lists] + _find_paragraph_runs(response, lines, taken)
+        blocks.sort(key=lambda b: b.chunks[0].start)
+        kept = []
+        for block in blocks:
+            chunks = list(block.chunks)
+            if len(chunks) >= 2 and _CONCLUSION_START.match(
+                _MARKER_PREFIX.sub("", chunks[-1].text(response))
+            ):
+                chunks.pop()  # a last item that sums up the others stays in the main text, after <sync/>
+            texts = [c.text(response) for c in chunks]
+            if not texts or sum(map(_word_count, texts)) < self.cfg.min_item_words * len(texts):
+                continue
+            items = [_MARKER_PREFIX.sub("", t) for t in texts]
+            if any(_DEPENDENT_START.match(t) or _BACK_REFERENCE.search(t) for t in items[1:]):
+                continue
+            if chunks:
+                kept.append(_Block(chunks, block.is_list))
+        return kept
+
+    def _groups(self, response: str) -> list[list[_Chunk]]:
+        groups: list[list[_Chunk]] = []
+        for block in self._blocks(response):
+            if groups and _is_joining_heading(response[groups[-1][-1].end : block.chunks[0].start]):
+                groups[-1].extend(block.chunks)
+            else:
+                groups.append(list(block.chunks))
+        return [g for g in groups if len(g) >= self.cfg.min_items and self._saves_steps(response, g)]
+
+    def _saves_steps(self, response: str, group: list[_Chunk]) -> bool:
+        """Whether the group's estimated critical path is shorter than writing it in order."""
+        main_steps = 0.0
+        chunk_ends = []
+        sequential_steps = 0.0
+        previous_end = group[0].start
+        for chunk in group:
+            gap = _estimated_tokens(response[previous_end : chunk.start])
+            topic = make_topic(chunk.text(response), self.cfg.topic_words)
+            content = _estimated_tokens(chunk.text(response))
+            main_steps += gap + _estimated_tokens(topic) + _PROMISE_TAG_TOKENS
+            chunk_ends.append(main_steps + content + 1)  # +1: </async>
+            sequential_steps += gap + content
+            previous_end = chunk.end
+        return max(main_steps, *chunk_ends) < sequential_steps
+
+    def _build(self, response: str, groups: list[list[_Chunk]]) -> Document:
+        items: list[Text | Promise | Sync] = []
+        position = 0
+        for group_index, group in enumerate(groups):
+            topics: set[str] = set()
+            for chunk in group:
+                if chunk.start > position:
+                    items.append(Text(response[position : chunk.start]))
+                topic = make_topic(chunk.text(response), self.cfg.topic_words) or f"part {len(topics) + 1}"
+                base, suffix = topic, 2
+                while topic in topics:
+                    topic = f"{base[:95]} ({suffix})"
+                    suffix += 1
+                topics.add(topic)
+                items.append(Promise(topic=topic, content=chunk.text(response)))
+                position = chunk.end
+            next_start = groups[group_index + 1][0].start if group_index + 1 < len(groups) else len(response)
+            if response[position:next_start].strip():
+                items.append(Sync())  # the text after a group may refer to its chunks
+        if position < len(response):
+            items.append(Text(response[position:]))
+        return Document(tuple(items))
+
+
+def _is_joining_heading(between: str) -> bool:
+    """Text between two blocks that only introduces the next one (`Cons:`), so both can be one group."""
+    text = between.strip()
+    if not text:
+        return True
+    if "\n" in text:
+        return False
+    text = _MARKDOWN.sub("", text).strip()
+    return text.endswith(":") and _word_count(text) <= 8
+
+
+class StructuralTeacher(Teacher):
+    name = "structural"
+    model = RULES_VERSION
+
+    def __init__(self, cfg: StructuralConfig):
+        self.annotator = StructuralAnnotator(cfg)
+
+    def annotate(self, requests: Iterable[TeacherRequest]) -> Iterator[TeacherReply]:
+        for request in requests:
+            yield TeacherReply(
+                request.id, text=self.annotator.annotate(request.instruction, request.response)
+            )
