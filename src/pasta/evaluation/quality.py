@@ -39,6 +39,7 @@ import pandas as pd
 
 from pasta.data import JsonlAppender, read_jsonl
 from pasta.errors import PastaError
+from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE
 from pasta.evaluation.run_files import ALPACA_EVAL_CACHE, JUDGE_PAIRS
 from pasta.judges import Judge, JudgeItem
 
@@ -48,7 +49,6 @@ LC_MODES = ("auto", "official", "offline", "off")
 # AlpacaEval 2.0's judge and reference: only a run with both has LC numbers comparable with the leaderboard.
 LEADERBOARD_ANNOTATOR = "weighted_alpaca_eval_gpt4_turbo"
 LEADERBOARD_REFERENCE = "gpt4_1106_preview"
-ALPACA_EVAL_SIZE = 805
 # GroupKFold in alpaca_eval's GLM fit needs several prompts per fold.
 MIN_PROMPTS_FOR_GLM = 10
 ANNOTATION_FIELDS = ("instruction", "output_1", "output_2", "generator_1", "generator_2", "preference")

@@ -11,7 +11,6 @@ which file lacks what.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import io
 import logging
@@ -21,10 +20,11 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig
 
-from pasta.data import DataConfig, load_alpaca_eval, write_json_atomic
+from pasta.data import write_json_atomic
 from pasta.errors import PastaError
 from pasta.evaluation import quality as quality_lib
 from pasta.evaluation.config import EvalConfig
+from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE, eval_prompts
 from pasta.evaluation.report import write_run_summary
 from pasta.evaluation.run_files import (
     ANNOTATIONS,
@@ -45,27 +45,6 @@ from pasta.evaluation.run_files import (
 from pasta.evaluation.speed import speed_metrics
 
 log = logging.getLogger(__name__)
-
-
-def eval_prompts(cfg: DictConfig, limit: int | None) -> tuple[list[dict[str, Any]], list[str], dict[str, int] | None]:
-    """(evaluated records, every instruction of the data set, AlpacaEval positions or None).
-
-    The positions (index in the full 805-prompt set) are what alpaca_eval's LC GLM needs; None when eval_data is
-    not the full AlpacaEval set.
-    """
-    data_cfg = DataConfig.from_cfg(cfg.eval_data)
-    full = load_alpaca_eval(dataclasses.replace(data_cfg, limit=None, offset=0, shuffle=False))
-    records = load_alpaca_eval(data_cfg)
-    if limit is not None:
-        records = records[:limit]
-    if not records:
-        raise PastaError(f"eval_data {data_cfg.name} selects no prompts (check eval_data.limit/offset, eval.limit)")
-    instructions = [record["instruction"] for record in full]
-    positions = (
-        {instruction: index for index, instruction in enumerate(instructions)}
-        if len(full) == quality_lib.ALPACA_EVAL_SIZE else None
-    )
-    return records, instructions, positions
 
 
 def _reference_outputs(ecfg: EvalConfig, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -90,7 +69,7 @@ def _comparable(metrics: dict[str, Any]) -> bool:
     return (
         metrics.get("annotator") == quality_lib.LEADERBOARD_ANNOTATOR
         and metrics.get("reference") == quality_lib.LEADERBOARD_REFERENCE
-        and metrics.get("n_total") == quality_lib.ALPACA_EVAL_SIZE
+        and metrics.get("n_total") == ALPACA_EVAL_SIZE
         and metrics.get("lc_method") == "alpaca_eval length_controlled_v1"
     )
 

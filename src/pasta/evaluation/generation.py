@@ -1,0 +1,173 @@
+"""Decode the evaluated prompts for one checkpoint and decode mode, resumably: the "generate" half of pasta.eval.
+
+    python -m pasta.eval eval.mode=generate model.path=outputs/sft decode=async eval.limit=50
+
+Writes into the run directory (see pasta.evaluation.run_files): run.json first (what is decoded, where), then one
+stats.jsonl line per prompt as it finishes (appended whole and fsynced), and model_outputs.json (AlpacaEval format)
+atomically once every prompt is done. A rerun into the same directory skips the prompts already in stats.jsonl;
+a directory that holds another model's or another decode mode's run is refused.
+
+Timing modes: `wall` decodes one request at a time after `eval.warmup_prompts` discarded warm-up decodes (the
+paper's batch-1 latency, the only mode per-prompt speedups are computed from); `throughput` decodes batches of
+`eval.batch_size` (wall_s is then the batch's time, shared by its requests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from pasta.data import JsonlAppender, write_json_atomic
+from pasta.decoding import DecodeConfig, DecodeResult, decode_async, decode_sequential
+from pasta.errors import PastaError
+from pasta.evaluation.config import EvalConfig
+from pasta.evaluation.eval_set import eval_prompts
+from pasta.evaluation.run_files import MODEL_OUTPUTS, RUN_META, STATS, read_json, read_stats
+
+log = logging.getLogger(__name__)
+
+DECODE_MODES = ("async", "sequential", "sot")
+# run.json keys that must match for a rerun to resume into the same directory.
+RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "max_new_tokens")
+
+
+def device_description(device: str) -> str:
+    """The hardware a wall time was measured on; speedups compare runs only when this matches."""
+    if device.startswith("cuda"):
+        return f"cuda: {torch.cuda.get_device_name(torch.device(device))}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"cpu: {cpu}, {torch.get_num_threads()} threads"
+
+
+def decode_mode(cfg: DictConfig) -> str:
+    mode = str(cfg.decode)
+    if mode not in DECODE_MODES:
+        raise PastaError(f"decode={mode} is not one of {', '.join(DECODE_MODES)}")
+    return mode
+
+
+def decode_settings(cfg: DictConfig, ecfg: EvalConfig, mode: str) -> DecodeConfig:
+    """Greedy decoding (the paper's setting) with one token budget for every mode: all threads together for async."""
+    config = DecodeConfig(max_new_tokens=ecfg.max_new_tokens)
+    if mode == "async":
+        config = dataclasses.replace(config, max_total_tokens=ecfg.max_new_tokens)
+    return config
+
+
+class Decoder:
+    """One callable over the three decode modes: prompts (instructions) in, DecodeResults out."""
+
+    def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer):
+        self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
+        self.config = decode_settings(cfg, ecfg, mode)
+        if mode == "async":
+            from pasta.lang import ReservationPolicy, add_tag_tokens
+
+            # A PASTA checkpoint already carries the tag tokens; a plain model gets them (untrained rows).
+            add_tag_tokens(tokenizer, model)
+            self.policy = ReservationPolicy.from_config(cfg.lang.reservation)
+
+    def __call__(self, records: list[dict[str, Any]]) -> list[DecodeResult]:
+        if self.mode == "sot":
+            from pasta.evaluation.sot import decode_sot
+
+            return [decode_sot(self.model, self.tokenizer, r["instruction"], self.ecfg.sot, self.config)
+                    for r in records]
+        from pasta.models import encode_prompt
+
+        prompt_ids = [encode_prompt(self.tokenizer, r["instruction"], r.get("input", "")) for r in records]
+        if self.mode == "async":
+            return decode_async(self.model, self.tokenizer, prompt_ids, self.config, self.policy)
+        return decode_sequential(self.model, self.tokenizer, prompt_ids, self.config)
+
+
+def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, device: str) -> dict[str, Any]:
+    return {
+        "generator": generator,
+        "model": str(cfg.model.path) if cfg.model.get("path") else str(cfg.model.name),
+        "decode": mode,
+        "timing": ecfg.timing,
+        "batch_size": 1 if ecfg.timing == "wall" else ecfg.batch_size,
+        "max_new_tokens": ecfg.max_new_tokens,
+        "eval_data": str(cfg.eval_data.name),
+        "device": device_description(device),
+        "torch": torch.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _check_resumable(run_dir: Path, meta: dict[str, Any]) -> None:
+    previous = read_json(run_dir / RUN_META, "run.json")
+    for key in RESUME_KEYS:
+        if previous.get(key) != meta[key]:
+            raise PastaError(
+                f"{run_dir} holds a run with {key}={previous.get(key)!r}, not {meta[key]!r}: "
+                "give another output_dir (or eval.generator) for this run"
+            )
+
+
+def _stats_record(record: dict[str, Any], result: DecodeResult, batch_size: int) -> dict[str, Any]:
+    stats = result.stats.to_dict()
+    return {"instruction": record["instruction"], "output": result.text, "annotated": result.annotated,
+            "batch_size": batch_size, **stats}
+
+
+def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: str, device: str,
+                 records: list[dict[str, Any]], todo: list[dict[str, Any]], generator: str) -> None:
+    from pasta.models import load_model
+
+    log.info("%s: decoding %d of %d prompts (%s, timing=%s)", generator, len(todo), len(records), mode, ecfg.timing)
+    model, tokenizer = load_model(cfg.model, device=device)
+    decoder = Decoder(cfg, ecfg, mode, model, tokenizer)
+    batch_size = 1 if ecfg.timing == "wall" else ecfg.batch_size
+    if ecfg.timing == "wall":
+        for record in records[: ecfg.warmup_prompts]:
+            decoder([record])  # discarded: first-call allocations and kernel choices are not latency
+    with tqdm(total=len(todo), desc=f"decode {generator}") as bar:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            for record, result in zip(batch, decoder(batch), strict=True):
+                out.append(_stats_record(record, result, len(batch)))
+            bar.update(len(batch))
+
+
+def generate_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path, generator: str) -> Path:
+    """Decode every evaluated prompt not yet in run_dir's stats.jsonl; write model_outputs.json; return its path."""
+    from pasta.config import resolve_device
+
+    mode = decode_mode(cfg)
+    records, _, _ = eval_prompts(cfg, ecfg.limit)
+    device = resolve_device(str(cfg.device))
+    meta = _run_meta(cfg, ecfg, generator, mode, device)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if (run_dir / RUN_META).is_file():
+        _check_resumable(run_dir, meta)
+    else:
+        write_json_atomic(run_dir / RUN_META, meta)
+    # Opening the appender first drops a line that a kill cut short, so reading back sees whole records only.
+    with JsonlAppender(run_dir / STATS) as out:
+        done = {r["instruction"] for r in read_stats(run_dir)}
+        todo = [record for record in records if record["instruction"] not in done]
+        if todo:
+            _decode_into(out, cfg, ecfg, mode, device, records, todo, generator)
+    by_instruction = {r["instruction"]: r for r in read_stats(run_dir)}
+    outputs = [
+        {"instruction": r["instruction"], "output": by_instruction[r["instruction"]]["output"],
+         "generator": generator, "dataset": r.get("dataset", str(cfg.eval_data.name))}
+        for r in records
+    ]
+    write_json_atomic(run_dir / MODEL_OUTPUTS, outputs)
+    return run_dir / MODEL_OUTPUTS

@@ -1,0 +1,208 @@
+"""Generation on the tiny random model: AlpacaEval-format outputs, per-prompt stats, resume after a kill, SoT, and
+the whole generate -> score path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import start_chat_server
+from pasta.config import compose
+from pasta.decoding import DecodeConfig, DecodeResult, DecodeStats
+from pasta.errors import PastaError
+from pasta.eval import evaluate
+from pasta.evaluation import generation, sot
+from pasta.evaluation.config import EvalConfig
+from pasta.evaluation.run_files import load_model_outputs
+from test_eval_quality import JUDGE_RULES, openai_judge_overrides
+
+TINY = ["model=tiny", "eval.max_new_tokens=8", "eval.warmup_prompts=1", "device=cpu"]
+STATS_FIELDS = {"instruction", "output", "annotated", "num_tokens", "num_steps", "theoretical_speedup", "wall_s",
+                "prefill_s", "decode_s", "finish_reason", "batch_size"}
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def generate(tmp_path, decode: str, *overrides: str, name: str = "run") -> dict:
+    cfg = compose("eval", [*TINY, f"decode={decode}", "eval.mode=generate", f"output_dir={tmp_path / name}",
+                           *overrides])
+    return evaluate(cfg)
+
+
+def count_decoded(monkeypatch) -> list[str]:
+    decoded: list[str] = []
+    original = generation.Decoder.__call__
+
+    def counting(self, records):
+        decoded.extend(r["instruction"] for r in records)
+        return original(self, records)
+
+    monkeypatch.setattr(generation.Decoder, "__call__", counting)
+    return decoded
+
+
+@pytest.mark.parametrize("decode", ["sequential", "async"])
+def test_generation_writes_alpaca_eval_outputs_and_per_prompt_stats(tmp_path, decode):
+    import alpaca_eval.utils
+
+    generate(tmp_path, decode, "eval.limit=3")
+    run = tmp_path / "run"
+    outputs = load_model_outputs(run, expected_generator=f"tiny-{decode}")
+    frame = alpaca_eval.utils.load_or_convert_to_dataframe(run / "model_outputs.json")
+    assert list(frame["instruction"]) == [o["instruction"] for o in outputs] and len(outputs) == 3
+    assert set(frame.columns) >= {"instruction", "output", "generator", "dataset"}
+    stats = [json.loads(line) for line in (run / "stats.jsonl").read_text().splitlines()]
+    assert len(stats) == 3 and all(set(record) >= STATS_FIELDS for record in stats)
+    for record, output in zip(stats, outputs, strict=True):
+        assert record["output"] == output["output"]
+        assert record["theoretical_speedup"] == pytest.approx(record["num_tokens"] / record["num_steps"])
+        assert record["wall_s"] > 0 and record["batch_size"] == 1
+    meta = json.loads((run / "run.json").read_text())
+    assert (meta["decode"], meta["timing"], meta["model"]) == (decode, "wall", "tiny")
+    assert meta["device"].startswith("cpu: ")
+
+
+def test_killed_generation_resumes_without_decoding_finished_prompts_again(tmp_path, monkeypatch):
+    generate(tmp_path, "sequential", "eval.limit=3", "eval.warmup_prompts=0")
+    run = tmp_path / "run"
+    lines = (run / "stats.jsonl").read_text().splitlines(keepends=True)
+    # A kill during the third prompt: two whole lines, half of the third, and no model_outputs.json yet.
+    (run / "stats.jsonl").write_text(lines[0] + lines[1] + lines[2][:20])
+    (run / "model_outputs.json").unlink()
+    decoded = count_decoded(monkeypatch)
+    generate(tmp_path, "sequential", "eval.limit=3", "eval.warmup_prompts=0")
+    third = json.loads(lines[2])["instruction"]
+    assert decoded == [third]
+    assert [json.loads(line)["instruction"] for line in (run / "stats.jsonl").read_text().splitlines()] == [
+        json.loads(line)["instruction"] for line in lines
+    ]
+    assert len(load_model_outputs(run)) == 3
+
+
+def test_finished_run_is_not_decoded_again(tmp_path, monkeypatch):
+    generate(tmp_path, "sequential", "eval.limit=2")
+    decoded = count_decoded(monkeypatch)
+    generate(tmp_path, "sequential", "eval.limit=2")
+    assert decoded == []
+
+
+def test_rerun_into_a_directory_of_another_decode_mode_is_refused(tmp_path):
+    generate(tmp_path, "sequential", "eval.limit=1", "eval.generator=same-name")
+    with pytest.raises(PastaError, match="holds a run with decode='sequential', not 'async'"):
+        generate(tmp_path, "async", "eval.limit=1", "eval.generator=same-name")
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(PastaError, match="model.path=.*no-such-checkpoint"):
+        generate(tmp_path, "async", "eval.limit=1", f"model.path={tmp_path / 'no-such-checkpoint'}")
+
+
+def test_unknown_decode_mode_is_a_clear_error(tmp_path):
+    with pytest.raises(PastaError, match="decode=beam is not one of async, sequential, sot"):
+        generate(tmp_path, "beam", "eval.limit=1")
+
+
+def test_throughput_mode_batches_and_records_the_batch_size(tmp_path):
+    generate(tmp_path, "sequential", "eval.limit=3", "eval.timing=throughput", "eval.batch_size=2")
+    stats = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
+    assert [record["batch_size"] for record in stats] == [2, 2, 1]
+
+
+# ------------------------------------------------------------------------------------------ Skeleton-of-Thought
+
+
+def test_outline_points_are_read_from_numbered_lines():
+    text = "1. Research the company\n2) Practise answers:\nSome chatter\n 3.  Arrive early \n4. Ask questions"
+    assert sot.parse_outline(text, max_points=3) == ["Research the company", "Practise answers", "Arrive early"]
+    assert sot.parse_outline("no list at all", max_points=5) == []
+
+
+def sot_config() -> EvalConfig:
+    return EvalConfig.from_cfg(compose("eval").eval)
+
+
+def fake_result(text: str, tokens: int, steps: int | None = None) -> DecodeResult:
+    stats = DecodeStats(num_tokens=tokens, num_steps=steps or tokens, prefill_s=0.01, wall_s=0.02,
+                        finish_reason="eos")
+    return DecodeResult(text=text, annotated=text, token_doc=None, token_ids=[0] * tokens, stats=stats)
+
+
+def test_sot_expands_every_point_in_one_batch_and_counts_the_critical_path(monkeypatch):
+    calls = []
+
+    def fake_decode(model, tokenizer, prompt_ids_batch, config):
+        calls.append((len(prompt_ids_batch), config.max_new_tokens))
+        if len(calls) == 1:
+            return [fake_result(" Prepare\n2. Practise\n3. Follow up", tokens=12)]
+        # The second point runs on into a third: SoT keeps its own point only.
+        return [fake_result(" well ahead.", 5), fake_result(" out loud.\n3. Follow up soon", 9), fake_result("!", 2)]
+
+    monkeypatch.setattr(sot, "decode_sequential", fake_decode)
+    _, tokenizer = _tiny()
+    config = sot_config()
+    result = sot.decode_sot(None, tokenizer, "Tips for an interview?", config.sot, DecodeConfig(max_new_tokens=64))
+    assert calls == [(1, config.sot.outline_max_new_tokens), (3, config.sot.point_max_new_tokens)]
+    assert result.text == "1. Prepare well ahead.\n2. Practise out loud.\n3. Follow up!"
+    assert result.annotated == "1. Prepare\n2. Practise\n3. Follow up"
+    stats = result.stats
+    assert (stats.num_tokens, stats.num_steps, stats.num_threads) == (12 + 5 + 9 + 2, 12 + 9, 3)
+    assert stats.theoretical_speedup == pytest.approx(28 / 21)
+
+
+def test_sot_skeleton_without_points_is_kept_as_the_answer(monkeypatch):
+    calls = []
+
+    def fake_decode(*args, **kwargs):
+        calls.append(args)
+        return [fake_result("\nSure! Be yourself and smile.", 8)]
+
+    monkeypatch.setattr(sot, "decode_sequential", fake_decode)
+    _, tokenizer = _tiny()
+    result = sot.decode_sot(None, tokenizer, "Hi?", sot_config().sot, DecodeConfig())
+    assert len(calls) == 1  # no point, nothing to expand
+    assert result.text == "Sure! Be yourself and smile."
+    assert result.stats.malformed == {"sot_no_points": 1}
+    assert (result.stats.num_tokens, result.stats.num_steps) == (8, 8)
+
+
+def _tiny():
+    from pasta.models import load_model
+
+    return load_model(compose("eval", ["model=tiny"]).model, device="cpu")
+
+
+def test_sot_decodes_on_the_tiny_model(tmp_path):
+    generate(tmp_path, "sot", "eval.limit=2", "eval.sot.outline_max_new_tokens=12", "eval.sot.point_max_new_tokens=6",
+             "eval.warmup_prompts=0")
+    run = tmp_path / "run"
+    outputs = load_model_outputs(run, expected_generator="tiny-sot")
+    stats = [json.loads(line) for line in (run / "stats.jsonl").read_text().splitlines()]
+    for record, output in zip(stats, outputs, strict=True):
+        points = sot.parse_outline(record["annotated"], max_points=6)
+        assert record["num_threads"] == len(points)
+        assert output["output"].startswith("1.")
+        # Every point's tokens count, but only the longest point's steps: never more steps than tokens.
+        assert record["num_steps"] <= record["num_tokens"]
+
+
+# ------------------------------------------------------------------------------------------- the whole path
+
+
+def test_generate_then_score_gives_a_summary_with_quality_and_wall_speedup(tmp_path):
+    generate(tmp_path, "sequential", "eval.limit=2", name="base")
+    base = tmp_path / "base"
+    with start_chat_server(tmp_path, rules=JUDGE_RULES) as (base_url, _):
+        cfg = compose("eval", [*TINY, "decode=async", "eval.limit=2", f"output_dir={tmp_path / 'pasta'}",
+                               f"eval.reference={base}", f"eval.sequential={base}", "eval.bootstrap.num_resamples=100",
+                               *openai_judge_overrides(base_url)])
+        result = evaluate(cfg)
+    assert result["mode"] == "all"
+    summary = result["summary"]
+    assert summary["quality"]["reference"] == "tiny-sequential" and summary["quality"]["n_total"] == 2
+    assert 0 <= summary["quality"]["win_rate"] <= 100
+    assert summary["speed"]["wall_speedup_geomean"]["value"] > 0
+    assert (tmp_path / "pasta" / "summary.md").read_text().startswith("# Evaluation: tiny-async")
