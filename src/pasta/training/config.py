@@ -7,7 +7,7 @@ dataclass, so a misspelt key or a wrong type stops with one line instead of bein
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -154,12 +154,19 @@ class PrefSettings(OptimSettings):
 
 
 def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:
-    """The typed settings of the composed `cfg.stage` node (its `name` picks sft or pref)."""
+    """The typed settings of the composed `cfg.stage` node (its `name` picks sft or pref).
+
+    Under stage=sft the preference-only keys are dropped, so that one experiment preset (conf/experiment/) can
+    set both stages; any other unknown key is an error.
+    """
     cfg = stage_cfg if isinstance(stage_cfg, DictConfig) else OmegaConf.create(stage_cfg)
     schemas = {"sft": SFTSettings, "pref": PrefSettings}
     name = cfg.get("name")
     if name not in schemas:
         raise PastaError(f"unknown stage {name!r}: use stage=sft or stage=pref")
+    if name == "sft":
+        pref_only = {f.name for f in fields(PrefSettings)} - {f.name for f in fields(SFTSettings)}
+        cfg = OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg).items() if k not in pref_only})
     try:
         settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schemas[name]), cfg))
     except OmegaConfBaseException as exc:

@@ -94,14 +94,51 @@ def save_model_folder(model, tokenizer, target: Path) -> Path:
     return target
 
 
-def save_final(model, tokenizer, settings: OptimSettings, output_dir: Path) -> Path:
-    """Write `<output_dir>/final` from the trained model (unwrapped; see the module docstring for the forms)."""
+def save_base_once(model, tokenizer, target: Path) -> None:
+    """Save the starting model (tag rows added) as the adapter's base: by the main process, before PEFT wraps it."""
+    from accelerate import PartialState
+
+    state = PartialState()
+    if state.is_main_process and not (Path(target) / "config.json").is_file():
+        save_model_folder(model, tokenizer, target)
+    state.wait_for_everyone()
+
+
+def save_final(trainer, tokenizer, settings: OptimSettings, output_dir: Path) -> Path:
+    """Write `<output_dir>/final` from a trained TRL trainer (every process calls this; see the module docstring).
+
+    Under FSDP or DeepSpeed the weights are sharded over the processes, so transformers' `save_model` gathers
+    them (all processes take part) into a temporary folder that the main process renames into place; an adapter
+    is saved as is there (merging needs the full weights: `merge_lora=false` is required and checked up front).
+    Otherwise the main process merges (LoRA) and saves the unwrapped model.
+    """
     from peft import PeftModel
 
-    final = Path(output_dir) / "final"
-    if isinstance(model, PeftModel):
-        if settings.merge_lora:
+    output_dir = Path(output_dir)
+    final = output_dir / "final"
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if isinstance(model, PeftModel) and not settings.merge_lora:
+        model.peft_config["default"].base_model_name_or_path = str((output_dir / "base").resolve())
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        gathered = output_dir / ".final.gathered"
+        trainer.save_model(str(gathered))
+        if trainer.is_world_process_zero():
+            tokenizer.save_pretrained(gathered)
+            if final.exists():
+                shutil.rmtree(final)
+            gathered.rename(final)
+    elif trainer.is_world_process_zero():
+        if isinstance(model, PeftModel) and settings.merge_lora:
             model = model.merge_and_unload()
-        else:
-            model.peft_config["default"].base_model_name_or_path = str((Path(output_dir) / "base").resolve())
-    return save_model_folder(model, tokenizer, final)
+        save_model_folder(model, tokenizer, final)
+    trainer.accelerator.wait_for_everyone()
+    return final
+
+
+def check_sharding(trainer, settings: OptimSettings) -> None:
+    """Refuse a LoRA merge under FSDP/DeepSpeed before training rather than after it."""
+    from pasta.errors import PastaError
+
+    sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
+    if sharded and settings.finetune == "lora" and settings.merge_lora:
+        raise PastaError("LoRA under FSDP/DeepSpeed saves the adapter only: set stage.merge_lora=false")

@@ -23,11 +23,12 @@ from pasta.training.collator import LayoutCollator
 from pasta.training.config import OptimSettings, SFTSettings, settings_from_cfg
 from pasta.training.examples import build_sft_examples, examples_sha256
 from pasta.training.modeling import (
+    check_sharding,
     expose_head_bias,
     lora_config,
     mixed_precision_flags,
+    save_base_once,
     save_final,
-    save_model_folder,
 )
 from pasta.training.runs import (
     check_same_data,
@@ -116,8 +117,8 @@ def run_sft(cfg: DictConfig) -> Path:
     peft_config = None
     if settings.finetune == "lora":
         peft_config = lora_config(settings.lora, model, tag_ids)
-        if not settings.merge_lora and not (output_dir / "base" / "config.json").is_file():
-            save_model_folder(model, tokenizer, output_dir / "base")
+        if not settings.merge_lora:
+            save_base_once(model, tokenizer, output_dir / "base")
     args = SFTConfig(
         **training_arguments(settings, checkpoint_dir, cfg),
         dataset_kwargs={"skip_prepare_dataset": True},
@@ -140,14 +141,14 @@ def run_sft(cfg: DictConfig) -> Path:
         peft_config=peft_config,
     )
     expose_head_bias(trainer.model)
+    check_sharding(trainer, settings)
     if trainer.is_world_process_zero():
         write_train_info(output_dir, cfg, status="running", **base_info)
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.perf_counter() - start
-    final = output_dir / "final"
+    final = save_final(trainer, tokenizer, settings, output_dir)
     if trainer.is_world_process_zero():
-        save_final(trainer.accelerator.unwrap_model(trainer.model), tokenizer, settings, output_dir)
         write_train_info(
             output_dir,
             cfg,
@@ -158,5 +159,4 @@ def run_sft(cfg: DictConfig) -> Path:
             log_history=trainer.state.log_history,
         )
         write_train_info(final, cfg, status="done", **base_info, metrics=result.metrics)
-    trainer.accelerator.wait_for_everyone()
     return final

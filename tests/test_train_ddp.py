@@ -1,0 +1,61 @@
+"""Multi-process SFT for real: DDP over 2 CPU processes (gloo) through `accelerate launch`, on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pasta.config import compose, conf_dir
+from pasta.training.sft import run_sft
+
+ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
+COMMON = [
+    "stage=sft",
+    "model=tiny",
+    f"data.path={ANNOTATED}",
+    "device=cpu",
+    "stage.finetune=full",
+    "stage.max_steps=2",
+    "stage.max_length=96",
+    "stage.learning_rate=3e-3",
+    "stage.logging_steps=1",
+]
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes_equals_one_process_with_the_same_global_batch(tmp_path):
+    """2 processes x 1 example per step see the same examples per step as 1 process x 2, and DDP averages the
+    gradients, so both end with the same weights (full finetuning: no dropout to differ between processes)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(conf_dir() / "accelerate" / "cpu_ddp.yaml"),
+        "--num_cpu_threads_per_process",
+        "1",
+        "-m",
+        "pasta.train",
+        *COMMON,
+        "stage.batch_size=1",
+        f"output_dir={tmp_path / 'ddp'}",
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    info = json.loads((tmp_path / "ddp" / "train_info.json").read_text())
+    # Two optimizer steps of a global batch of 2 over 12 examples: a third of an epoch.
+    assert info["metrics"]["epoch"] == pytest.approx(2 * 2 / 12)
+
+    single = run_sft(compose("train", [*COMMON, "stage.batch_size=2", f"output_dir={tmp_path / 'single'}"]))
+    expected = load_file(single / "model.safetensors")
+    actual = load_file(tmp_path / "ddp" / "final" / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5)
