@@ -188,9 +188,14 @@ def test_negative_limit_is_rejected(tmp_path):
         load_instructions(_data_cfg(path, limit=-1))
 
 
-def test_unknown_data_config_key_is_rejected(tmp_path):
-    with pytest.raises(PastaError, match="data config 't' is invalid"):
-        load_instructions(_data_cfg(tmp_path / "x.jsonl", lmit=3))
+def test_data_config_without_a_name_is_rejected(tmp_path):
+    with pytest.raises(PastaError, match="data config '<unnamed>' is invalid"):
+        load_instructions({"path": str(tmp_path / "x.jsonl")})
+
+
+def test_stage_keys_in_the_data_node_do_not_disturb_the_loader(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
+    assert len(load_instructions(_data_cfg(path, strip_annotations=True))) == 1
 
 
 def test_missing_file_without_hub_fallback_names_the_override(tmp_path):

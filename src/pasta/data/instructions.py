@@ -10,6 +10,7 @@ drops such records instead. Extra fields (such as `annotated`) are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -48,8 +49,11 @@ class DataConfig:
         if isinstance(cfg, DataConfig):
             return cfg
         raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+        # Stages may keep their own keys in the same node (train's `data.strip_annotations`): not ours to check.
+        # Command-line typos are still caught, by Hydra's struct mode.
+        known = {f.name for f in dataclasses.fields(cls)}
         try:
-            data_cfg = cls(**raw)
+            data_cfg = cls(**{k: v for k, v in raw.items() if k in known})
         except TypeError as exc:
             raise PastaError(f"data config {raw.get('name', '<unnamed>')!r} is invalid ({exc})") from None
         check_on_error(data_cfg.on_error)
