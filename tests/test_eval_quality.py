@@ -258,3 +258,14 @@ def test_sequential_run_that_is_not_sequential_is_rejected(tmp_path):
                                *openai_judge_overrides(base_url)])
         with pytest.raises(PastaError, match="decoded with decode=async, not sequential"):
             evaluate(cfg)
+
+
+def test_any_alpaca_eval_outputs_file_is_scored_against_the_gpt4_turbo_references(shared_data_dir, tmp_path):
+    outputs_file = shared_data_dir / "alpaca_eval_fixtures" / "alpaca-7b__model_outputs.json"
+    with start_chat_server(tmp_path, rules=JUDGE_RULES) as (base_url, _):
+        cfg = compose("eval", ["eval_data=alpaca_eval", "eval.mode=score", "eval.limit=3", f"eval.outputs={outputs_file}",
+                               f"output_dir={tmp_path / 'alpaca-7b'}", *openai_judge_overrides(base_url)])
+        quality = evaluate(cfg)["summary"]["quality"]
+    # No answer says BEST, so the scripted judge's position bias cancels: every pair is a tie.
+    assert (quality["win_rate"], quality["n_total"]) == (50.0, 3)
+    assert (quality["generator"], quality["reference"]) == ("alpaca-7b", "gpt4_1106_preview")
