@@ -124,6 +124,22 @@ def test_judge_failing_midway_keeps_finished_pairs_and_resume_judges_only_the_re
     assert {row["generator_1"] for row in rows} == {"reference"} and {row["generator_2"] for row in rows} == {"model"}
 
 
+def test_pairs_the_judge_gave_up_on_are_asked_again_on_a_rerun(tmp_path):
+    class GivingUpJudge(CountingJudge):
+        def compare(self, items):
+            self.judged.extend(item.instruction for item in items)
+            return [None for _ in items]
+
+    pairs_path = tmp_path / "judge_pairs.jsonl"
+    reference, model = outputs("reference", {"q": "ref"}), outputs("model", {"q": "BEST"})
+    rows = JudgeAnnotator("counting-judge", judge=GivingUpJudge(), pairs_path=pairs_path).annotate_head2head(
+        reference, model)
+    assert rows[0]["preference"] is None
+    judge = CountingJudge()
+    rows = JudgeAnnotator("counting-judge", judge=judge, pairs_path=pairs_path).annotate_head2head(reference, model)
+    assert judge.judged == ["q"] and rows[0]["preference"] == 2.0
+
+
 def test_changed_candidate_answer_is_judged_again(tmp_path):
     pairs_path = tmp_path / "judge_pairs.jsonl"
     reference = outputs("reference", {"q": "ref"})

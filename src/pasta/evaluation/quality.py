@@ -90,7 +90,8 @@ class JudgeAnnotator:
                     f"{self.pairs_path} holds verdicts of {record.get('annotator')!r}, not of {self.annotator_name!r}; "
                     "score into another output_dir or delete that file"
                 )
-            judged[record["key"]] = record["preference"]
+            if record["preference"] is not None:  # a pair the judge gave up on is asked again on a rerun
+                judged[record["key"]] = record["preference"]
         return judged
 
     def annotate_head2head(
