@@ -114,6 +114,8 @@ def test_judge_failing_midway_keeps_finished_pairs_and_resume_judges_only_the_re
     with pytest.raises(PastaError, match=r"failed after 2 of 5 pairs .*rerun to resume"):
         annotator.annotate_head2head(reference, model)
     assert len(pairs_path.read_text().splitlines()) == 2
+    with pairs_path.open("a") as handle:  # and a kill cut the next verdict short
+        handle.write('{"key": "3f2a", "annot')
 
     resumed = CountingJudge()
     rows = JudgeAnnotator("counting-judge", judge=resumed, pairs_path=pairs_path, chunk_size=2).annotate_head2head(

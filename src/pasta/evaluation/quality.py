@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from tqdm.auto import tqdm
 
 from pasta.data import JsonlAppender, read_jsonl
 from pasta.errors import PastaError
@@ -102,6 +103,11 @@ class JudgeAnnotator:
         pairs = candidates.merge(
             references[["instruction", "output", "generator"]], on="instruction", suffixes=("_2", "_1")
         )
+        # Opening the appender first drops a verdict line that a kill cut short, before the verdicts are read back.
+        with JsonlAppender(self.pairs_path) as out:
+            return self._annotate(pairs, out)
+
+    def _annotate(self, pairs: pd.DataFrame, out: JsonlAppender) -> list[dict[str, Any]]:
         judged = self._judged()
         rows = [
             {
@@ -118,24 +124,26 @@ class JudgeAnnotator:
         todo = [row for row in rows if row["key"] not in judged]
         if todo:
             log.info("judging %d of %d pairs with %s", len(todo), len(rows), self.annotator_name)
-        with JsonlAppender(self.pairs_path) as out:
-            for start in range(0, len(todo), self.chunk_size):
-                chunk = todo[start : start + self.chunk_size]
-                items = [JudgeItem(r["instruction"], candidate=r["output_2"], reference=r["output_1"]) for r in chunk]
-                try:
-                    probabilities = self.judge.compare(items)
-                except PastaError:
-                    raise
-                except Exception as exc:
-                    raise PastaError(
-                        f"judge {self.annotator_name} failed after {len(rows) - len(todo) + start} of {len(rows)} "
-                        f"pairs ({type(exc).__name__}: {exc}); they are saved in {self.pairs_path}: rerun to resume"
-                    ) from exc
-                for row, probability in zip(chunk, probabilities, strict=True):
-                    # None = the judge gave up on this pair; alpaca_eval drops a NaN preference from the metrics.
-                    preference = None if probability is None else 1.0 + float(probability)
-                    judged[row["key"]] = preference
-                    out.append({"key": row["key"], "annotator": self.annotator_name, "preference": preference})
+        progress = tqdm(total=len(todo), desc=f"judge {self.annotator_name}", disable=not todo)
+        for start in range(0, len(todo), self.chunk_size):
+            chunk = todo[start : start + self.chunk_size]
+            items = [JudgeItem(r["instruction"], candidate=r["output_2"], reference=r["output_1"]) for r in chunk]
+            try:
+                probabilities = self.judge.compare(items)
+            except PastaError:
+                raise
+            except Exception as exc:
+                raise PastaError(
+                    f"judge {self.annotator_name} failed after {len(rows) - len(todo) + start} of {len(rows)} "
+                    f"pairs ({type(exc).__name__}: {exc}); they are saved in {self.pairs_path}: rerun to resume"
+                ) from exc
+            for row, probability in zip(chunk, probabilities, strict=True):
+                # None = the judge gave up on this pair; alpaca_eval drops a NaN preference from the metrics.
+                preference = None if probability is None else 1.0 + float(probability)
+                judged[row["key"]] = preference
+                out.append({"key": row["key"], "annotator": self.annotator_name, "preference": preference})
+            progress.update(len(chunk))
+        progress.close()
         return [{**row, "preference": judged[row["key"]]} for row in rows]
 
 
