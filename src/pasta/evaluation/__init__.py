@@ -3,6 +3,7 @@
 Modules, one job each:
     config      the `eval:` config node (EvalConfig)
     run_files   the files of one evaluated run and their checked loading
+    eval_set    the evaluated prompts (eval_data, eval.limit) and their AlpacaEval positions
     generation  decode the prompts of a run (async | sequential | sot), resumable
     sot         Skeleton-of-Thought prompting over the sequential decoder
     quality     win rate and length-controlled win rate through alpaca_eval
