@@ -142,6 +142,13 @@ def test_pairs_the_judge_gave_up_on_are_asked_again_on_a_rerun(tmp_path):
     assert judge.judged == ["q"] and rows[0]["preference"] == 2.0
 
 
+def test_identical_answers_tie_without_asking_the_judge(tmp_path):
+    judge = CountingJudge()
+    rows = JudgeAnnotator("counting-judge", judge=judge, pairs_path=tmp_path / "pairs.jsonl").annotate_head2head(
+        outputs("reference", {"q": "same BEST text"}), outputs("model", {"q": "same BEST text"}))
+    assert judge.judged == [] and rows[0]["preference"] == 1.5
+
+
 def test_changed_candidate_answer_is_judged_again(tmp_path):
     pairs_path = tmp_path / "judge_pairs.jsonl"
     reference = outputs("reference", {"q": "ref"})
