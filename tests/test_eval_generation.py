@@ -17,7 +17,7 @@ from pasta.evaluation.config import EvalConfig
 from pasta.evaluation.run_files import load_model_outputs
 from test_eval_quality import JUDGE_RULES, openai_judge_overrides
 
-TINY = ["model=tiny", "eval.max_new_tokens=8", "eval.warmup_prompts=1", "device=cpu"]
+TINY = ["model=tiny", "decoding.max_new_tokens=8", "eval.warmup_prompts=1", "device=cpu"]
 STATS_FIELDS = {"instruction", "output", "annotated", "num_tokens", "num_steps", "theoretical_speedup", "wall_s",
                 "prefill_s", "decode_s", "finish_reason", "batch_size"}
 

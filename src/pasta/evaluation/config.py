@@ -54,7 +54,6 @@ class EvalConfig:
     )
     batch_size: int = field(default=8, metadata={"help": "prompts per batch in timing=throughput"})
     warmup_prompts: int = field(default=1, metadata={"help": "prompts decoded (and discarded) before timing"})
-    max_new_tokens: int = field(default=512, metadata={"help": "token limit of one answer (all threads)"})
     outputs: str | None = field(
         default=None, metadata={"help": "score this AlpacaEval outputs file; null = output_dir/model_outputs.json"}
     )
@@ -101,6 +100,6 @@ class EvalConfig:
             raise PastaError(f"eval.timing={config.timing} is not one of {', '.join(TIMINGS)}")
         if config.limit is not None and config.limit <= 0:
             raise PastaError(f"eval.limit must be positive, got {config.limit}")
-        if config.batch_size <= 0 or config.max_new_tokens <= 0 or config.judge_chunk_size <= 0:
-            raise PastaError("eval.batch_size, eval.max_new_tokens and eval.judge_chunk_size must be positive")
+        if config.batch_size <= 0 or config.judge_chunk_size <= 0:
+            raise PastaError("eval.batch_size and eval.judge_chunk_size must be positive")
         return config

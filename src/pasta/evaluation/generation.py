@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging
 import platform
 from pathlib import Path
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 DECODE_MODES = ("async", "sequential", "sot")
 # run.json keys that must match for a rerun to resume into the same directory.
-RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "max_new_tokens")
+RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "decoding")
 
 
 def device_description(device: str) -> str:
@@ -59,20 +60,12 @@ def decode_mode(cfg: DictConfig) -> str:
     return mode
 
 
-def decode_settings(cfg: DictConfig, ecfg: EvalConfig, mode: str) -> DecodeConfig:
-    """Greedy decoding (the paper's setting) with one token budget for every mode: all threads together for async."""
-    config = DecodeConfig(max_new_tokens=ecfg.max_new_tokens)
-    if mode == "async":
-        config = dataclasses.replace(config, max_total_tokens=ecfg.max_new_tokens)
-    return config
-
-
 class Decoder:
     """One callable over the three decode modes: prompts (instructions) in, DecodeResults out."""
 
     def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer):
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
-        self.config = decode_settings(cfg, ecfg, mode)
+        self.config = DecodeConfig.from_cfg(cfg.decoding)
         if mode == "async":
             from pasta.lang import ReservationPolicy, add_tag_tokens
 
@@ -101,7 +94,8 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
         "decode": mode,
         "timing": ecfg.timing,
         "batch_size": 1 if ecfg.timing == "wall" else ecfg.batch_size,
-        "max_new_tokens": ecfg.max_new_tokens,
+        # Through JSON, so that it compares equal to what a rerun reads back from run.json.
+        "decoding": json.loads(json.dumps(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decoding)))),
         "eval_data": str(cfg.eval_data.name),
         "device": device_description(device),
         "torch": torch.__version__,

@@ -48,7 +48,7 @@ def _first_point_only(text: str, next_index: int) -> str:
 
 
 def decode_sot(model, tokenizer, instruction: str, sot: SotConfig, config: DecodeConfig) -> DecodeResult:
-    """Answer one instruction with Skeleton-of-Thought; sampling settings come from `config`."""
+    """Answer one instruction with Skeleton-of-Thought; sampling and stop strings come from `config`."""
     started = time.perf_counter()
     outline_request = sot.outline_prompt.format(instruction=instruction)
     outline = decode_sequential(
