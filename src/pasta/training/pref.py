@@ -1,0 +1,447 @@
+"""Stage 2, preference optimisation: `python -m pasta.train stage=pref model.path=<sft run>/final data.path=...`.
+
+Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (round 1: `model`):
+1. sample `num_samples` candidates per prompt with the asynchronous decoder (temperature sampling, prompts
+   batched, each candidate seeded by (seed, round, prompt, sample), so a resumed round samples the same answers);
+2. score them: speed = the decoder's theoretical speedup; quality = `judge.score` of the candidate's plain text
+   against the reference answer (the record's `output` by default, or a sequential greedy decode of the
+   Baseline-SFT model with `stage.reference=baseline`); candidates the judge could not score are asked again
+   `judge_retries` times, then the prompt is marked `judge_failed` and skipped, never scored as zero. Each prompt's
+   record goes to `scores.jsonl` (appended and fsynced: a crash loses at most the batch in flight), the judge's
+   name next to every score;
+3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped);
+4. train BoNBoN, alpha * SFT(best) + (1 - alpha) * IPO(margin), with TRL's DPOTrainer (its "sft" and "ipo" loss
+   types and weights) on the PASTA-LANG layout, the reference being the round's starting policy; write
+   `round-<r>/final` and `round-<r>/metrics.json`.
+A crashed run continues with `resume=true`: finished rounds are kept, sampling picks up after the last prompt
+written, training from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.config import resolve_device
+from pasta.data import (
+    JsonlAppender,
+    load_instructions,
+    read_jsonl,
+    record_id,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
+from pasta.errors import PastaError
+from pasta.lang import ReservationPolicy, add_tag_tokens
+from pasta.models import encode_prompt, load_model
+from pasta.training.collator import PairCollator
+from pasta.training.config import PrefSettings, settings_from_cfg
+from pasta.training.examples import example_from_doc
+from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
+from pasta.training.pairs import Scored, best_and_worst, combined_score
+from pasta.training.runs import checkpoint_to_resume, resolve_output_dir, write_train_info
+from pasta.training.sft import loader_config, training_arguments
+
+log = logging.getLogger(__name__)
+
+ROUND_METRICS = "metrics.json"
+
+
+def json_number(value: float) -> float | str:
+    """inf as the string "inf": JSON has no infinity."""
+    return "inf" if math.isinf(value) else value
+
+
+def model_at(model_cfg: DictConfig, path: str | Path) -> DictConfig:
+    """The model config `model_cfg` pointed at a trained folder (weights from the folder, never a random init)."""
+    return OmegaConf.merge(model_cfg, {"path": str(path), "random_init": None})
+
+
+def round_prompts(
+    records: list[dict[str, Any]], settings: PrefSettings, round_index: int
+) -> list[dict[str, Any]]:
+    """The prompts of round `round_index` (1-based): a window of `prompts_per_round` that moves on each round."""
+    count = settings.prompts_per_round
+    if count is None or count >= len(records):
+        return list(records)
+    start = ((round_index - 1) * count) % len(records)
+    return [records[(start + i) % len(records)] for i in range(count)]
+
+
+def thread_ids(doc) -> dict[str, Any]:
+    """A sampled answer's ids per thread, as training examples hold them (without the prompt)."""
+    example = example_from_doc([], doc)
+    del example["prompt_ids"]
+    return example
+
+
+def prompt_key(record: dict[str, Any]) -> str:
+    return str(record.get("id") or record_id(record))
+
+
+def judge_with_retries(judge, items: list, retries: int) -> list[float | None]:
+    """`judge.score`, asking again for the items it could not score (None), up to `retries` more times."""
+    scores = judge.score(items)
+    for _ in range(retries):
+        missing = [i for i, score in enumerate(scores) if score is None]
+        if not missing:
+            break
+        log.warning("judge %s could not score %d item(s); asking again", judge.name, len(missing))
+        for i, score in zip(missing, judge.score([items[i] for i in missing]), strict=True):
+            scores[i] = score
+    return scores
+
+
+# --- references ----------------------------------------------------------------------------------------------
+
+
+def reference_answers(
+    records: list[dict[str, Any]], settings: PrefSettings, cfg: DictConfig, output_dir: Path
+) -> dict[str, str]:
+    """Reference answer per prompt key: the record's `output`, or the Baseline-SFT model's greedy answer
+    (decoded once, kept in `<output_dir>/baseline_answers.jsonl` and reused on resume)."""
+    if settings.reference == "output":
+        return {prompt_key(r): r["output"] for r in records}
+    from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
+
+    path = output_dir / "baseline_answers.jsonl"
+    answers = {a["id"]: a["text"] for a in read_jsonl(path)} if path.is_file() else {}
+    todo = [r for r in records if prompt_key(r) not in answers]
+    if todo:
+        model_cfg = model_at(cfg.model, settings.baseline_model)
+        model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
+        config = DecodeConfig(
+            max_new_tokens=settings.max_new_tokens, sampling=SamplingConfig(temperature=0.0)
+        )
+        with JsonlAppender(path) as out:
+            for start in range(0, len(todo), settings.sample_batch_size):
+                batch = todo[start : start + settings.sample_batch_size]
+                prompts = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for r in batch]
+                for record, result in zip(
+                    batch, decode_sequential(model, tokenizer, prompts, config), strict=True
+                ):
+                    answers[prompt_key(record)] = result.text
+                    out.append({"id": prompt_key(record), "text": result.text})
+        del model
+    return answers
+
+
+# --- sampling and scoring ------------------------------------------------------------------------------------
+
+
+def sample_and_score(
+    model,
+    tokenizer,
+    prompts: list[dict[str, Any]],
+    references: dict[str, str],
+    judge,
+    settings: PrefSettings,
+    policy: ReservationPolicy,
+    scores_path: Path,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Score records of every prompt, sampling only those not yet in `scores_path` (see the module docstring)."""
+    from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+    from pasta.judges import JudgeItem
+
+    done = {r["id"]: r for r in read_jsonl(scores_path)} if scores_path.is_file() else {}
+    config = DecodeConfig(
+        max_new_tokens=settings.max_new_tokens,
+        sampling=SamplingConfig(temperature=settings.temperature, top_p=settings.top_p),
+    )
+    num = settings.num_samples
+    todo = [(index, r) for index, r in enumerate(prompts) if prompt_key(r) not in done]
+    model.eval()
+    with JsonlAppender(scores_path) as out:
+        for start in range(0, len(todo), settings.sample_batch_size):
+            batch = todo[start : start + settings.sample_batch_size]
+            prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for _, r in batch]
+            seeds = [seed + index * num + k for index, _ in batch for k in range(num)]
+            with torch.inference_mode():
+                results = decode_async(
+                    model,
+                    tokenizer,
+                    [ids for ids in prompt_ids for _ in range(num)],
+                    config,
+                    policy,
+                    seeds=seeds,
+                )
+            items = [
+                JudgeItem(r["instruction"], result.text, references[prompt_key(r)])
+                for b, (_, r) in enumerate(batch)
+                for result in results[b * num : (b + 1) * num]
+            ]
+            qualities = judge_with_retries(judge, items, settings.judge_retries)
+            for b, (index, record) in enumerate(batch):
+                candidates = []
+                for k in range(num):
+                    result, quality = results[b * num + k], qualities[b * num + k]
+                    candidates.append(
+                        {
+                            "text": result.text,
+                            "annotated": result.annotated,
+                            "speedup": result.stats.theoretical_speedup,
+                            "quality": quality,
+                            "judge": judge.name,
+                            "num_tokens": result.stats.num_tokens,
+                            "num_steps": result.stats.num_steps,
+                            "finish_reason": result.stats.finish_reason,
+                            "tokens": thread_ids(result.token_doc),
+                        }
+                    )
+                failed = any(c["quality"] is None for c in candidates)
+                entry = {
+                    "id": prompt_key(record),
+                    "prompt_index": index,
+                    "instruction": record["instruction"],
+                    "input": record.get("input", ""),
+                    "reference": references[prompt_key(record)],
+                    "prompt_ids": prompt_ids[b],
+                    "judge": judge.name,
+                    "status": "judge_failed" if failed else "scored",
+                    "candidates": candidates,
+                }
+                out.append(entry)
+                done[entry["id"]] = entry
+    return [done[prompt_key(r)] for r in prompts]
+
+
+def pair_side(candidate: dict[str, Any], index: int, quality_weight: float) -> dict[str, Any]:
+    """One side of a pair: the candidate's scores (with the judge's name), its text and its thread ids."""
+    scored = Scored(candidate["speedup"], candidate["quality"])
+    keys = ("speedup", "quality", "judge", "text", "annotated", "tokens")
+    return {
+        "index": index,
+        "score": combined_score(scored, quality_weight),
+        **{k: candidate[k] for k in keys},
+    }
+
+
+def make_pairs(scored: list[dict[str, Any]], quality_weight: float) -> tuple[list[dict[str, Any]], Counter]:
+    """Best-vs-worst pairs of the scored prompts, and the count of prompts skipped by reason."""
+    pairs: list[dict[str, Any]] = []
+    skipped: Counter = Counter()
+    for entry in scored:
+        if entry["status"] != "scored":
+            skipped[entry["status"]] += 1
+            continue
+        candidates = [Scored(c["speedup"], c["quality"]) for c in entry["candidates"]]
+        chosen = best_and_worst(candidates, quality_weight)
+        if chosen is None:
+            skipped["tie"] += 1
+            continue
+
+        pairs.append(
+            {
+                "id": entry["id"],
+                "instruction": entry["instruction"],
+                "judge": entry["judge"],
+                "quality_weight": json_number(quality_weight),
+                "prompt_ids": entry["prompt_ids"],
+                "chosen": pair_side(entry["candidates"][chosen[0]], chosen[0], quality_weight),
+                "rejected": pair_side(entry["candidates"][chosen[1]], chosen[1], quality_weight),
+            }
+        )
+    return pairs, skipped
+
+
+# --- training ------------------------------------------------------------------------------------------------
+
+
+def pair_examples(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What PairCollator takes: the prompt ids and each side's thread ids."""
+    return [
+        {
+            "prompt": {"prompt_ids": p["prompt_ids"]},
+            "chosen": p["chosen"]["tokens"],
+            "rejected": p["rejected"]["tokens"],
+        }
+        for p in pairs
+    ]
+
+
+def train_round(
+    model,
+    tokenizer,
+    pairs,
+    settings: PrefSettings,
+    cfg: DictConfig,
+    round_dir: Path,
+    policy: ReservationPolicy,
+    resume: bool,
+) -> dict[str, Any]:
+    """BoNBoN on the round's pairs; writes `round_dir/final`; returns the trainer's metrics."""
+    from datasets import Dataset
+    from trl import DPOConfig
+
+    from pasta.training.trainers import LayoutDPOTrainer
+
+    tag_ids = add_tag_tokens(tokenizer, model)
+    checkpoint_dir = round_dir / "checkpoints"
+    resume_from = checkpoint_to_resume(checkpoint_dir, resume)
+    args = DPOConfig(
+        **training_arguments(settings, checkpoint_dir, cfg),
+        loss_type=["sft", "ipo"],
+        loss_weights=[settings.alpha, 1.0 - settings.alpha],
+        beta=settings.beta,
+        max_length=None,
+        precompute_ref_log_probs=False,
+    )
+    peft_config = lora_config(settings.lora, model, tag_ids) if settings.finetune == "lora" else None
+    # Full finetuning needs an explicit reference (DPOTrainer would reload it by name); under LoRA the reference is
+    # the model with its adapter switched off, which is the round's starting policy.
+    ref_model = copy.deepcopy(model).eval() if peft_config is None else None
+    collator = PairCollator(
+        tag_ids=tag_ids,
+        pad_id=tokenizer.pad_token_id,
+        policy=policy,
+        max_length=settings.max_length,
+        mask_dtype=model.dtype,
+    )
+    model.train()
+    trainer = LayoutDPOTrainer(
+        model=model,
+        ref_model=ref_model,
+        args=args,
+        data_collator=collator,
+        train_dataset=Dataset.from_list(pair_examples(pairs)),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    expose_head_bias(trainer.model)
+    check_sharding(trainer, settings)
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    save_final(trainer, tokenizer, settings, round_dir)
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    return {
+        **result.metrics,
+        "loss_history": [entry["loss"] for entry in logged],
+        "last_log": logged[-1] if logged else {},
+    }
+
+
+def summarize(
+    scored: list[dict[str, Any]], pairs: list[dict[str, Any]], skipped: Counter, quality_weight: float
+) -> dict[str, Any]:
+    """Mean speed and quality of the samples and of the chosen and rejected sides."""
+    samples = [c for e in scored if e["status"] == "scored" for c in e["candidates"]]
+
+    def mean(values: list[float]) -> float | None:
+        return statistics.fmean(values) if values else None
+
+    return {
+        "num_prompts": len(scored),
+        "num_pairs": len(pairs),
+        "skipped": dict(sorted(skipped.items())),
+        "num_samples_scored": len(samples),
+        "mean_speedup": mean([c["speedup"] for c in samples]),
+        "mean_quality": mean([c["quality"] for c in samples]),
+        "mean_score": mean(
+            [combined_score(Scored(c["speedup"], c["quality"]), quality_weight) for c in samples]
+        ),
+        "chosen_mean_speedup": mean([p["chosen"]["speedup"] for p in pairs]),
+        "chosen_mean_quality": mean([p["chosen"]["quality"] for p in pairs]),
+        "rejected_mean_speedup": mean([p["rejected"]["speedup"] for p in pairs]),
+        "rejected_mean_quality": mean([p["rejected"]["quality"] for p in pairs]),
+        "mean_score_margin": mean([p["chosen"]["score"] - p["rejected"]["score"] for p in pairs]),
+    }
+
+
+def run_round(
+    cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir
+) -> Path:
+    round_dir = output_dir / f"round-{round_index}"
+    round_dir.mkdir(parents=True, exist_ok=True)
+    resume = bool(cfg.get("resume", False))
+    scores_path = round_dir / "scores.jsonl"
+    model_cfg = cfg.model if policy_path is None else model_at(cfg.model, policy_path)
+    model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
+    add_tag_tokens(tokenizer, model)
+    prompts = round_prompts(records, settings, round_index)
+    seed = (int(cfg.get("seed") or 0) * 1000 + round_index) * 1_000_003
+    start = time.perf_counter()
+    scored = sample_and_score(
+        model, tokenizer, prompts, references, judge, settings, policy, scores_path, seed
+    )
+    sample_seconds = time.perf_counter() - start
+    pairs, skipped = make_pairs(scored, settings.quality_weight)
+    write_jsonl_atomic(round_dir / "pairs.jsonl", pairs)
+    summary = summarize(scored, pairs, skipped, settings.quality_weight)
+    log.info("round %d: %s", round_index, summary)
+    if not pairs:
+        raise PastaError(
+            f"round {round_index}: no pairs from {len(scored)} prompts ({dict(skipped)}); sample more candidates "
+            "(stage.num_samples), raise stage.temperature, or check the judge"
+        )
+    start = time.perf_counter()
+    train_metrics = train_round(model, tokenizer, pairs, settings, cfg, round_dir, policy, resume)
+    metrics = {
+        "round": round_index,
+        "status": "done",
+        "policy": str(policy_path)
+        if policy_path
+        else OmegaConf.to_container(cfg.model, resolve=True).get("path"),
+        "judge": judge.name,
+        "quality_weight": json_number(settings.quality_weight),
+        **summary,
+        "sample_seconds": sample_seconds,
+        "train_seconds": time.perf_counter() - start,
+        "train": train_metrics,
+    }
+    write_json_atomic(round_dir / ROUND_METRICS, metrics)
+    return round_dir / "final"
+
+
+def run_pref(cfg: DictConfig) -> Path:
+    """Run every preference round `cfg` asks for; returns the last round's final model folder."""
+    from accelerate import PartialState
+
+    from pasta.judges import build_judge
+
+    settings = settings_from_cfg(cfg.stage)
+    assert isinstance(settings, PrefSettings)
+    if PartialState().num_processes > 1:
+        raise PastaError("stage=pref samples and judges in one process: run it without accelerate launch")
+    output_dir = resolve_output_dir(cfg)
+    policy = ReservationPolicy.from_config(cfg.lang.reservation)
+    records = load_instructions(loader_config(cfg.data))
+    if not records:
+        raise PastaError("stage=pref needs prompts: the data is empty")
+    references = reference_answers(records, settings, cfg, output_dir)
+    if any(output_dir.glob("round-*")) and not cfg.get("resume", False):
+        raise PastaError(
+            f"{output_dir} holds an earlier run: pass resume=true to continue it, or another output_dir"
+        )
+    judge = build_judge(cfg.judge)
+    write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name)
+    rounds = []
+    policy_path: Path | None = None
+    for round_index in range(1, settings.rounds + 1):
+        round_dir = output_dir / f"round-{round_index}"
+        metrics_path = round_dir / ROUND_METRICS
+        if metrics_path.is_file() and (round_dir / "final" / "config.json").is_file():
+            log.info("round %d already done: %s", round_index, round_dir)
+        else:
+            run_round(cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir)
+        rounds.append(json.loads(metrics_path.read_text(encoding="utf-8")))
+        policy_path = round_dir / "final"
+    write_train_info(
+        output_dir,
+        cfg,
+        stage="pref",
+        status="done",
+        judge=judge.name,
+        final_dir=str(policy_path),
+        rounds=rounds,
+    )
+    return policy_path

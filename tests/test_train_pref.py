@@ -1,0 +1,362 @@
+"""Stage 2 (preference): pairs from hand-made scores, judge retries and failures, the BoNBoN loss on the layout,
+a few real steps, and whole rounds with resume after a crash."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pasta.config import compose
+from pasta.data import read_jsonl
+from pasta.errors import PastaError
+from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
+from pasta.training.config import settings_from_cfg
+from pasta.training.examples import build_sft_examples, token_doc_of
+from pasta.training.pairs import Scored, best_and_worst, combined_score
+from pasta.training.pref import judge_with_retries, make_pairs, run_pref, train_round
+
+ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
+SMALL_ANNOTATED = (
+    'Tips: <promise topic="water"/><promise topic="sleep"/><async topic="water">Drink water.</async>'
+    '<async topic="sleep">Sleep well.</async><sync/> Done.'
+)
+
+
+# --- pairs ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("quality_weight", "expected"),
+    [(0.0, (1, 0)), (1.0, (1, 0)), (4.0, (0, 1)), (math.inf, (0, 1))],
+)
+def test_pair_is_best_and_worst_by_speedup_plus_lambda_quality(quality_weight, expected):
+    # Scores at lambda=1: 1.9, 2.1, 2.0; at lambda=4: 4.6, 2.4, 3.5; at inf: the quality alone.
+    candidates = [Scored(1.0, 0.9), Scored(2.0, 0.1), Scored(1.5, 0.5)]
+    assert best_and_worst(candidates, quality_weight) == expected
+
+
+def test_quality_only_score_ignores_speed():
+    assert combined_score(Scored(3.0, 0.25), math.inf) == 0.25
+    assert combined_score(Scored(3.0, 0.25), 2.0) == 3.5
+
+
+def test_tied_candidates_make_no_pair_and_equal_scores_take_the_earliest():
+    assert best_and_worst([Scored(1.0, 0.5), Scored(1.0, 0.5)], 1.0) is None
+    assert best_and_worst([Scored(1.0, 0.5)], 1.0) is None
+    assert best_and_worst([Scored(1.0, 0.0), Scored(2.0, 0.0), Scored(2.0, 0.0), Scored(1.0, 0.0)], 1.0) == (
+        1,
+        0,
+    )
+
+
+def scored_entry(key, qualities, speedups=None, status="scored"):
+    speedups = speedups or [1.0] * len(qualities)
+    return {
+        "id": key,
+        "instruction": key,
+        "judge": "fake:j",
+        "status": status,
+        "prompt_ids": [1, 2],
+        "candidates": [
+            {
+                "speedup": s,
+                "quality": q,
+                "judge": "fake:j",
+                "text": f"t{i}",
+                "annotated": f"t{i}",
+                "tokens": {"main_ids": [5 + i], "opener_ids": [], "body_ids": [], "num_predicted": []},
+            }
+            for i, (s, q) in enumerate(zip(speedups, qualities, strict=True))
+        ],
+    }
+
+
+def test_make_pairs_skips_ties_and_failed_judging_and_names_the_judge_on_every_score():
+    scored = [
+        scored_entry("a", [0.2, 0.8], speedups=[2.0, 1.0]),
+        scored_entry("b", [0.5, 0.5]),
+        scored_entry("c", [0.5, None], status="judge_failed"),
+    ]
+    pairs, skipped = make_pairs(scored, 4.0)
+    assert skipped == Counter({"tie": 1, "judge_failed": 1})
+    (pair,) = pairs
+    assert (pair["chosen"]["index"], pair["rejected"]["index"]) == (1, 0)
+    assert pair["chosen"]["score"] == pytest.approx(1.0 + 4 * 0.8)
+    assert pair["judge"] == pair["chosen"]["judge"] == pair["rejected"]["judge"] == "fake:j"
+    assert pair["chosen"]["tokens"]["main_ids"] == [6]
+    pairs, _ = make_pairs(scored[:1], math.inf)
+    assert pairs[0]["quality_weight"] == "inf"
+
+
+# --- judging --------------------------------------------------------------------------------------------------
+
+
+class FlakyJudge:
+    """Fails (None) on the items listed in `fail_first` the first `fails` times it sees them."""
+
+    name = "fake:flaky"
+
+    def __init__(self, fails: int):
+        self.fails = fails
+        self.calls = 0
+
+    def score(self, items):
+        self.calls += 1
+        return [
+            None if self.calls <= self.fails and "bad" in item.candidate else len(item.candidate) / 100
+            for item in items
+        ]
+
+
+def test_judge_failures_are_retried_then_left_as_none_never_zero():
+    from pasta.judges import JudgeItem
+
+    items = [JudgeItem("q", "good answer"), JudgeItem("q", "bad answer")]
+    assert judge_with_retries(FlakyJudge(fails=1), items, retries=2) == [0.11, 0.10]
+    judge = FlakyJudge(fails=10)
+    assert judge_with_retries(judge, items, retries=2) == [0.11, None]
+    assert judge.calls == 3
+
+
+# --- the BoNBoN loss on the layout ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tagged(tiny_model_and_tokenizer):
+    model, tokenizer = (copy.deepcopy(x) for x in tiny_model_and_tokenizer)
+    add_tag_tokens(tokenizer, model)
+    return model, tokenizer
+
+
+def hand_pairs(tokenizer, num_pairs=2):
+    """Chosen: an annotated answer; rejected: the same record's plain answer (so both sides differ)."""
+    records = read_jsonl(ANNOTATED)
+    chunked = [r for r in records if "<promise" in r["annotated"]][:num_pairs]
+    options = {"max_length": 4096, "too_long": "truncate"}
+    annotated, _ = build_sft_examples(chunked, tokenizer, strip_annotations=False, **options)
+    plain, _ = build_sft_examples(chunked, tokenizer, strip_annotations=True, **options)
+
+    def threads(example):
+        return {k: example[k] for k in ("main_ids", "opener_ids", "body_ids", "num_predicted")}
+
+    return [
+        {"prompt_ids": a["prompt_ids"], "chosen": {"tokens": threads(a)}, "rejected": {"tokens": threads(p)}}
+        for a, p in zip(annotated, plain, strict=True)
+    ]
+
+
+def pref_cfg(tmp_path, *overrides):
+    return compose(
+        "train",
+        [
+            "stage=pref",
+            "device=cpu",
+            f"output_dir={tmp_path}",
+            "stage.logging_steps=1",
+            "stage.max_length=160",
+            "stage.save_steps=100",
+            *overrides,
+        ],
+    )
+
+
+def test_trainer_loss_is_alpha_sft_plus_one_minus_alpha_ipo_on_layout_log_probs(tagged, tmp_path):
+    from datasets import Dataset
+    from trl import DPOConfig
+
+    from pasta.decoding import teacher_forced_logprobs
+    from pasta.training.collator import PairCollator
+    from pasta.training.pref import pair_examples
+    from pasta.training.trainers import LayoutDPOTrainer
+
+    model, tokenizer = tagged
+    model = copy.deepcopy(model)
+    policy = ReservationPolicy()
+    tag_ids = add_tag_tokens(tokenizer)
+    alpha, beta = 0.3, 0.25
+    pairs = hand_pairs(tokenizer)
+    examples = pair_examples(pairs)
+    collator = PairCollator(tag_ids=tag_ids, pad_id=tokenizer.pad_token_id, policy=policy, max_length=4096)
+    args = DPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        remove_unused_columns=False,
+        loss_type=["sft", "ipo"],
+        loss_weights=[alpha, 1 - alpha],
+        beta=beta,
+        max_length=None,
+    )
+    trainer = LayoutDPOTrainer(
+        model=model,
+        ref_model=copy.deepcopy(model),
+        args=args,
+        data_collator=collator,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+    )
+    batch = collator(examples)
+    model.eval()
+    with torch.no_grad():
+        loss = trainer.compute_loss(trainer.model, dict(batch))
+        inputs = {k: batch[k] for k in ("input_ids", "position_ids", "attention_mask")}
+        logprobs = sequence_logprobs(model(**inputs).logits, batch["shift_labels"])  # [2B, S]
+    chosen_targets = batch["shift_labels"][: len(pairs)]
+    sft = -logprobs[: len(pairs)].sum() / (chosen_targets != IGNORE_INDEX).sum()
+    # The policy is its own reference at the start: every log-ratio is 0, so IPO is (0 - 1/(2 beta))^2.
+    torch.testing.assert_close(loss, alpha * sft + (1 - alpha) * (1 / (2 * beta)) ** 2)
+    # The sequence log-probs the trainer uses are the decoder's teacher-forced ones for the same answer.
+    assert trainer._metrics["eval"]["logps/chosen"][-1] == pytest.approx(
+        logprobs[: len(pairs)].sum(1).mean().item(), rel=1e-5
+    )
+    small = {"instruction": "Two tips?", "input": "", "output": "", "annotated": SMALL_ANNOTATED}
+    (example,), _ = build_sft_examples(
+        [small], tokenizer, strip_annotations=False, max_length=4096, too_long="skip"
+    )
+    single = collator(
+        [{"prompt": {"prompt_ids": example["prompt_ids"]}, "chosen": example, "rejected": example}]
+    )
+    with torch.no_grad():
+        inputs = {k: single[k][:1] for k in ("input_ids", "position_ids", "attention_mask")}
+        expected = sequence_logprobs(model(**inputs).logits, single["shift_labels"][:1]).sum()
+    forced, _ = teacher_forced_logprobs(
+        model, tokenizer, example["prompt_ids"], token_doc_of(example, tag_ids), policy
+    )
+    assert forced.total().item() == pytest.approx(expected.item(), rel=1e-4)
+
+
+def test_a_few_pref_steps_change_the_weights_and_lower_the_loss_on_a_repeated_pair_batch(tagged, tmp_path):
+    model, tokenizer = tagged
+    model = copy.deepcopy(model)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = pref_cfg(
+        tmp_path, "stage.finetune=full", "stage.batch_size=2", "stage.max_steps=6", "stage.learning_rate=2e-3"
+    )
+    settings = settings_from_cfg(cfg.stage)
+    metrics = train_round(
+        model,
+        tokenizer,
+        hand_pairs(tokenizer),
+        settings,
+        cfg,
+        tmp_path / "round-1",
+        ReservationPolicy(),
+        resume=False,
+    )
+    losses = metrics["loss_history"]
+    assert len(losses) == 6 and losses[-1] < losses[0] - 0.5
+    final = load_file(tmp_path / "round-1" / "final" / "model.safetensors")
+    changed = [
+        name for name, value in final.items() if name in start and not torch.allclose(value, start[name])
+    ]
+    assert "model.layers.0.self_attn.q_proj.weight" in changed and "model.embed_tokens.weight" in changed
+
+
+# --- whole rounds ---------------------------------------------------------------------------------------------
+
+
+class LengthJudge:
+    """Deterministic stand-in for a quality judge: longer plain text scores higher."""
+
+    name = "fake:length"
+
+    def score(self, items):
+        return [min(1.0, len(item.candidate) / 200) for item in items]
+
+
+@pytest.fixture
+def sft_folder(tagged, tmp_path) -> Path:
+    model, tokenizer = tagged
+    folder = tmp_path / "sft-final"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def rounds_cfg(tmp_path, sft_folder, *overrides):
+    return pref_cfg(
+        tmp_path / "pref",
+        f"model.path={sft_folder}",
+        f"data.path={ANNOTATED}",
+        "stage.rounds=2",
+        "stage.prompts_per_round=3",
+        "stage.num_samples=3",
+        "stage.max_new_tokens=12",
+        "stage.batch_size=2",
+        "stage.max_steps=2",
+        "stage.sample_batch_size=2",
+        "stage.learning_rate=1e-3",
+        *overrides,
+    )
+
+
+def test_rounds_write_scores_pairs_metrics_and_chain_their_policies(sft_folder, tmp_path, monkeypatch):
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: LengthJudge())
+    final = run_pref(rounds_cfg(tmp_path, sft_folder))
+    out = tmp_path / "pref"
+    assert final == out / "round-2" / "final" and (final / "config.json").is_file()
+    for r in (1, 2):
+        scores = read_jsonl(out / f"round-{r}" / "scores.jsonl")
+        assert len(scores) == 3 and all(len(e["candidates"]) == 3 for e in scores)
+        assert all(
+            c["judge"] == "fake:length" and c["quality"] is not None for e in scores for c in e["candidates"]
+        )
+        metrics = json.loads((out / f"round-{r}" / "metrics.json").read_text())
+        pairs = read_jsonl(out / f"round-{r}" / "pairs.jsonl")
+        assert metrics["num_pairs"] == len(pairs) > 0 and metrics["judge"] == "fake:length"
+        assert metrics["num_pairs"] + sum(metrics["skipped"].values()) == 3
+        assert metrics["mean_speedup"] >= 1.0 and metrics["train"]["train_loss"] > 0
+    round_2 = json.loads((out / "round-2" / "metrics.json").read_text())
+    assert round_2["policy"] == str(out / "round-1" / "final")
+    # The prompt window moves on: round 2 samples the next three prompts.
+    ids_1 = [e["id"] for e in read_jsonl(out / "round-1" / "scores.jsonl")]
+    ids_2 = [e["id"] for e in read_jsonl(out / "round-2" / "scores.jsonl")]
+    assert not set(ids_1) & set(ids_2)
+    info = json.loads((out / "train_info.json").read_text())
+    assert info["status"] == "done" and len(info["rounds"]) == 2
+
+
+def test_a_crashed_round_resumes_without_redoing_finished_work(sft_folder, tmp_path, monkeypatch):
+    from pasta.training import pref
+
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: LengthJudge())
+    cfg = rounds_cfg(tmp_path, sft_folder)
+    original_train = pref.train_round
+    with monkeypatch.context() as patch:
+
+        def crash_in_round_2(model, tokenizer, pairs, settings, cfg, round_dir, *args, **kwargs):
+            if round_dir.name == "round-2":
+                raise KeyboardInterrupt
+            return original_train(model, tokenizer, pairs, settings, cfg, round_dir, *args, **kwargs)
+
+        patch.setattr(pref, "train_round", crash_in_round_2)
+        with pytest.raises(KeyboardInterrupt):
+            run_pref(cfg)
+    out = tmp_path / "pref"
+    round_1_scores = (out / "round-1" / "scores.jsonl").read_text()
+    round_2_scores = (out / "round-2" / "scores.jsonl").read_text()
+    with pytest.raises(PastaError, match="resume=true"):
+        run_pref(cfg)
+
+    sampled = []
+    original_sample = pref.sample_and_score
+
+    def counting(model, tokenizer, prompts, *args, **kwargs):
+        sampled.append(len(prompts))
+        return original_sample(model, tokenizer, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(pref, "sample_and_score", counting)
+    final = run_pref(rounds_cfg(tmp_path, sft_folder, "resume=true"))
+    assert sampled == [3], "round 1 is not redone; round 2 reads back its scored prompts"
+    assert (out / "round-1" / "scores.jsonl").read_text() == round_1_scores
+    assert (out / "round-2" / "scores.jsonl").read_text() == round_2_scores
+    assert (final / "config.json").is_file()
