@@ -239,7 +239,12 @@ def test_a_few_pref_steps_change_the_weights_and_lower_the_loss_on_a_repeated_pa
     model = copy.deepcopy(model)
     start = {k: v.clone() for k, v in model.state_dict().items()}
     cfg = pref_cfg(
-        tmp_path, "stage.finetune=full", "stage.batch_size=2", "stage.max_steps=6", "stage.learning_rate=2e-3"
+        tmp_path,
+        "stage.finetune=full",
+        "stage.batch_size=2",
+        "stage.max_steps=6",
+        "stage.learning_rate=2e-3",
+        "stage.max_length=96",
     )
     settings = settings_from_cfg(cfg.stage)
     metrics = train_round(
