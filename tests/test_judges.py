@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import socket
 
 import pytest
 
@@ -228,8 +229,10 @@ def test_missing_api_key_variable_is_a_clear_error(monkeypatch):
 
 
 def test_unreachable_endpoint_is_a_clear_error(monkeypatch):
-    # Port 9 (discard) on localhost has no listener here; the client fails to connect at once.
-    judge = openai_judge("http://127.0.0.1:9/v1", monkeypatch, max_retries=0)
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    judge = openai_judge(f"http://127.0.0.1:{port}/v1", monkeypatch, max_retries=0)
     with pytest.raises(PastaError, match="cannot reach judge endpoint"):
         judge.score(ITEMS[:1])
 
