@@ -8,6 +8,7 @@ conversion leaves no half-written model behind, and two processes converting at 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -190,13 +191,15 @@ def load_model(
     dtype = torch_dtype(cfg.dtype, device)
     tokenizer = load_tokenizer(cfg)
     if cfg.random_init is not None:
-        sizes = {f: getattr(cfg.random_init, f) for f in cfg.random_init.__dataclass_fields__}
+        sizes = dataclasses.asdict(cfg.random_init)
         model = build_tiny_model(tokenizer, attn_implementation=cfg.attn_implementation, **sizes).to(dtype)
         return model.to(device).eval(), tokenizer
     source = resolve_source(cfg)
     try:
+        # On an accelerator, device_map puts the weights straight there: a 7B model never sits in CPU memory.
+        placement = {} if device == "cpu" else {"device_map": device}
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, attn_implementation=cfg.attn_implementation, **_hub_kwargs(cfg, source)
+            source, dtype=dtype, attn_implementation=cfg.attn_implementation, **placement, **_hub_kwargs(cfg, source)
         )
     except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
         raise _load_error(cfg, source, exc) from None
