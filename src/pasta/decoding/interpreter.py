@@ -238,6 +238,8 @@ class Interpreter:
     def _feed(self, plan: StepPlan, token_id: int, position: int, row: int, thread: int) -> None:
         slot = self.num_slots
         self.num_slots += 1
+        if slot >= self.vis.shape[1]:
+            self.ensure_capacity(2 * self.vis.shape[1])
         self.vis[row, slot] = True
         plan.token_ids.append(token_id)
         plan.positions.append(position)
@@ -282,13 +284,16 @@ class Interpreter:
 
     def commit(self, plan: StepPlan, token_ids: list[int]) -> None:
         """Take the tokens chosen at `plan.sample_feeds`, in order."""
+        cap = self.config.max_total_tokens
         for thread, token_id in zip(plan.sample_threads, token_ids, strict=True):
+            if cap is not None and self.num_sampled >= cap:
+                break  # the rest of this step's tokens are over the budget
             self.num_sampled += 1
             if thread == MAIN_THREAD:
                 self._commit_main(token_id)
             else:
                 self._commit_chunk(self.chunks[thread - 1], token_id)
-        if self.config.max_total_tokens is not None and self.num_sampled >= self.config.max_total_tokens:
+        if cap is not None and self.num_sampled >= cap:
             self._stop_all()
 
     def _commit_main(self, token_id: int) -> None:

@@ -1,0 +1,403 @@
+"""The decoders with a model: parity with `generate`, agreement with the training layout, batching, streaming.
+
+The session's tiny model repeats its last input token (tied embeddings, tiny weights), so parity on it would prove
+little: `lively` is a private copy with larger random weights, whose greedy output varies. `Scripted` wraps it and
+biases chosen transitions (after token A comes B), so that a random model writes PASTA-LANG where a test needs it
+while every forward still runs through the real model and the decoder's cache.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from pasta.decoding import (
+    DecodeConfig,
+    SamplingConfig,
+    decode_async,
+    decode_sequential,
+    stream_async,
+    teacher_forced_logprobs,
+)
+from pasta.decoding.interpreter import Interpreter
+from pasta.decoding.runner import step_inputs
+from pasta.decoding.text import text_decoder
+from pasta.errors import PastaError
+from pasta.lang import (
+    IGNORE_INDEX,
+    ReservationPolicy,
+    TagIds,
+    add_tag_tokens,
+    build_layout,
+    collate_layouts,
+    encode_text,
+    fill_token_counts,
+    parse,
+    plain_text,
+    schedule,
+    sequence_logprobs,
+    tokenize_document,
+)
+from pasta.models import build_tiny_model, encode_prompt
+
+POLICIES = [
+    ReservationPolicy("exact"),
+    ReservationPolicy("scale", scale=10.0),
+    ReservationPolicy("round_up", multiple=16),
+    ReservationPolicy("fixed", fixed=3),
+]
+STRUCTURES = [
+    'Intro: <promise topic="first tip"/>\n<promise topic="second tip"/> and main text'
+    '<async topic="first tip">Drink water every morning.</async><async topic="second tip">Walk after lunch.</async>'
+    '<sync/> Middle.\n<promise topic="only one"/> tail<async topic="only one">A lone chunk here.</async>',
+    "No tags at all, just a sentence.",
+    '<promise topic="x"/><async topic="x">A chunk right at the start that runs long.</async><sync/>',
+    'A<promise topic="a"/><promise topic="b"/><promise topic="c"/><async topic="a">one</async>'
+    '<async topic="b">two two</async><async topic="c">three three three</async><sync/>B<sync/>C',
+]
+
+
+@pytest.fixture(scope="module")
+def lively(tiny_model_and_tokenizer):
+    """A tiny Llama whose greedy output varies, with the tag tokens added."""
+    _, tokenizer = tiny_model_and_tokenizer
+    tokenizer = copy.deepcopy(tokenizer)
+    model = build_tiny_model(tokenizer)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if weight.dim() >= 2 and "embed" not in name:
+                weight.copy_(torch.randn(weight.shape, generator=generator) * 0.3)
+    add_tag_tokens(tokenizer, model)
+    return model.eval(), tokenizer
+
+
+class Scripted(torch.nn.Module):
+    """A model whose next token after each `transitions` key is that key's value (a large logit bias)."""
+
+    def __init__(self, model, transitions: dict[int, int]):
+        super().__init__()
+        self.model = model
+        self.transitions = transitions
+        self.config = model.config
+        self.generation_config = model.generation_config
+
+    @property
+    def device(self):
+        return self.model.device
+
+    @property
+    def dtype(self):
+        return self.model.dtype
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def forward(self, input_ids, logits_to_keep=0, **kwargs):
+        out = self.model(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
+        if isinstance(logits_to_keep, torch.Tensor):
+            last_ids = input_ids[logits_to_keep]  # [N]
+            logits = out.logits  # [N, V]
+        else:
+            last_ids = input_ids[:, -1]  # [B]
+            logits = out.logits[:, -1]  # [B, V]
+        for row, token_id in enumerate(last_ids.tolist()):
+            if token_id in self.transitions:
+                logits[row, self.transitions[token_id]] += 1e4
+        return out
+
+
+def words(tokenizer, *texts):
+    ids = [encode_text(tokenizer, text) for text in texts]
+    assert all(len(i) == 1 for i in ids), ids
+    return [i[0] for i in ids]
+
+
+def pasta_speaker(model, tokenizer, *, free_chunks=False):
+    """Scripted to answer `... Go` with: First <promise topic=" apple" tokens="3"/> after <sync/> end eos,
+    the chunk writing " red fruit" then </async> (or anything it likes when `free_chunks`)."""
+    tags = TagIds.from_tokenizer(tokenizer)
+    go, intro, apple, three, after, red, fruit, end = words(
+        tokenizer, " Go", " First", " apple", "3", " after", " red", " fruit", " end"
+    )
+    transitions = {
+        go: intro, intro: tags.promise, tags.promise: apple, apple: tags.promise_tokens,
+        tags.promise_tokens: three, three: tags.promise_end, tags.promise_end: after, after: tags.sync,
+        tags.sync: end, end: tokenizer.eos_token_id, tags.async_body: red,
+    }
+    if not free_chunks:
+        transitions.update({red: fruit, fruit: tags.async_end})
+    return Scripted(model, transitions), go
+
+
+def prompt(tokenizer, text, go=None):
+    ids = encode_prompt(tokenizer, text)
+    return ids + ([go] if go is not None else [])
+
+
+def generate_ids(model, ids, **kwargs):
+    input_ids = torch.tensor([ids])
+    out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False, **kwargs)
+    return out[0, len(ids) :].tolist()
+
+
+# --- sequential: exactly generate's tokens ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["Give three tips for sleeping well.", "Hi"])
+def test_sequential_greedy_equals_generate_on_the_tiny_model(lively, text):
+    model, tokenizer = lively
+    ids = prompt(tokenizer, text)
+    result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
+    assert result.token_ids == generate_ids(model, ids, max_new_tokens=48)
+    assert len(set(result.token_ids)) > 10  # a varied answer, not one token repeated
+    assert result.stats.finish_reason == "max_new_tokens"
+    assert result.stats.num_steps == result.stats.num_tokens == 48
+
+
+@pytest.mark.slow
+def test_sequential_greedy_equals_generate_on_the_embedded_model(embedded_model_and_tokenizer):
+    model, tokenizer = embedded_model_and_tokenizer
+    ids = prompt(tokenizer, "Give three tips for staying healthy.")
+    result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
+    assert result.token_ids == generate_ids(model, ids, max_new_tokens=48)
+    assert result.text == tokenizer.decode(result.token_ids, skip_special_tokens=True)
+
+
+def test_sequential_stops_where_generate_stops_on_a_stop_string(lively):
+    model, tokenizer = lively
+    ids = prompt(tokenizer, "Give three tips for sleeping well.")
+    free = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=32))[0]
+    stop = tokenizer.decode(free.token_ids[10:12])[1:6]  # a piece of the text that starts inside a token
+    result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=32, stop_strings=(stop,)))[0]
+    assert result.token_ids == generate_ids(model, ids, max_new_tokens=32, stop_strings=[stop], tokenizer=tokenizer)
+    assert result.stats.finish_reason == "stop_string"
+    assert free.text.startswith(result.text) and stop not in result.text
+    assert free.text[len(result.text) :].startswith(stop)
+
+
+def test_sequential_stops_at_eos(lively):
+    model, tokenizer = lively
+    speaker = Scripted(model, {words(tokenizer, " Go")[0]: tokenizer.eos_token_id})
+    result = decode_sequential(speaker, tokenizer, [prompt(tokenizer, "x", words(tokenizer, " Go")[0])],
+                               DecodeConfig(max_new_tokens=8))[0]
+    assert result.token_ids == [tokenizer.eos_token_id] and result.text == ""
+    assert result.stats.finish_reason == "eos"
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0, top_k=50, top_p=0.9, seed=3)])
+def test_sequential_batch_gives_each_request_its_answer_alone(lively, sampling):
+    model, tokenizer = lively
+    prompts = [prompt(tokenizer, "Hi"), prompt(tokenizer, "Give three tips for sleeping well, please.")]
+    config = DecodeConfig(max_new_tokens=24, sampling=sampling)
+    batch = decode_sequential(model, tokenizer, prompts, config)
+    for i, ids in enumerate(prompts):
+        alone = decode_sequential(model, tokenizer, [ids], config, seeds=[3 + i])[0]
+        assert batch[i].token_ids == alone.token_ids
+
+
+# --- async: the decoder agrees with the training layout ----------------------------------------------------------
+
+
+def token_doc(tokenizer, text):
+    return tokenize_document(fill_token_counts(parse(text), tokenizer), tokenizer)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.policy)
+@pytest.mark.parametrize("text", STRUCTURES, ids=range(len(STRUCTURES)))
+def test_teacher_forced_logprobs_equal_the_layout_forward(lively, text, policy):
+    model, tokenizer = lively
+    doc = token_doc(tokenizer, text)
+    prompt_ids = prompt(tokenizer, "Give tips.")
+    logprobs, stats = teacher_forced_logprobs(model, tokenizer, prompt_ids, doc, policy)
+
+    layout = build_layout(prompt_ids, doc, policy)
+    batch = collate_layouts([layout], pad_id=0)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits
+    per_row = sequence_logprobs(logits, batch["target_ids"])[0]  # [S]
+    threads = torch.tensor(layout.thread_ids)
+    trained = torch.tensor(layout.target_ids) != IGNORE_INDEX
+    torch.testing.assert_close(logprobs.main, per_row[(threads <= 0) & trained], atol=1e-4, rtol=1e-4)
+    for k, chunk_logprobs in enumerate(logprobs.chunks):
+        torch.testing.assert_close(chunk_logprobs, per_row[(threads == k + 1) & trained], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logprobs.total(), per_row.sum(), atol=1e-3, rtol=1e-4)
+
+    expected = schedule(doc)
+    assert (stats.num_steps, stats.num_tokens) == (expected.num_steps, expected.num_tokens)
+    assert stats.theoretical_speedup == pytest.approx(expected.theoretical_speedup)
+    assert stats.num_threads == len(doc.chunks)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.policy)
+def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
+    """Replay a structure through the interpreter and the runner's mask builder; compare token by token."""
+    _, tokenizer = lively
+    doc = token_doc(tokenizer, STRUCTURES[0])
+    prompt_ids = encode_text(tokenizer, "Tips please:")
+    config = DecodeConfig(max_new_tokens=len(doc.main_ids), max_chunk_tokens=64)
+    interpreter = Interpreter(prompt_ids, tag_ids=doc.tag_ids, eos_ids={tokenizer.eos_token_id}, policy=policy,
+                              config=config, decode=text_decoder(tokenizer), capacity=16)
+    scripts = {0: list(doc.main_ids), **{k + 1: list(c.body_ids) for k, c in enumerate(doc.chunks)}}
+    counts: dict[int, int] = {}
+    identity_of_slot = {}
+    decoded = {}  # identity -> (token id, position, identities it sees)
+    while not interpreter.done:
+        plan = interpreter.plan()
+        used = plan.start_slot + len(plan.token_ids)
+        interpreter.ensure_capacity(used)
+        mask = step_inputs([plan], [interpreter], 0, used, torch.float32, torch.device("cpu"))["attention_mask"]
+        visible = mask[0, 0] == 0  # [q, used]
+        for i, (token_id, position, thread) in enumerate(zip(plan.token_ids, plan.positions, plan.threads,
+                                                             strict=True)):
+            n = counts[thread] = counts.get(thread, 0) + 1
+            if thread == 0:
+                identity = ("p", n - 1) if n <= len(prompt_ids) else ("m", n - 1 - len(prompt_ids))
+            else:
+                identity = ("c", thread - 1, n - 1)
+            identity_of_slot[plan.start_slot + i] = identity
+            seen = {identity_of_slot[s] for s in range(used) if visible[i, s]}
+            decoded[identity] = (token_id, position, seen)
+        interpreter.commit(plan, [scripts[t].pop(0) for t in plan.sample_threads])
+
+    layout = build_layout(prompt_ids, doc, policy)
+    counts = {}
+    identities = []
+    for thread in layout.thread_ids:
+        n = counts[thread] = counts.get(thread, 0) + 1
+        identities.append(("p", n - 1) if thread == -1 else ("m", n - 1) if thread == 0 else ("c", thread - 1, n - 1))
+    # The decoder never feeds what nothing reads: the final eos and the last group's <|async_end|>.
+    last_chunk = len(doc.chunks) - 1
+    unread = {("m", len(doc.main_ids) - 1), ("c", last_chunk, len(doc.chunks[last_chunk].opener_ids)
+                                                          + len(doc.chunks[last_chunk].body_ids) - 1)}
+    assert set(identities) - set(decoded) == unread
+    for row, identity in enumerate(identities):
+        if identity not in decoded:
+            continue
+        seen = {identities[c] for c in range(len(identities)) if layout.visible[row, c]}
+        assert decoded[identity] == (layout.input_ids[row], layout.position_ids[row], seen), identity
+
+
+# --- async: decoding what a model writes --------------------------------------------------------------------------
+
+
+def test_async_forks_joins_and_splices_a_chunk_the_model_writes(lively):
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer)
+    result = decode_async(speaker, tokenizer, [prompt(tokenizer, "Tips", go)], DecodeConfig(max_new_tokens=32),
+                          ReservationPolicy())[0]
+    assert result.text == " First red fruit after end"
+    assert result.annotated == (' First<promise topic=" apple" tokens="3"/> after'
+                                '<async topic=" apple"> red fruit</async><sync/> end')
+    assert plain_text(parse(result.annotated)) == result.text
+    stats = result.stats
+    assert (stats.num_threads, stats.finish_reason, stats.malformed) == (1, "eos", {})
+    assert (stats.num_steps, stats.num_tokens) == (schedule(result.token_doc).num_steps, 13)
+    assert stats.theoretical_speedup > 1
+    assert 0 < stats.bookkeeping_s < stats.wall_s
+
+
+def test_async_without_tags_written_decodes_what_sequential_decodes(lively):
+    model, tokenizer = lively
+    ids = prompt(tokenizer, "Give three tips for sleeping well.")
+    config = DecodeConfig(max_new_tokens=32)
+    sequential = decode_sequential(model, tokenizer, [ids], config)[0]
+    asynchronous = decode_async(model, tokenizer, [ids], config, ReservationPolicy())[0]
+    assert asynchronous.token_ids == sequential.token_ids
+    assert asynchronous.text == asynchronous.annotated == sequential.text
+    assert asynchronous.stats.num_steps == 32 and asynchronous.stats.theoretical_speedup == 1.0
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0, top_p=0.95, seed=11)],
+                         ids=["greedy", "seeded"])
+def test_async_batch_gives_each_request_its_answer_alone(lively, sampling):
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
+    prompts = [prompt(tokenizer, "Tips", go), prompt(tokenizer, "Give three tips for sleeping well."),
+               prompt(tokenizer, "More tips, longer prompt here", go)]
+    config = DecodeConfig(max_new_tokens=20, max_chunk_tokens=7, sampling=sampling)
+    batch = decode_async(speaker, tokenizer, prompts, config, ReservationPolicy())
+    assert [r.stats.num_threads for r in batch] == [1, 0, 1]
+    for i, ids in enumerate(prompts):
+        alone = decode_async(speaker, tokenizer, [ids], config, ReservationPolicy(), seeds=[11 + i])[0]
+        assert (batch[i].token_ids, batch[i].text) == (alone.token_ids, alone.text)
+        assert batch[i].token_doc == alone.token_doc
+        assert batch[i].stats.num_steps == alone.stats.num_steps
+
+
+def test_streaming_yields_the_final_text_in_order(lively):
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer)
+    ids = prompt(tokenizer, "Tips", go)
+    config = DecodeConfig(max_new_tokens=32)
+    pieces = list(stream_async(speaker, tokenizer, ids, config, ReservationPolicy()))
+    received: list[str] = []
+    result = decode_async(speaker, tokenizer, [ids], config, ReservationPolicy(),
+                          on_text=lambda request, piece: received.append(piece))[0]
+    assert "".join(pieces) == "".join(received) == result.text
+    assert len(pieces) > 2
+    chunk_piece = next(i for i, p in enumerate(pieces) if "red" in p)
+    assert "after" not in "".join(pieces[:chunk_piece])  # text after the promise waits for the chunk
+
+
+def test_sequential_streaming_yields_the_final_text(lively):
+    model, tokenizer = lively
+    received: list[str] = []
+    result = decode_sequential(model, tokenizer, [prompt(tokenizer, "Hi")], DecodeConfig(max_new_tokens=16),
+                               on_text=lambda request, piece: received.append(piece))[0]
+    assert "".join(received) == result.text and len(received) > 1
+
+
+def test_malformed_model_output_is_cleaned_not_fatal(lively):
+    model, tokenizer = lively
+    tags = TagIds.from_tokenizer(tokenizer)
+    go, intro, apple, after = words(tokenizer, " Go", " First", " apple", " after")
+    # A promise whose count is a word, then </async> in the main thread, then a promise left open at eos.
+    speaker = Scripted(model, {
+        go: intro, intro: tags.promise, tags.promise: apple, apple: tags.promise_tokens, tags.promise_tokens: after,
+        after: tags.promise_end, tags.promise_end: tags.async_end, tags.async_end: tags.sync, tags.sync: tags.promise,
+    })
+    config = DecodeConfig(max_new_tokens=40)
+    result = decode_async(speaker, tokenizer, [prompt(tokenizer, "x", go)], config, ReservationPolicy())[0]
+    assert result.stats.malformed["bad_count"] >= 1
+    assert result.stats.malformed["async_tag_in_main"] >= 1
+    assert result.stats.num_threads == 0
+    assert result.text.startswith(" First apple after")
+    assert "<" not in result.text
+    assert plain_text(parse(result.annotated)) == result.text
+
+
+def test_chunk_overrunning_its_reservation_is_capped_and_counted(lively):
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
+    config = DecodeConfig(max_new_tokens=16, max_chunk_tokens=9)
+    result = decode_async(speaker, tokenizer, [prompt(tokenizer, "Tips", go)], config,
+                          ReservationPolicy("exact"))[0]
+    stats = result.stats
+    assert stats.num_overruns == 1  # tokens="3" but the chunk wrote 9
+    assert stats.malformed.get("chunk_cap") == 1
+    assert len(result.token_doc.chunks[0].body_ids) == 10  # 9 sampled + the closing <|async_end|>
+
+
+def test_async_needs_tag_tokens_and_says_how_to_add_them(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    with pytest.raises(PastaError, match="add_tag_tokens"):
+        decode_async(model, tokenizer, [[1, 2, 3]], DecodeConfig(max_new_tokens=4), ReservationPolicy())
+
+
+def test_empty_prompt_is_a_one_line_error(lively):
+    model, tokenizer = lively
+    with pytest.raises(PastaError, match="at least one token"):
+        decode_sequential(model, tokenizer, [[]], DecodeConfig(max_new_tokens=4))
+
+
+def test_teacher_forcing_rejects_a_chunk_without_its_closing_tag(lively):
+    model, tokenizer = lively
+    doc = token_doc(tokenizer, STRUCTURES[2])
+    broken = type(doc)(doc.main_ids, [type(c)(c.opener_ids, c.body_ids[:-1], c.num_predicted) for c in doc.chunks],
+                       doc.tag_ids)
+    with pytest.raises(PastaError, match="async_end"):
+        teacher_forced_logprobs(model, tokenizer, [1, 2], broken, ReservationPolicy())

@@ -1,0 +1,285 @@
+"""The interpreter alone, no model: scripted token streams through fork, join, limits and malformed tags.
+
+A fake vocabulary stands in for the tokenizer (ids 1..9 are words, 10..19 the digits 0..9, 90 eos, 100.. tags),
+and `drive` plays each thread's script, checking the bookkeeping the runner would hand to the model.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pasta.decoding import DecodeConfig
+from pasta.decoding.interpreter import MAIN_ROW, PAD_ROW, Interpreter
+from pasta.decoding.runner import step_inputs
+from pasta.lang import ReservationPolicy, TagIds, parse, plain_text, schedule
+
+TAGS = TagIds(promise=100, promise_tokens=101, promise_end=102, async_start=103, async_body=104, async_end=105,
+              sync=106)
+EOS = 90
+WORDS = {1: "Tips", 2: " one", 3: " two", 4: ":", 5: " sleep", 6: " early", 7: " walk", 8: '"', 9: "\n",
+         **{10 + d: str(d) for d in range(10)}}
+P, PT, PE, AS, AB, AE, SY = 100, 101, 102, 103, 104, 105, 106
+
+
+def decode(ids):
+    return "".join(WORDS.get(i, "") for i in ids)
+
+
+def promise(topic_ids, count):
+    return [P, *topic_ids, PT, *[10 + int(d) for d in str(count)], PE]
+
+
+def interpreter(config=None, policy=None, prompt=(1, 4)):
+    return Interpreter(list(prompt), tag_ids=TAGS, eos_ids={EOS}, policy=policy or ReservationPolicy("exact"),
+                       config=config or DecodeConfig(max_new_tokens=64), decode=decode, capacity=8)
+
+
+def drive(it, main, chunks=(), max_steps=500, on_plan=None):
+    """Play the scripts (main-thread tokens, then each chunk's tokens in fork order). Returns the plans;
+    `on_plan(plan)` sees each plan before its tokens are committed."""
+    scripts = {0: list(main), **{k + 1: list(c) for k, c in enumerate(chunks)}}
+    plans = []
+    while not it.done and len(plans) < max_steps:
+        plan = it.plan()
+        plans.append(plan)
+        if on_plan:
+            on_plan(plan)
+        it.commit(plan, [scripts[thread].pop(0) for thread in plan.sample_threads])
+    assert it.done, "the interpreter never finished"
+    return plans
+
+
+# --- fork, join, positions ------------------------------------------------------------------------------------
+
+
+def test_chunk_opener_rides_with_its_promise_end_and_starts_one_position_later():
+    it = interpreter(policy=ReservationPolicy("exact"))
+    main = [1, *promise([5], 3), 2, EOS]
+    plans = drive(it, main, [[6, 7, AE]])
+    fork_step = next(p for p in plans if PE in p.token_ids)
+    pe = fork_step.token_ids.index(PE)
+    assert fork_step.token_ids[pe + 1 :] == [AS, 5, AB]
+    pe_position = fork_step.positions[pe]
+    assert fork_step.positions[pe + 1 :] == [pe_position + 1, pe_position + 2, pe_position + 3]
+    # main goes on after the reservation: opener (3) + N (3) + async_end (1)
+    next_main = next(p for p in plans[plans.index(fork_step) + 1 :] if 2 in p.token_ids)
+    assert next_main.positions[next_main.token_ids.index(2)] == pe_position + 1 + 3 + 3 + 1
+    # the fork step samples for the main thread and for the chunk
+    assert fork_step.sample_threads == [0, 1]
+
+
+def test_sync_waits_for_the_chunk_and_feeds_its_async_end_before_the_sync():
+    it = interpreter()
+    main = [*promise([5], 4), SY, 2, EOS]
+    plans = drive(it, main, [[6, 6, 6, 7, AE]])
+    join = next(p for p in plans if SY in p.token_ids)
+    assert join.token_ids == [AE, SY]
+    assert join.sample_threads == [0]
+    # while the chunk runs after the sync was sampled, only the chunk feeds
+    waiting = plans[plans.index(join) - 1]
+    assert waiting.threads == [1]
+
+
+def test_steps_and_tokens_match_the_schedule():
+    from pasta.lang import TokenChunk, TokenDoc
+
+    main = [1, *promise([5], 2), *promise([6], 9), 3, SY, 2, *promise([7], 1), 4, EOS]
+    chunks = [[6, AE], [7, 7, 7, 7, 7, AE], [2, 2, AE]]
+    it = interpreter()
+    plans = drive(it, main, chunks)
+    doc = TokenDoc(main, [TokenChunk([AS, 0, AB], c, 1) for c in chunks], TAGS)
+    expected = schedule(doc)
+    assert (it.num_steps, it.num_sampled) == (expected.num_steps, expected.num_tokens) == (len(plans), doc.num_tokens)
+
+
+def test_main_rows_never_see_unjoined_chunks_and_chunks_never_see_each_other():
+    it = interpreter()
+    main = [*promise([5], 2), *promise([6], 2), 3, 3, SY, 2, EOS]
+    owner = {}  # slot -> thread
+    joined = []
+
+    def check(plan):
+        for i, thread in enumerate(plan.threads):
+            owner[plan.start_slot + i] = thread
+        inputs = step_inputs([plan], [it], 0, plan.start_slot + len(plan.token_ids), torch.float32, "cpu")
+        visible = inputs["attention_mask"][0, 0] == 0  # [q, used]
+        for i, thread in enumerate(plan.threads):
+            seen = {owner[s] for s in range(visible.shape[1]) if visible[i, s]}
+            if thread != 0:
+                assert seen <= {0, thread}, (thread, seen)
+            elif plan.token_ids[i] == SY or joined:
+                joined.append(True)
+                assert seen == {0, 1, 2}, seen
+            else:
+                assert seen == {0}, seen
+
+    drive(it, main, [[6, 6, AE], [7, 7, AE]], on_plan=check)
+    assert joined
+
+
+def test_queued_promises_start_when_a_running_chunk_closes():
+    it = interpreter(DecodeConfig(max_new_tokens=64, max_threads=1))
+    main = [*promise([5], 2), *promise([6], 2), SY, EOS]
+    plans = drive(it, main, [[6, 6, 6, 6, AE], [7, AE]])
+    running = [sum(1 for t in p.sample_threads if t > 0) for p in plans]
+    assert max(running) == 1
+    last_chunk_step = max(i for i, p in enumerate(plans) if 1 in p.sample_threads)
+    second_opener = next(i for i, p in enumerate(plans) if 2 in p.threads)
+    assert second_opener == last_chunk_step + 1
+    assert it.text() == decode([6, 6, 6, 6]) + decode([7])
+    assert it.num_threads == 2
+
+
+def test_promise_end_as_the_last_allowed_main_token_still_forks():
+    it = interpreter(DecodeConfig(max_new_tokens=len(promise([5], 2))))
+    drive(it, promise([5], 2), [[6, 6, AE]])
+    assert it.finish_reason == "max_new_tokens"
+    assert it.text() == decode([6, 6])
+    assert it.num_threads == 1
+
+
+def test_visibility_rows_are_reused_after_a_join():
+    it = interpreter()
+    main = []
+    chunks = []
+    for topic in (5, 6, 7, 5, 6, 7):
+        main += [*promise([topic], 1), SY]
+        chunks.append([topic, AE])
+    drive(it, [*main, EOS], chunks)
+    assert it.vis.shape[0] == 2 + it.config.max_threads  # never grew
+    assert it.vis[PAD_ROW].sum() == 1 and it.vis[PAD_ROW, 0]
+
+
+# --- text, annotated, token_doc ---------------------------------------------------------------------------------
+
+
+def test_text_splices_chunks_at_their_promises_and_annotated_parses_back():
+    it = interpreter()
+    main = [1, 4, *promise([5], 2), *promise([6], 2), SY, 9, 7, EOS]
+    drive(it, main, [[2, 3, AE], [3, AE]])
+    assert it.text() == "Tips: one two two\n walk"
+    doc = parse(it.annotated())
+    assert plain_text(doc) == it.text()
+    assert [p.topic for p in doc.promises] == [" sleep", " early"]
+    assert [p.num_tokens for p in doc.promises] == [2, 2]
+    token_doc = it.token_doc()
+    assert token_doc.main_ids == main
+    assert [c.body_ids for c in token_doc.chunks] == [[2, 3, AE], [3, AE]]
+
+
+def test_final_text_grows_as_a_prefix_and_holds_text_after_an_open_chunk():
+    it = interpreter()
+    main = [1, *promise([5], 2), 2, 3, EOS]
+    scripts = {0: list(main), 1: [6, 6, 6, 6, 6, AE]}
+    seen = []
+    while not it.done:
+        plan = it.plan()
+        it.ensure_capacity(plan.start_slot + len(plan.token_ids))
+        it.commit(plan, [scripts[t].pop(0) for t in plan.sample_threads])
+        seen.append(it.final_text())
+    for before, after in zip(seen, seen[1:], strict=False):
+        assert after.startswith(before)
+    assert "Tips" in seen[1] and " one" not in seen[-3]  # main text after the promise waits for the chunk
+    assert seen[-1] == it.text() == "Tips" + " early" * 5 + " one two"
+
+
+# --- malformed output ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("main", "kind", "text"),
+    [
+        ([1, P, 5, 6, EOS], "unclosed_promise", "Tips sleep early"),
+        ([1, P, 5, P, 6, PT, 12, PE, SY, EOS], "unclosed_promise", "Tips sleep early"),
+        ([1, P, 5, SY, 2, EOS], "unclosed_promise", "Tips sleep one"),
+        ([1, P, 5, 8, PT, 12, PE, 2, EOS], "bad_topic", 'Tips sleep"2 one'),
+        ([1, P, PT, 12, PE, 2, EOS], "bad_topic", "Tips2 one"),
+        ([1, P, *[5] * 101, PT, 12, PE, EOS], "bad_topic", "Tips" + " sleep" * 101 + "2"),
+        ([1, P, 5, PT, 1, PE, 2, EOS], "bad_count", "Tips sleepTips one"),
+        ([1, P, 5, PT, PE, 2, EOS], "bad_count", "Tips sleep one"),
+        ([1, P, 5, PE, 2, EOS], "bad_count", "Tips sleep one"),
+        ([1, P, 5, PT, 10, PE, 2, EOS], "bad_count", "Tips sleep0 one"),
+        ([1, AE, 2, AS, AB, EOS], "async_tag_in_main", "Tips one"),
+        ([1, PT, 2, PE, EOS], "stray_promise_tag", "Tips one"),
+    ],
+)
+def test_malformed_main_thread_falls_back_to_literal_text(main, kind, text):
+    chunks = [[6, AE]] if main.count(PE) and kind == "unclosed_promise" and SY in main[main.index(PE) :] else []
+    it = interpreter(DecodeConfig(max_new_tokens=200))
+    drive(it, main, chunks)
+    assert it.malformed[kind] >= 1
+    assert it.text() == text
+    assert it.num_threads == len(chunks)
+    assert plain_text(parse(it.annotated())) == it.text()
+    it.token_doc()  # a valid TokenDoc
+
+
+def test_duplicate_topic_in_one_group_is_literal_and_allowed_after_a_sync():
+    it = interpreter()
+    main = [*promise([5], 1), *promise([5], 1), SY, *promise([5], 1), EOS]
+    drive(it, main, [[6, AE], [7, AE]])
+    assert it.malformed == {"duplicate_topic": 1}
+    assert it.num_threads == 2
+    assert it.text() == " early sleep1 walk"
+
+
+@pytest.mark.parametrize(
+    ("chunk", "kind", "content"),
+    [
+        ([6, P, 7, AE], "tag_in_chunk", " early walk"),
+        ([6, SY, 7, AE], "tag_in_chunk", " early walk"),
+        ([6, AB, 7, AE], "tag_in_chunk", " early walk"),
+        ([6, 7, EOS], "eos_in_chunk", " early walk"),
+        ([6, 7, 6, 7, 6, 7], "chunk_cap", " early walk early walk"),
+        ([AE], "empty_chunk", ""),
+    ],
+)
+def test_malformed_chunk_is_cleaned_and_counted(chunk, kind, content):
+    it = interpreter(DecodeConfig(max_new_tokens=64, max_chunk_tokens=4))
+    drive(it, [1, *promise([5], 2), SY, 2, EOS], [chunk])
+    assert it.malformed[kind] == 1
+    assert it.text() == "Tips" + content + " one"
+    doc = it.token_doc()
+    assert all(t not in TAGS.all for t in doc.main_ids if t not in (P, PT, PE, SY))
+    for c in doc.chunks:
+        assert c.body_ids[-1] == AE and not set(c.body_ids[:-1]) & TAGS.all
+
+
+def test_overrun_of_the_reservation_is_counted_and_the_chunk_keeps_going():
+    it = interpreter(policy=ReservationPolicy("exact"))
+    drive(it, [*promise([5], 1), SY, EOS], [[6, 6, 6, 6, AE]])
+    assert it.num_overruns == 1
+    assert it.text() == " early" * 4
+    assert not it.malformed
+
+
+def test_eos_ends_the_main_thread_while_chunks_run_on():
+    it = interpreter()
+    plans = drive(it, [*promise([5], 1), EOS], [[6, 6, 6, AE]])
+    assert it.finish_reason == "eos"
+    assert plans[-1].threads == [1]
+    assert it.text() == " early" * 3
+
+
+def test_max_total_tokens_stops_every_thread():
+    it = interpreter(DecodeConfig(max_new_tokens=64, max_total_tokens=12))
+    drive(it, [*promise([5], 9), *promise([6], 9), 2, 2, 2, 2, 2, 2, 2], [[6] * 20, [7] * 20])
+    assert it.num_sampled == 12
+    assert it.finish_reason == "max_total_tokens"
+    assert it.token_doc().chunks[0].body_ids[-1] == AE
+
+
+def test_stop_string_in_main_text_truncates_it():
+    it = interpreter(DecodeConfig(max_new_tokens=64, stop_strings=(" two",)))
+    drive(it, [1, 2, 3, 5, 6], [])
+    assert it.finish_reason == "stop_string"
+    assert it.text() == "Tips one"
+    assert it.main_ids == [1, 2, 3]
+
+
+def test_main_row_and_pad_row_are_reserved():
+    it = interpreter()
+    plan = it.plan()
+    assert plan.rows == [MAIN_ROW, MAIN_ROW] and plan.positions == [0, 1] and plan.sample_feeds == [1]
+    assert it.vis[PAD_ROW, 0]
