@@ -137,3 +137,19 @@ def test_run_entry_cfg_job_shows_overrides(fake_stage):
     assert result.returncode == 0, result.stderr
     cfg = yaml.safe_load(result.stdout)
     assert cfg["model"]["name"] == "tiny" and cfg["seed"] == 7
+
+
+def test_models_prepare_prints_the_cached_folder_and_complete_answers(tmp_path):
+    prepared = _run(["-m", "pasta.models", "prepare", "model=tiny"], cwd=tmp_path)
+    assert prepared.returncode == 0, prepared.stderr
+    assert Path(prepared.stdout.strip(), "config.json").is_file()
+    answered = _run(["-m", "pasta.models", "complete", "model=tiny", "--prompt", "Hi", "--max-new-tokens", "3"],
+                    cwd=tmp_path)
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.startswith("user: Hi\nassistant:")
+
+
+def test_models_cli_reports_a_bad_model_path_in_one_line(tmp_path):
+    result = _run(["-m", "pasta.models", "prepare", f"model.path={tmp_path / 'nowhere'}"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: model.path={tmp_path / 'nowhere'} is not a folder"
