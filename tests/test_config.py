@@ -24,7 +24,7 @@ GROUP_PRIMARIES = {
     "stage": {"train"},
     "judge": {"train"},
     "experiment": {"train"},
-    "decode": {"generate"},
+    "decoding": {"generate"},
     "eval": {"eval"},
     "eval_data": {"eval"},
 }
