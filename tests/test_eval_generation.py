@@ -96,6 +96,15 @@ def test_rerun_into_a_directory_of_another_decode_mode_is_refused(tmp_path):
         generate(tmp_path, "async", "eval.limit=1", "eval.generator=same-name")
 
 
+def test_resuming_on_another_machine_is_refused(tmp_path):
+    generate(tmp_path, "sequential", "eval.limit=1", "num_threads=1")
+    meta_path = tmp_path / "run" / "run.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "device": "cpu: another machine, 64 threads"}))
+    with pytest.raises(PastaError, match="holds a run with device='cpu: another machine, 64 threads'"):
+        generate(tmp_path, "sequential", "eval.limit=1", "num_threads=1")
+
+
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(PastaError, match="model.path=.*no-such-checkpoint"):
         generate(tmp_path, "async", "eval.limit=1", f"model.path={tmp_path / 'no-such-checkpoint'}")

@@ -36,8 +36,9 @@ from pasta.evaluation.run_files import MODEL_OUTPUTS, RUN_META, STATS, read_json
 log = logging.getLogger(__name__)
 
 DECODE_MODES = ("async", "sequential", "sot")
-# run.json keys that must match for a rerun to resume into the same directory.
-RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "decoding")
+# run.json keys that must match for a rerun to resume into the same directory (the device too: wall times
+# from two machines in one run would make its speedups meaningless).
+RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "decoding", "device")
 
 
 def device_description(device: str) -> str:
