@@ -321,3 +321,36 @@ def test_resume_on_other_data_is_refused(records, two_records, tmp_path, monkeyp
     other.write_text("".join(json.dumps(r) + "\n" for r in records[2:4]))
     with pytest.raises(PastaError, match="trained on other data"):
         run_sft(sft_cfg(tmp_path, other, *common, "resume=true"))
+
+
+def test_entry_point_reports_unusable_data_in_one_line_with_exit_code_2(records, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "rejected.jsonl"
+    data.write_text(json.dumps({**records[0], "accepted": False}) + "\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pasta.train",
+            "stage=sft",
+            "model=tiny",
+            f"data.path={data}",
+            f"output_dir={tmp_path / 'run'}",
+            "device=cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: no usable training records out of 1 (1 not_accepted)")
+    )
+    assert "Traceback" not in done.stderr

@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pasta.errors import PastaError
+
+
+def mixed_precision_flags(setting: str, device: str) -> dict[str, bool]:
+    """TrainingArguments' bf16/fp16 from `stage.mixed_precision`."""
+    import torch
+
+    if setting == "auto":
+        cuda_bf16 = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        setting = "bf16" if cuda_bf16 else "no"
+    return {"bf16": setting == "bf16", "fp16": setting == "fp16"}
 
 
 @dataclass
@@ -71,7 +82,39 @@ class OptimSettings:
         default="none", metadata={"help": "transformers report_to: none, tensorboard, wandb"}
     )
 
+    def trainer_kwargs(self, checkpoint_dir: Path, cfg: DictConfig) -> dict[str, Any]:
+        """Keyword arguments of TRL's SFTConfig/DPOConfig. CPU-safe: TRL itself defaults to bf16 and gradient
+        checkpointing, which a CPU cannot use or does not need."""
+        from pasta.config import resolve_device
+
+        device = resolve_device(cfg.get("device", "auto"))
+        return dict(
+            output_dir=str(checkpoint_dir),
+            num_train_epochs=self.epochs,
+            max_steps=self.max_steps,
+            per_device_train_batch_size=self.batch_size,
+            gradient_accumulation_steps=self.grad_accum,
+            learning_rate=self.learning_rate,
+            lr_scheduler_type=self.lr_scheduler,
+            warmup_steps=self.warmup_ratio,  # transformers reads a value below 1 as a fraction of the steps
+            weight_decay=self.weight_decay,
+            max_grad_norm=self.max_grad_norm,
+            gradient_checkpointing=self.gradient_checkpointing,
+            **mixed_precision_flags(self.mixed_precision, device),
+            use_cpu=device == "cpu",
+            save_strategy="steps",
+            save_steps=self.save_steps,
+            save_total_limit=self.save_total_limit,
+            logging_steps=self.logging_steps,
+            report_to=self.report_to,
+            seed=int(cfg.get("seed") or 0),
+            remove_unused_columns=False,  # the collators need every column of our examples
+            dataloader_num_workers=0,
+        )
+
     def validate(self) -> None:
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise PastaError(f"stage.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
         if self.finetune not in ("lora", "full"):
             raise PastaError(f"stage.finetune={self.finetune} is not one of lora, full")
         if self.too_long not in ("truncate", "skip"):

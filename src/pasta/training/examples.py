@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from pasta.errors import PastaError
 from pasta.lang import (
     Document,
@@ -48,6 +50,16 @@ class ExampleStats:
             "num_truncated": self.num_truncated,
             "skipped": dict(sorted(self.skipped.items())),
         }
+
+
+# `data.strip_annotations` rides on the data config but is training's own switch, not a loader field.
+TRAINING_DATA_KEYS = ("strip_annotations",)
+
+
+def loader_config(data_cfg: DictConfig) -> dict[str, Any]:
+    """`cfg.data` without training's own keys, for `pasta.data.load_instructions`."""
+    raw = OmegaConf.to_container(data_cfg, resolve=True)
+    return {k: v for k, v in raw.items() if k not in TRAINING_DATA_KEYS}
 
 
 class SkipRecord(Exception):

@@ -15,8 +15,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
 from pasta.lang.tokens import TagIds
 from pasta.training.config import LoraSettings, OptimSettings
 
@@ -68,14 +66,6 @@ def expose_head_bias(model) -> None:
     head = model.get_output_embeddings()
     if isinstance(head, TrainableTokensWrapper) and "bias" not in vars(head):
         vars(head)["bias"] = head.token_adapter.base_layer.bias
-
-
-def mixed_precision_flags(setting: str, device: str) -> dict[str, bool]:
-    """TrainingArguments' bf16/fp16 from `stage.mixed_precision` (TRL's own default is bf16 even on a CPU)."""
-    if setting == "auto":
-        cuda_bf16 = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        setting = "bf16" if cuda_bf16 else "no"
-    return {"bf16": setting == "bf16", "fp16": setting == "fp16"}
 
 
 def save_model_folder(model, tokenizer, target: Path) -> Path:

@@ -46,11 +46,10 @@ from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import encode_prompt, load_model
 from pasta.training.collator import PairCollator
 from pasta.training.config import PrefSettings, settings_from_cfg
-from pasta.training.examples import example_from_doc
+from pasta.training.examples import example_from_doc, loader_config
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
 from pasta.training.pairs import Scored, best_and_worst, combined_score
 from pasta.training.runs import checkpoint_to_resume, resolve_output_dir, write_train_info
-from pasta.training.sft import loader_config, training_arguments
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +289,7 @@ def train_round(
     checkpoint_dir = round_dir / "checkpoints"
     resume_from = checkpoint_to_resume(checkpoint_dir, resume)
     args = DPOConfig(
-        **training_arguments(settings, checkpoint_dir, cfg),
+        **settings.trainer_kwargs(checkpoint_dir, cfg),
         loss_type=["sft", "ipo"],
         loss_weights=[settings.alpha, 1.0 - settings.alpha],
         beta=settings.beta,

@@ -11,22 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from pasta.config import resolve_device
 from pasta.data import load_instructions
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import load_model
 from pasta.training.collator import LayoutCollator
-from pasta.training.config import OptimSettings, SFTSettings, settings_from_cfg
-from pasta.training.examples import build_sft_examples, examples_sha256
+from pasta.training.config import SFTSettings, settings_from_cfg
+from pasta.training.examples import build_sft_examples, examples_sha256, loader_config
 from pasta.training.modeling import (
     check_sharding,
     expose_head_bias,
     lora_config,
-    mixed_precision_flags,
     save_base_once,
     save_final,
 )
@@ -38,44 +35,6 @@ from pasta.training.runs import (
 )
 
 log = logging.getLogger(__name__)
-
-# `data.strip_annotations` rides on the data config but is training's own switch, not a loader field.
-TRAINING_DATA_KEYS = ("strip_annotations",)
-
-
-def loader_config(data_cfg: DictConfig) -> dict[str, Any]:
-    raw = OmegaConf.to_container(data_cfg, resolve=True)
-    return {k: v for k, v in raw.items() if k not in TRAINING_DATA_KEYS}
-
-
-def training_arguments(settings: OptimSettings, checkpoint_dir: Path, cfg: DictConfig) -> dict[str, Any]:
-    """Keyword arguments of TRL's SFTConfig/DPOConfig from our settings; CPU-safe (TRL defaults to bf16 and
-    gradient checkpointing)."""
-    device = resolve_device(cfg.get("device", "auto"))
-    return dict(
-        output_dir=str(checkpoint_dir),
-        num_train_epochs=settings.epochs,
-        max_steps=settings.max_steps,
-        per_device_train_batch_size=settings.batch_size,
-        gradient_accumulation_steps=settings.grad_accum,
-        learning_rate=settings.learning_rate,
-        lr_scheduler_type=settings.lr_scheduler,
-        warmup_steps=settings.warmup_ratio,  # transformers reads a value below 1 as a fraction of the steps
-        weight_decay=settings.weight_decay,
-        max_grad_norm=settings.max_grad_norm,
-        gradient_checkpointing=settings.gradient_checkpointing,
-        **mixed_precision_flags(settings.mixed_precision, device),
-        use_cpu=device == "cpu",
-        save_strategy="steps",
-        save_steps=settings.save_steps,
-        save_total_limit=settings.save_total_limit,
-        logging_steps=settings.logging_steps,
-        report_to=settings.report_to,
-        seed=int(cfg.get("seed") or 0),
-        remove_unused_columns=False,  # the collator needs every column of our examples
-        dataloader_num_workers=0,
-        disable_tqdm=False,
-    )
 
 
 def run_sft(cfg: DictConfig) -> Path:
@@ -120,7 +79,7 @@ def run_sft(cfg: DictConfig) -> Path:
         if not settings.merge_lora:
             save_base_once(model, tokenizer, output_dir / "base")
     args = SFTConfig(
-        **training_arguments(settings, checkpoint_dir, cfg),
+        **settings.trainer_kwargs(checkpoint_dir, cfg),
         dataset_kwargs={"skip_prepare_dataset": True},
         packing=False,
         max_length=None,
