@@ -15,9 +15,9 @@ from test_eval_quality import make_run, sample_instructions
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def run_eval(*overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_eval(tmp_path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pasta.eval", *overrides],
+        [sys.executable, "-m", "pasta.eval", f"hydra.run.dir={tmp_path / 'hydra'}", *overrides],
         env={**os.environ, **OFFLINE, **(env or {})}, capture_output=True, text=True, timeout=300,
     )
 
@@ -30,11 +30,11 @@ def test_alpaca_eval_weighted_gpt4_turbo_annotator_runs_against_a_compatible_ser
     with start_chat_server(tmp_path, rules=rules) as (base_url, _):
         env = {"OPENAI_API_BASE": base_url, "OPENAI_API_KEY": "sk-test"}
         common = ["eval.mode=score", f"output_dir={run}", "eval.annotators_config=weighted_alpaca_eval_gpt4_turbo"]
-        first = run_eval(*common, "eval.limit=2", env=env)
+        first = run_eval(tmp_path, *common, "eval.limit=2", env=env)
         assert first.returncode == 0, first.stderr[-2000:]
         assert server_stats(base_url)["chat_requests"] == 2
         # One more prompt: only its pair is asked for, the first two come from alpaca_eval's cache.
-        second = run_eval(*common, "eval.limit=3", env=env)
+        second = run_eval(tmp_path, *common, "eval.limit=3", env=env)
         assert second.returncode == 0, second.stderr[-2000:]
         assert server_stats(base_url)["chat_requests"] == 3
     results = run / "weighted_alpaca_eval_gpt4_turbo"
@@ -47,7 +47,7 @@ def test_alpaca_eval_weighted_gpt4_turbo_annotator_runs_against_a_compatible_ser
 
 
 def test_missing_run_directory_is_one_line_error_with_exit_code_2(tmp_path):
-    result = run_eval("eval.mode=score", f"output_dir={tmp_path / 'nowhere'}", "judge=openai")
+    result = run_eval(tmp_path, "eval.mode=score", f"output_dir={tmp_path / 'nowhere'}", "judge=openai")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "model_outputs.json not found" in result.stderr
@@ -56,6 +56,6 @@ def test_missing_run_directory_is_one_line_error_with_exit_code_2(tmp_path):
 
 def test_report_of_a_folder_that_was_never_scored_is_one_line_error(tmp_path):
     (tmp_path / "run").mkdir()
-    result = run_eval(f"report=[{tmp_path / 'run'}]", f"output_dir={tmp_path / 'report'}")
+    result = run_eval(tmp_path, f"report=[{tmp_path / 'run'}]", f"output_dir={tmp_path / 'report'}")
     assert result.returncode == 2
     assert "summary.json of" in result.stderr and "Traceback" not in result.stderr

@@ -294,3 +294,57 @@ def test_any_alpaca_eval_outputs_file_is_scored_against_the_gpt4_turbo_reference
     # No answer says BEST, so the scripted judge's position bias cancels: every pair is a tie.
     assert (quality["win_rate"], quality["n_total"]) == (50.0, 3)
     assert (quality["generator"], quality["reference"]) == ("alpaca-7b", "gpt4_1106_preview")
+
+
+# ------------------------------------------------------------------ official LC, with a stand-in df_gamed.csv
+
+
+def fake_hub_file(cache_dir: Path, filename: str, frame: pd.DataFrame) -> None:
+    """Put `filename` of the tatsu-lab/alpaca_eval dataset into a hub cache, as a download would have."""
+    repo = cache_dir / "datasets--tatsu-lab--alpaca_eval"
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    frame.to_csv(repo / "snapshots" / commit / filename, index=False)
+
+
+def test_official_lc_looks_up_instruction_difficulty_by_alpaca_eval_position(shared_data_dir, tmp_path, monkeypatch):
+    import alpaca_eval.constants
+    import alpaca_eval.metrics
+    import numpy as np
+
+    # A stand-in for alpaca_eval's df_gamed.csv (not its numbers): two length-gamed baselines on all 805 prompts.
+    rng = np.random.default_rng(0)
+    gamed = pd.concat([
+        pd.DataFrame({"model": name, "index": np.arange(805), "preference": rng.uniform(0, 1, 805),
+                      "std_delta_len": rng.normal(sign, 0.5, 805), "instruction_difficulty": rng.normal(0, 1, 805),
+                      "not_gamed_baseline": False})
+        for name, sign in (("verbose", -1.0), ("concise", 1.0))
+    ])
+    fake_hub_file(tmp_path / "hub", "df_gamed.csv", gamed)
+    monkeypatch.setattr(alpaca_eval.constants, "DEFAULT_CACHE_DIR", str(tmp_path / "hub"))
+    # alpaca_eval reads a row's instruction difficulty at the frame's index: record what it is given.
+    given = []
+    real_lc = alpaca_eval.metrics.get_length_controlled_winrate
+
+    def spy(frame, **kwargs):
+        given.append(frame.copy())
+        return real_lc(frame, **kwargs)
+
+    monkeypatch.setattr(alpaca_eval.metrics, "get_length_controlled_winrate", spy)
+
+    annotations = json.loads((shared_data_dir / FIXTURE_ANNOTATIONS).read_text())
+    positions = {a["instruction"]: index for index, a in enumerate(annotations)}  # the fixture is in AlpacaEval order
+    subset = tmp_path / "subset.json"  # 300 prompts from the end of the set, shuffled
+    subset.write_text(json.dumps([annotations[i] for i in np.random.default_rng(1).permutation(range(505, 805))]))
+    results = []
+    for path in (shared_data_dir / FIXTURE_ANNOTATIONS, subset):
+        cfg = compose("eval", ["eval_data=alpaca_eval", f"eval.annotations={path}", f"output_dir={tmp_path / path.stem}"])
+        results.append(evaluate(cfg)["summary"]["quality"])
+    for frame in given:
+        assert list(frame.index) == [positions[instruction] for instruction in frame["instruction"]]
+    assert len(given) == 2 and len(given[1]) == 300
+    assert results[0]["lc_method"] == "alpaca_eval length_controlled_v1"
+    assert 0 < results[0]["length_controlled_winrate"] < 100
+    assert (results[0]["comparable_with_leaderboard"], results[1]["comparable_with_leaderboard"]) == (True, False)
