@@ -365,3 +365,23 @@ def test_a_crashed_round_resumes_without_redoing_finished_work(sft_folder, tmp_p
     assert (out / "round-1" / "scores.jsonl").read_text() == round_1_scores
     assert (out / "round-2" / "scores.jsonl").read_text() == round_2_scores
     assert (final / "config.json").is_file()
+
+
+def test_baseline_reference_is_decoded_once_and_reused(sft_folder, tmp_path, monkeypatch):
+    from pasta.training import pref
+
+    cfg = rounds_cfg(tmp_path, sft_folder, "stage.reference=baseline", f"stage.baseline_model={sft_folder}")
+    settings = settings_from_cfg(cfg.stage)
+    records = read_jsonl(ANNOTATED)[:3]
+    out = tmp_path / "refs"
+    out.mkdir()
+    answers = pref.reference_answers(records, settings, cfg, out)
+    assert sorted(answers) == sorted(pref.prompt_key(r) for r in records)
+    assert all(isinstance(text, str) for text in answers.values())
+    assert len(read_jsonl(out / "baseline_answers.jsonl")) == 3
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the baseline is decoded once")
+
+    monkeypatch.setattr(pref, "load_model", no_model)
+    assert pref.reference_answers(records, settings, cfg, out) == answers
