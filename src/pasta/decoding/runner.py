@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pasta.decoding.attention import grouped_query_sdpa
 from pasta.decoding.cache import SlotCache
 from pasta.decoding.interpreter import PAD_ROW, Interpreter, StepPlan
 
@@ -74,43 +75,44 @@ def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: i
     cache = SlotCache.for_model(model, capacity)
     active = list(range(len(interpreters)))
     first = True
-    while active:
-        started = time.perf_counter()
-        members = [interpreters[r] for r in active]
-        plans = [interpreter.plan() for interpreter in members]
-        num_new = max(len(p.token_ids) for p in plans)
-        cache.begin_step([p.start_slot for p in plans], num_new, device)
-        for interpreter in members:
-            interpreter.ensure_capacity(cache.capacity)
-        inputs = step_inputs(plans, members, pad_id, cache.used_length, dtype, device)
-        planned = time.perf_counter()
+    with grouped_query_sdpa(model):
+        while active:
+            started = time.perf_counter()
+            members = [interpreters[r] for r in active]
+            plans = [interpreter.plan() for interpreter in members]
+            num_new = max(len(p.token_ids) for p in plans)
+            cache.begin_step([p.start_slot for p in plans], num_new, device)
+            for interpreter in members:
+                interpreter.ensure_capacity(cache.capacity)
+            inputs = step_inputs(plans, members, pad_id, cache.used_length, dtype, device)
+            planned = time.perf_counter()
 
-        logits = model(**inputs, past_key_values=cache, use_cache=True).logits  # [num kept rows, V]
-        offset = 0
-        chosen = []
-        for r, plan in zip(active, plans, strict=True):
-            num_rows = len(plan.sample_feeds)
-            chosen.append(choose(r, logits[offset : offset + num_rows], plan.sample_threads))
-            offset += num_rows
-        sampled = time.perf_counter()
+            logits = model(**inputs, past_key_values=cache, use_cache=True).logits  # [num kept rows, V]
+            offset = 0
+            chosen = []
+            for r, plan in zip(active, plans, strict=True):
+                num_rows = len(plan.sample_feeds)
+                chosen.append(choose(r, logits[offset : offset + num_rows], plan.sample_threads))
+                offset += num_rows
+            sampled = time.perf_counter()
 
-        for interpreter, plan, token_ids in zip(members, plans, chosen, strict=True):
-            interpreter.commit(plan, token_ids)
-        finished = time.perf_counter()
+            for interpreter, plan, token_ids in zip(members, plans, chosen, strict=True):
+                interpreter.commit(plan, token_ids)
+            finished = time.perf_counter()
 
-        bookkeeping = (planned - started) + (finished - sampled)
-        for r in active:
-            clock = clocks[r]
-            clock.bookkeeping_s += bookkeeping
-            if first:
-                clock.prefill_s = finished - started
-            else:
-                clock.decode_s += finished - started
-        first = False
-        stepped = active
-        keep = [b for b, r in enumerate(active) if not interpreters[r].done]
-        if len(keep) < len(active):
-            active = [active[b] for b in keep]
-            if keep:
-                cache.keep(keep)
-        yield stepped
+            bookkeeping = (planned - started) + (finished - sampled)
+            for r in active:
+                clock = clocks[r]
+                clock.bookkeeping_s += bookkeeping
+                if first:
+                    clock.prefill_s = finished - started
+                else:
+                    clock.decode_s += finished - started
+            first = False
+            stepped = active
+            keep = [b for b, r in enumerate(active) if not interpreters[r].done]
+            if len(keep) < len(active):
+                active = [active[b] for b in keep]
+                if keep:
+                    cache.keep(keep)
+            yield stepped
