@@ -286,13 +286,10 @@ def test_hf_judge_builds_from_the_composed_config_group():
 
 
 @pytest.fixture(scope="module")
-def tiny_hf_judge():
-    from pasta.config import compose
+def tiny_hf_judge(tiny_model_and_tokenizer):
     from pasta.judges.hf_judge import HFJudge, HFJudgeConfig
-    from pasta.models import build_tiny_model, load_tokenizer
 
-    tokenizer = load_tokenizer(compose("generate", ["model=tiny"]).model)
-    model = build_tiny_model(tokenizer)
+    model, tokenizer = tiny_model_and_tokenizer
     return lambda **kw: HFJudge(HFJudgeConfig(progress=False, **kw), model, tokenizer, model_name="tiny")
 
 
