@@ -30,6 +30,7 @@ T = TypeVar("T")
 EMPTY_REPLY = "empty_reply"
 REFUSED = "refused"
 TRUNCATED = "truncated"
+DIVERGED = "diverged"  # generation was stopped early: the answer had left the response's text
 
 
 class TeacherError(PastaError):

@@ -1,23 +1,32 @@
 """The `hf` teacher: a local transformers model annotates responses with the teacher prompt, batched and greedy.
 
 Each request becomes the model's chat prompt (system part and filled user template of the teacher prompt), a batch
-is left-padded and decoded greedily with `generate`. The token budget of each batch is `max_new_tokens_factor`
+is padded and decoded greedily with `generate`. The system part (the language description and its examples, ~5K
+tokens) is the same for every record, so its KV cache is computed once and reused by every batch. The token budget of each batch is `max_new_tokens_factor`
 times the longest response's length in tokens plus `max_new_tokens_extra` (room for the tags); an answer that
-reaches it without the end-of-turn token is rejected as truncated. Works offline with the embedded SmolLM2-135M,
-which is far too small to follow the prompt: its acceptance rate is reported, not hidden.
+reaches it without the end-of-turn token is rejected as truncated.
+
+A row stops early once its answer holds text that is not in the response (`stop_when_diverged`): a teacher that
+rewrites, explains or rambles is rejected as `diverged` after a few tokens instead of a full budget of them, which
+is what makes a weak local teacher affordable on a CPU. Works offline with the embedded SmolLM2-135M, which is far
+too small to follow the prompt: its acceptance rate is reported, not hidden.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformers import StoppingCriteria, StoppingCriteriaList
+
 from pasta.lang import encode_text
 from pasta.models import ModelConfig, load_model
-from pasta.teachers.base import TRUNCATED, Teacher, TeacherReply, TeacherRequest
+from pasta.teachers.base import DIVERGED, TRUNCATED, Teacher, TeacherReply, TeacherRequest
 from pasta.teachers.prompt import TeacherPrompt
 
 
@@ -39,6 +48,54 @@ class HFTeacherConfig:
     max_new_tokens_extra: int = field(
         default=128, metadata={"help": "tokens allowed for the tags themselves"}
     )
+    stop_when_diverged: bool = field(
+        default=True, metadata={"help": "stop a row once its answer holds text that is not in the response"}
+    )
+
+
+# Anything tag-shaped; what lies between tags must be text of the response.
+_TAG = re.compile(r"<[^<>]*>")
+_OPENING_FENCE = re.compile(r"\A\s*(`{3,}|~{3,})[\w+-]*[ \t]*\n")
+_PARTIAL_FENCE = re.compile(r"\s*(`+|~+)[\w+-]*[ \t]*")
+_CLOSING_FENCE = re.compile(r"\n[ \t]*(`+|~+)\s*\Z")
+
+
+def _squash(text: str) -> str:
+    return "".join(text.split())
+
+
+def follows_response(answer: str, squashed_response: str) -> bool:
+    """Whether a partial answer could still become an annotation of the response (whitespace aside).
+
+    Every piece of text between tags must occur in the response. A half-written tag at the end and a code fence
+    around the answer (which validation unwraps) are left out of the check.
+    """
+    if _PARTIAL_FENCE.fullmatch(answer):
+        return True
+    answer = _CLOSING_FENCE.sub("", _OPENING_FENCE.sub("", answer))
+    unclosed = answer.rfind("<")
+    if unclosed != -1 and ">" not in answer[unclosed:]:
+        answer = answer[:unclosed]
+    return all(_squash(piece) in squashed_response for piece in _TAG.split(answer))
+
+
+class _DivergenceStop(StoppingCriteria):
+    """Marks a row done once its answer no longer `follows_response` (generate then pads it)."""
+
+    def __init__(self, tokenizer, prompt_length: int, responses: list[str]):
+        self.tokenizer = tokenizer
+        self.prompt_length = prompt_length
+        self.squashed = [_squash(r) for r in responses]
+        self.diverged = [False] * len(responses)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        for row, ids in enumerate(input_ids[:, self.prompt_length :].tolist()):  # [B, new]
+            if not self.diverged[row]:
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                self.diverged[row] = not follows_response(text, self.squashed[row])
+        return torch.tensor(self.diverged, device=input_ids.device)
 
 
 def model_label(model_cfg: ModelConfig) -> str:
@@ -62,7 +119,7 @@ class HFTeacher(Teacher):
         self.prompt = TeacherPrompt.load(cfg.prompt)
         self._torch = torch
         self._lm, self._tokenizer = load_model(model_cfg, device=device)
-        self._tokenizer.padding_side = "left"  # generation continues from the right end of every row
+        self._prefix: tuple[list[int], Any] | None = None
 
     def annotate(self, requests: Iterable[TeacherRequest]) -> Iterator[TeacherReply]:
         iterator = iter(requests)
@@ -73,37 +130,88 @@ class HFTeacher(Teacher):
         num_tokens = len(encode_text(self._tokenizer, response))
         return math.ceil(num_tokens * self.cfg.max_new_tokens_factor) + self.cfg.max_new_tokens_extra
 
+    def _prompt_ids(self, request: TeacherRequest) -> list[int]:
+        text = self._tokenizer.apply_chat_template(
+            self.prompt.messages(request.instruction, request.input, request.response),
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        # The chat template already writes the special tokens; adding them again would double a BOS.
+        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _shared_prefix(self) -> tuple[list[int], Any]:
+        """The system part's ids and their KV cache, computed once: every prompt starts with the same ~5K tokens."""
+        if self._prefix is None:
+            system = self.prompt.messages("", "", "")[:1]
+            text = self._tokenizer.apply_chat_template(system, tokenize=False)
+            ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+            with self._torch.no_grad():
+                cache = self._lm(
+                    self._torch.tensor([ids], device=self._lm.device), use_cache=True
+                ).past_key_values
+            self._prefix = (ids, cache)
+        return self._prefix
+
+    def _inputs(self, batch: list[TeacherRequest]) -> tuple[dict[str, Any], int]:
+        """generate() inputs for a batch and the prompt length; rows are [shared prefix, padding, own suffix]."""
+        torch = self._torch
+        pad_id = self._tokenizer.pad_token_id
+        prompts = [self._prompt_ids(r) for r in batch]
+        prefix_ids, cache = self._shared_prefix()
+        if not all(ids[: len(prefix_ids)] == prefix_ids for ids in prompts):
+            # A chat template that does not render the system turn on its own (e.g. one that folds it into the
+            # user turn): no shared cache, plain left padding.
+            longest = max(map(len, prompts))
+            input_ids = [[pad_id] * (longest - len(ids)) + ids for ids in prompts]
+            mask = [[0] * (longest - len(ids)) + [1] * len(ids) for ids in prompts]
+            extra = {}
+        else:
+            # Padding sits between the cached prefix and each suffix; generate() derives position ids from the
+            # mask, so every suffix continues right after the prefix.
+            suffixes = [ids[len(prefix_ids) :] for ids in prompts]
+            longest = max(map(len, suffixes))
+            input_ids = [prefix_ids + [pad_id] * (longest - len(s)) + s for s in suffixes]
+            mask = [[1] * len(prefix_ids) + [0] * (longest - len(s)) + [1] * len(s) for s in suffixes]
+            batch_cache = copy.deepcopy(cache)  # generate() extends the cache in place
+            batch_cache.batch_repeat_interleave(len(batch))
+            extra = {"past_key_values": batch_cache}
+        device = self._lm.device
+        inputs = {
+            "input_ids": torch.tensor(input_ids, device=device),  # [B, S]
+            "attention_mask": torch.tensor(mask, device=device),  # [B, S]
+            **extra,
+        }
+        return inputs, len(input_ids[0])
+
     def _generate(self, batch: list[TeacherRequest]) -> list[TeacherReply]:
         torch = self._torch
         tokenizer = self._tokenizer
-        prompts = [
-            tokenizer.apply_chat_template(
-                self.prompt.messages(r.instruction, r.input, r.response),
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-            for r in batch
-        ]
-        # The chat template already writes the special tokens; adding them again would double a BOS.
-        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
-            self._lm.device
-        )
+        inputs, prompt_length = self._inputs(batch)
         budget = max(self._budget(r.response) for r in batch)
+        watcher = None
+        if self.cfg.stop_when_diverged:
+            watcher = _DivergenceStop(tokenizer, prompt_length, [r.response for r in batch])
         with torch.no_grad():
             output = self._lm.generate(
-                **encoded,
+                **inputs,
                 max_new_tokens=budget,
                 do_sample=False,
                 eos_token_id=tokenizer.eos_token_id,
                 pad_token_id=tokenizer.pad_token_id,
+                stopping_criteria=StoppingCriteriaList([watcher]) if watcher is not None else None,
             )  # [B, S + new]
-        new_ids = output[:, encoded["input_ids"].shape[1] :].tolist()  # [B, new]
+        new_ids = output[:, prompt_length:].tolist()  # [B, new]
         replies = []
-        for request, ids in zip(batch, new_ids, strict=True):
+        for row, (request, ids) in enumerate(zip(batch, new_ids, strict=True)):
             finished = tokenizer.eos_token_id in ids
             if finished:
                 ids = ids[: ids.index(tokenizer.eos_token_id)]
             text = tokenizer.decode(ids, skip_special_tokens=True)
-            reason = None if finished else f"{TRUNCATED}: no end of answer within {budget} new tokens"
+            if watcher is not None and watcher.diverged[row]:
+                reason = f"{DIVERGED}: stopped after {len(ids)} new tokens, the answer had left the response's text"
+            elif not finished:
+                reason = f"{TRUNCATED}: no end of answer within {budget} new tokens"
+            else:
+                reason = None
             replies.append(TeacherReply(request.id, text=text, reject_reason=reason))
         return replies

@@ -55,7 +55,7 @@ class StructuralConfig:
         metadata={"help": "a list or paragraph run whose items are shorter on average stays sequential"},
     )
     topic_words: int = field(
-        default=5,
+        default=4,
         metadata={"help": "a topic is the item's label, or its first N words (fewer for short items)"},
     )
     sequential_patterns: list[str] = field(
@@ -99,8 +99,8 @@ _COUNT_WORDS = {
     **{str(n): n for n in range(2, 11)},
 }  # fmt: skip
 _MARKDOWN = re.compile(r"[*_`#]+")
-# Function words that make a poor last word of a topic ("Do a quick sweep of") and say little in one.
-_TRAILING_STOPWORDS = frozenset({
+# Function words that say little at either end of a topic ("What is the ...", "... sweep of").
+_STOPWORDS = frozenset({
     "a", "an", "the", "of", "to", "for", "and", "or", "but", "in", "on", "at", "by", "with", "from", "as", "that",
     "which", "who", "is", "are", "was", "were", "be", "your", "their", "its", "this", "these", "those", "it", "can",
     "will", "what", "how", "why", "where", "when", "do", "does",
@@ -330,6 +330,10 @@ def label_of(text: str) -> str | None:
     return label
 
 
+def _bare(word: str) -> str:
+    return word.lower().strip(_TOPIC_WORD_EDGES)
+
+
 def make_topic(chunk_text: str, topic_words: int) -> str:
     """The chunk's label (`**Solids**`, `Solids:`) or its first words, as a valid topic ("" when nothing is left)."""
     first_line = chunk_text.strip().splitlines()[0] if chunk_text.strip() else ""
@@ -344,15 +348,17 @@ def make_topic(chunk_text: str, topic_words: int) -> str:
     else:
         words = []
         # A short item gets a short topic: the promise must cost less than the chunk it stands for.
-        num_words = max(2, min(topic_words, _word_count(chunk_text) // 3))
+        num_words = max(2, min(topic_words, _word_count(chunk_text) // 4))
+        candidates = first_line.split()
+        while len(candidates) > 2 and _bare(candidates[0]) in _STOPWORDS:  # "What is the capital" -> "capital"
+            candidates.pop(0)
         num_content = 0
-        for word in first_line.split()[: 2 * num_words]:
+        for word in candidates[: num_words + 1]:  # function words inside count half: "capital of India"
             words.append(word)
-            # Function words ride along for free: "What is the capital" says more than "What is the".
-            num_content += word.lower().strip(_TOPIC_WORD_EDGES) not in _TRAILING_STOPWORDS
-            if (word[-1] in ",;:.!?" and num_content >= 2) or num_content >= num_words:  # or the first clause
+            num_content += _bare(word) not in _STOPWORDS
+            if num_content >= num_words or (word[-1] in ",;:.!?" and len(words) >= 2):  # or the first clause ends
                 break
-        while len(words) > 2 and words[-1].lower().strip(_TOPIC_WORD_EDGES) in _TRAILING_STOPWORDS:
+        while len(words) > 1 and _bare(words[-1]) in _STOPWORDS:  # never end on "of the"
             words.pop()
     cleaned = [_MARKDOWN.sub("", w).strip(_TOPIC_WORD_EDGES) for w in words]
     topic = " ".join(w for w in cleaned if w).replace('"', "").replace("<", "").replace(">", "")

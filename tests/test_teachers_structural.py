@@ -1,0 +1,232 @@
+"""The rule-based teacher: which layouts become chunks, which stay sequential, and that no character ever changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from pasta.config import compose
+from pasta.lang import Promise, Sync, Text, parse, plain_text, validate_topic
+from pasta.teachers import StructuralAnnotator, StructuralConfig, TeacherRequest, build_teacher
+from pasta.teachers.structural import make_topic
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = StructuralAnnotator(StructuralConfig())
+
+TIPS = (
+    "A few settings make a big difference to battery life:\n\n"
+    "1. Lower the screen brightness or turn on automatic brightness, since the display uses the most power.\n"
+    "2. Turn off Bluetooth, Wi-Fi and location services when you are not using them at all.\n"
+    "3. Close apps that refresh in the background, such as news and social media apps.\n\n"
+    "With these changes, most phones last several hours longer on a single charge."
+)
+
+
+def doc_of(instruction: str, response: str):
+    annotated = RULES.annotate(instruction, response)
+    doc = parse(annotated)
+    assert plain_text(doc) == response
+    return doc
+
+
+def test_numbered_tips_become_one_group_with_intro_before_and_conclusion_after_sync():
+    doc = doc_of("How can I make my phone battery last longer?", TIPS)
+    assert [p.content[:3] for p in doc.promises] == ["1. ", "2. ", "3. "]
+    assert isinstance(doc.items[0], Text) and doc.items[0].text.startswith("A few settings")
+    kinds = [type(item).__name__ for item in doc.items]
+    assert kinds == ["Text", "Promise", "Text", "Promise", "Text", "Promise", "Sync", "Text"]
+    assert doc.items[-1].text == "\n\nWith these changes, most phones last several hours longer on a single charge."
+    assert [p.topic for p in doc.promises] == ["Lower the screen brightness", "Turn off Bluetooth", "Close apps that refresh"]
+
+
+def test_pros_and_cons_lists_form_one_group():
+    response = (
+        "Working from home suits some people better than others, and it is worth weighing both sides.\n\n"
+        "Pros:\n- No commute, which saves time and money every day.\n"
+        "- More control over your schedule and your surroundings.\n\n"
+        "Cons:\n- It is easy to feel isolated from your colleagues.\n"
+        "- The line between work time and free time can blur."
+    )
+    doc = doc_of("What are the pros and cons of working from home?", response)
+    assert len(doc.groups) == 1 and len(doc.promises) == 4
+    assert not any(isinstance(item, Sync) for item in doc.items)
+    assert "\n\nCons:\n" in [item.text for item in doc.items if isinstance(item, Text)]
+
+
+@pytest.mark.parametrize(
+    "instruction",
+    [
+        "Describe the steps to change a tire.",
+        "Give me a recipe for pancakes.",
+        "Calculate the total cost.",
+        "Write a short story about a dragon.",
+        "Write a Python function that sorts a list.",
+    ],
+)
+def test_instructions_asking_for_dependent_parts_get_no_tags(instruction):
+    assert not doc_of(instruction, TIPS).is_annotated
+
+
+def test_items_that_build_on_earlier_ones_stay_sequential():
+    response = (
+        "Here is how to reach the summit of the hill before the sun goes down tonight:\n\n"
+        "1. Park at the north trailhead and follow the red markers up the valley.\n"
+        "2. Then take the left fork after the wooden bridge over the stream.\n"
+        "3. Finally climb the last steep section to the stone cairn at the top."
+    )
+    assert not doc_of("How do I get to the top of the hill?", response).is_annotated
+
+
+def test_short_answers_and_short_items_get_no_tags():
+    assert not doc_of("List three colors.", "1. Red\n2. Green\n3. Blue").is_annotated
+    short_items = "Here are some fruits that you can buy at almost any market in the city center:\n" + "\n".join(
+        f"- {fruit}" for fruit in ["Apples", "Pears", "Plums", "Grapes", "Figs", "Kiwis"]
+    )
+    assert not doc_of("Name some fruits.", short_items + " " + "and more " * 10).is_annotated
+
+
+def test_a_summing_up_last_item_goes_after_sync():
+    response = (
+        "Street trees do much more than decorate a city, and planners value them for several reasons:\n\n"
+        "1. They provide shade, which keeps pavements and buildings cooler in summer.\n"
+        "2. Their roots and leaves absorb rainwater, reducing the risk of flooding.\n"
+        "3. They filter dust and some pollutants from the air that people breathe.\n"
+        "4. Overall, they make a neighborhood healthier and more pleasant to live in."
+    )
+    doc = doc_of("Why do cities plant trees?", response)
+    assert len(doc.promises) == 3
+    assert isinstance(doc.items[-2], Sync) and doc.items[-1].text.startswith("\n4. Overall")
+
+
+def test_labelled_paragraphs_become_chunks_with_their_labels_as_topics():
+    response = (
+        "Matter on Earth is most often found in a few familiar states that we meet every day.\n\n"
+        "**Solids** have a fixed shape and volume, because their particles only vibrate in place.\n\n"
+        "**Liquids** have a fixed volume but take the shape of their container as they flow.\n\n"
+        "**Gases** have neither a fixed shape nor a fixed volume and spread out to fill any space."
+    )
+    doc = doc_of("Describe the states of matter.", response)
+    assert [p.topic for p in doc.promises] == ["Solids", "Liquids", "Gases"]
+
+
+def test_paragraphs_announced_by_their_number_become_chunks():
+    response = (
+        "There are three popular ways to organize a monthly budget.\n\n"
+        "The 50/30/20 rule splits income into needs, wants and savings in fixed shares.\n\n"
+        "Zero-based budgeting gives every single dollar a job until nothing is left unplanned.\n\n"
+        "The envelope system divides cash into envelopes for each category of spending."
+    )
+    assert len(doc_of("Explain some budgeting methods.", response).promises) == 3
+    unannounced = response.replace("three popular", "some popular")
+    assert not doc_of("Explain some budgeting methods.", unannounced).is_annotated
+
+
+def test_code_blocks_are_never_split_or_tagged():
+    response = (
+        "Here is a small helper that you can reuse across your projects whenever you need it:\n\n"
+        "```python\n- not a bullet, this is code that must stay exactly where it is in the file\n"
+        "- another line of code that looks like a list item but is inside the fence\n```\n\n"
+        "It returns the cleaned value and never raises on empty input."
+    )
+    doc = doc_of("Show me a helper.", response)
+    assert not doc.is_annotated
+
+
+def test_quiz_items_with_unindented_options_keep_their_options():
+    questions = [
+        ("What is the capital city of Germany today?", ["Berlin", "Paris", "Madrid"]),
+        ("Which river runs through the city of London?", ["Seine", "Thames", "Danube"]),
+        ("Which is the highest mountain range in Europe?", ["Alps", "Urals", "Andes"]),
+    ]
+    response = "\n\n".join(
+        f"{n}. {q}\n" + "\n".join(f"{'ABC'[i]}) {o}" for i, o in enumerate(options))
+        for n, (q, options) in enumerate(questions, start=1)
+    )
+    doc = doc_of("Create a geography quiz.", response)
+    assert len(doc.promises) == 3
+    assert all(p.content.endswith(("Madrid", "Danube", "Andes")) for p in doc.promises)
+
+
+def test_topics_are_valid_unique_and_informative():
+    assert make_topic("1. Retrieval practice: test yourself often", 5) == "Retrieval practice"
+    assert make_topic("Q1: What is the capital of India?\nA. Delhi", 4) == "capital of India"
+    assert make_topic('- "Buzz", the sound of a bee flying past the window', 4) == "Buzz the sound"
+    assert make_topic("2. Do a quick sweep of the living room, returning every item to its place.", 4) == "quick sweep"
+    response = "Some good advice that people give again and again:\n\n" + "\n".join(
+        f"- Drink water every day, item {n}, because it keeps you healthy and alert." for n in range(4)
+    )
+    topics = [p.topic for p in doc_of("Give advice.", response).promises]
+    assert len(set(topics)) == len(topics) == 4
+    assert all(validate_topic(t) is None for t in topics)
+
+
+def test_the_embedded_sample_keeps_every_character_and_finds_its_lists():
+    records = [json.loads(line) for line in (ROOT / "data" / "alpaca_sample.jsonl").read_text().splitlines()]
+    annotated = 0
+    for record in records:
+        doc = doc_of(record["instruction"], record["output"])
+        annotated += doc.is_annotated
+        for promise in doc.promises:
+            assert promise.content.strip() == promise.content and validate_topic(promise.topic) is None
+    # SAMPLE.md: 44 of the 80 responses are made of independent parts; the rules find most of them and
+    # leave the sequential ones alone (steps, recipes, stories, derivations, code).
+    assert 30 <= annotated <= 44
+    by_instruction = {r["instruction"]: r for r in records}
+    for sequential in ("How do I change a flat tire?", "Give me a recipe for simple homemade bread."):
+        assert not doc_of(sequential, by_instruction[sequential]["output"]).is_annotated
+
+
+def test_a_100kb_response_is_annotated_without_changing_it():
+    item = "- Keep a notebook by the bed and write down every idea that comes to you at night.\n"
+    response = "Ideas:\n" + item * (100_000 // len(item))
+    doc = doc_of("Give me ideas.", response)
+    assert len(doc.promises) == response.count("- Keep")
+    assert len({p.topic for p in doc.promises}) == len(doc.promises)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(list("ab 1.-*:#`\n\t•)") + ["**", "1. ", "- ", "\n\n", "```\n", "Pros:", "three ", "word "]),
+        max_size=200,
+    ).map("".join),
+    st.integers(1, 8),
+)
+def test_any_response_comes_back_character_for_character(response, min_words):
+    rules = StructuralAnnotator(StructuralConfig(min_words=min_words, min_item_words=1))
+    assert plain_text(parse(rules.annotate("List some things.", response))) == response
+
+
+def test_structural_yaml_matches_the_dataclass_defaults():
+    cfg = OmegaConf.to_container(compose("annotate", ["teacher=structural"]).teacher)
+    assert cfg == dataclasses.asdict(StructuralConfig())
+
+
+def test_teacher_interface_answers_in_request_order():
+    teacher = build_teacher({"name": "structural"})
+    requests = [TeacherRequest(str(n), "List tips.", "", TIPS if n % 2 else "Short.") for n in range(5)]
+    replies = list(teacher.annotate(iter(requests)))
+    assert [r.id for r in replies] == [r.id for r in requests]
+    assert all(r.error is None and r.reject_reason is None for r in replies)
+    assert [parse(r.text).is_annotated for r in replies] == [False, True, False, True, False]
+    assert teacher.model == "rules-v1"
+
+
+def test_unknown_teacher_key_is_a_one_line_error():
+    from pasta.errors import PastaError
+
+    with pytest.raises(PastaError, match="unknown key.*min_wrds"):
+        build_teacher({"name": "structural", "min_wrds": 3})
+    with pytest.raises(PastaError, match="teacher.name='gpt' is not one of structural, hf, openai"):
+        build_teacher({"name": "gpt"})
+
+
+def test_promises_of_a_document_hold_exactly_the_item_text():
+    doc = doc_of("How can I make my phone battery last longer?", TIPS)
+    assert all(isinstance(p, Promise) and TIPS.count(p.content) == 1 for p in doc.promises)
