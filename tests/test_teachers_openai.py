@@ -210,3 +210,14 @@ def test_runs_interrupted_by_ctrl_c_and_by_a_kill_resume_to_the_same_file_as_an_
         _, stderr = third.communicate(timeout=300)
         assert third.returncode == 0, stderr
     assert output.read_bytes() == expected
+
+
+def test_openai_yaml_matches_the_dataclass_defaults():
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from pasta.teachers.openai_teacher import OpenAITeacherConfig
+
+    cfg = OmegaConf.to_container(compose("annotate", ["teacher=openai"]).teacher, resolve=True)
+    assert cfg == dataclasses.asdict(OpenAITeacherConfig())
