@@ -401,3 +401,44 @@ def test_teacher_forcing_rejects_a_chunk_without_its_closing_tag(lively):
                        doc.tag_ids)
     with pytest.raises(PastaError, match="async_end"):
         teacher_forced_logprobs(model, tokenizer, [1, 2], broken, ReservationPolicy())
+
+
+def test_a_long_decoded_answer_replays_through_teacher_forcing_with_the_same_steps(lively):
+    """The chunk outgrows the cache's first capacity; the decode and its replay still agree."""
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
+    red = words(tokenizer, " red")[0]
+    chain = list(range(1000, 1090))
+    speaker.transitions.update({red: chain[0], **dict(zip(chain, chain[1:], strict=False)),
+                                chain[-1]: TagIds.from_tokenizer(tokenizer).async_end})
+    ids = prompt(tokenizer, "Tips", go)
+    config = DecodeConfig(max_new_tokens=12, max_chunk_tokens=200)
+    result = decode_async(speaker, tokenizer, [ids], config, ReservationPolicy("exact"))[0]
+    assert len(result.token_doc.chunks[0].body_ids) == 92 and not result.stats.malformed
+    assert result.stats.num_overruns == 1
+    logprobs, stats = teacher_forced_logprobs(speaker, tokenizer, ids, result.token_doc, ReservationPolicy("exact"))
+    assert (stats.num_steps, stats.num_tokens) == (result.stats.num_steps, result.stats.num_tokens)
+    assert torch.isfinite(logprobs.total())
+
+
+def test_slot_cache_writes_each_request_at_its_own_slots_and_grows():
+    from pasta.decoding.cache import SlotCache
+
+    cache = SlotCache(num_layers=1, capacity=4)
+    layer = cache.layers[0]
+    first = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)  # [B, H, q, D]
+    cache.begin_step([0, 1], 3)
+    keys, _ = layer.update(first, first.clone())
+    assert keys.shape == (2, 1, 4, 2)
+    torch.testing.assert_close(keys[0, 0, 0:3], first[0, 0])
+    torch.testing.assert_close(keys[1, 0, 1:4], first[1, 0])
+    second = -torch.ones(2, 1, 2, 2)
+    cache.begin_step([3, 4], 2)  # beyond the capacity of 4: it doubles, keeping what was written
+    keys, values = layer.update(second, second.clone())
+    assert cache.capacity >= 6 and keys.shape == (2, 1, 6, 2)
+    torch.testing.assert_close(keys[0, 0, 0:3], first[0, 0])
+    torch.testing.assert_close(keys[1, 0, 4:6], second[1, 0])
+    torch.testing.assert_close(values[0, 0, 3:5], second[0, 0])
+    cache.keep([1])
+    assert layer.keys.shape[0] == 1
+    torch.testing.assert_close(layer.keys[0, 0, 1:4], first[1, 0])
