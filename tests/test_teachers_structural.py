@@ -157,7 +157,7 @@ def test_topics_are_valid_unique_and_informative():
     assert make_topic("1. Retrieval practice: test yourself often", 5) == "Retrieval practice"
     assert make_topic("Q1: What is the capital of India?\nA. Delhi", 4) == "capital of India"
     assert make_topic('- "Buzz", the sound of a bee flying past the window', 4) == "Buzz the sound"
-    assert make_topic("2. Do a quick sweep of the living room, returning every item to its place.", 4) == "quick sweep"
+    assert make_topic("1. Ensure a fast response time to customer inquiries.", 4) == "Ensure a fast response"
     response = "Some good advice that people give again and again:\n\n" + "\n".join(
         f"- Drink water every day, item {n}, because it keeps you healthy and alert." for n in range(4)
     )

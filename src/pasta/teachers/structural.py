@@ -348,7 +348,7 @@ def make_topic(chunk_text: str, topic_words: int) -> str:
     else:
         words = []
         # A short item gets a short topic: the promise must cost less than the chunk it stands for.
-        num_words = max(2, min(topic_words, _word_count(chunk_text) // 4))
+        num_words = max(3, min(topic_words, _word_count(chunk_text) // 3))
         candidates = first_line.split()
         while len(candidates) > 2 and _bare(candidates[0]) in _STOPWORDS:  # "What is the capital" -> "capital"
             candidates.pop(0)
