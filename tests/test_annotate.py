@@ -159,3 +159,15 @@ def test_bad_stage_settings_are_user_errors(tmp_path, override, message):
 
 def test_companion_files_sit_beside_the_output():
     assert companion_paths(Path("out/a5k.jsonl")) == (Path("out/a5k.rejects.jsonl"), Path("out/a5k.summary.json"))
+
+
+def test_a_100kb_response_is_not_sent_by_default_and_annotated_when_allowed(tmp_path):
+    item = "- Keep a notebook by the bed and write down every idea that comes to you at night.\n"
+    big = {"instruction": "Give me ideas.", "input": "", "output": "Ideas:\n" + item * (100_000 // len(item))}
+    data = write_jsonl(tmp_path / "big.jsonl", [big])
+    refused = run_annotate(tmp_path, f"data.path={data}", name="default.jsonl")
+    assert refused["reject_reasons"] == {"too_long": 1}
+    allowed = run_annotate(tmp_path, f"data.path={data}", "max_response_chars=null", name="allowed.jsonl")
+    [record] = read_jsonl(tmp_path / "allowed.jsonl")
+    assert allowed["num_accepted"] == 1 and record["num_promises"] == big["output"].count("- Keep")
+    assert plain_text(parse(record["annotated"])) == big["output"]
