@@ -24,7 +24,7 @@ GROUP_PRIMARIES = {
     "stage": {"train"},
     "judge": {"train"},
     "experiment": {"train"},
-    "decoding": {"generate"},
+    "decode": {"generate", "eval"},
     "eval": {"eval"},
     "eval_data": {"eval"},
 }

@@ -33,7 +33,7 @@ def test_generate_streams_plain_text_and_reports_stats_on_stderr(capsys):
 
 
 def test_top_level_shortcut_and_run_seed_reach_the_decode_config():
-    config = decode_config(compose("generate", ["max_new_tokens=7", "seed=5", "decoding.sampling.temperature=0.5"]))
+    config = decode_config(compose("generate", ["max_new_tokens=7", "seed=5", "decode.sampling.temperature=0.5"]))
     assert (config.max_new_tokens, config.sampling.seed, config.sampling.temperature) == (7, 5, 0.5)
 
 
@@ -41,9 +41,9 @@ def test_top_level_shortcut_and_run_seed_reach_the_decode_config():
     ("overrides", "message"),
     [
         ([], 'prompt="..."'),
-        (["prompt=x", "decode=beam"], "decode=beam is not one of async, sequential"),
+        (["prompt=x", "decode=sot"], "decode=sot is not one of async, sequential"),
         (["prompt=x", "format=xml"], "format=xml is not one of text, json"),
-        (["prompt=x", "decoding.sampling.top_p=0"], "top_p"),
+        (["prompt=x", "decode.sampling.top_p=0"], "top_p"),
     ],
 )
 def test_bad_settings_are_one_line_errors(overrides, message):

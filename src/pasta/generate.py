@@ -3,7 +3,7 @@
     python -m pasta.generate prompt="Give three tips for sleeping well."
     python -m pasta.generate prompt="..." model.path=outputs/sft decode=async format=json
     python -m pasta.generate prompt="..." model=qwen2.5-0.5b decode=sequential max_new_tokens=64 \\
-        decoding.sampling.temperature=0.7 decoding.sampling.top_p=0.9
+        decode.sampling.temperature=0.7 decode.sampling.top_p=0.9
 
 `decode=async` interprets PASTA-LANG as the model writes it (a model without the tag tokens gets them added; it
 simply never writes them); `decode=sequential` is the one-token-per-step baseline. With `format=text` the plain
@@ -29,8 +29,8 @@ FORMATS = ("text", "json")
 
 
 def decode_config(cfg: DictConfig) -> DecodeConfig:
-    """`cfg.decoding` with the top-level shortcuts applied; sampling seed defaults to the run's `seed`."""
-    config = DecodeConfig.from_cfg(cfg.decoding)
+    """`cfg.decode` with the top-level shortcuts applied; sampling seed defaults to the run's `seed`."""
+    config = DecodeConfig.from_cfg(cfg.decode)
     if cfg.get("max_new_tokens") is not None:
         config = dataclasses.replace(config, max_new_tokens=int(cfg.max_new_tokens))
     if config.sampling.seed is None and cfg.get("seed") is not None:
@@ -39,7 +39,7 @@ def decode_config(cfg: DictConfig) -> DecodeConfig:
 
 
 def generate(cfg: DictConfig) -> DecodeResult:
-    """Decode `cfg.prompt` with `cfg.model` in mode `cfg.decode`; print it as `cfg.format` says."""
+    """Decode `cfg.prompt` with `cfg.model` in mode `cfg.decode.mode`; print it as `cfg.format` says."""
     from pasta.config import resolve_device
     from pasta.decoding import decode_async, decode_sequential
     from pasta.lang import ReservationPolicy, add_tag_tokens
@@ -47,8 +47,8 @@ def generate(cfg: DictConfig) -> DecodeResult:
 
     if OmegaConf.is_missing(cfg, "prompt") or not str(cfg.prompt).strip():
         raise PastaError('give the instruction to answer: prompt="..."')
-    if cfg.decode not in DECODE_MODES:
-        raise PastaError(f"decode={cfg.decode} is not one of {', '.join(DECODE_MODES)}")
+    if cfg.decode.mode not in DECODE_MODES:
+        raise PastaError(f"decode={cfg.decode.mode} is not one of {', '.join(DECODE_MODES)}")
     if cfg.format not in FORMATS:
         raise PastaError(f"format={cfg.format} is not one of {', '.join(FORMATS)}")
     config = decode_config(cfg)
@@ -60,7 +60,7 @@ def generate(cfg: DictConfig) -> DecodeResult:
         sys.stdout.flush()
 
     on_text = show if cfg.format == "text" else None
-    if cfg.decode == "async":
+    if cfg.decode.mode == "async":
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
         policy = ReservationPolicy.from_config(cfg.lang.reservation)
         result = decode_async(model, tokenizer, [prompt_ids], config, policy, on_text=on_text)[0]
@@ -68,12 +68,12 @@ def generate(cfg: DictConfig) -> DecodeResult:
         result = decode_sequential(model, tokenizer, [prompt_ids], config, on_text=on_text)[0]
 
     if cfg.format == "json":
-        print(json.dumps({"decode": cfg.decode, **result.to_dict()}, ensure_ascii=False))
+        print(json.dumps({"decode": cfg.decode.mode, **result.to_dict()}, ensure_ascii=False))
     else:
         stats = result.stats
         print(file=sys.stdout, flush=True)
         print(
-            f"[{cfg.decode}] {stats.num_tokens} tokens in {stats.num_steps} steps "
+            f"[{cfg.decode.mode}] {stats.num_tokens} tokens in {stats.num_steps} steps "
             f"(theoretical speedup {stats.theoretical_speedup:.2f}x), {stats.wall_s:.2f} s, "
             f"{stats.num_threads} chunk threads, finish: {stats.finish_reason}"
             + (f", malformed: {stats.malformed}" if stats.malformed else ""),

@@ -76,11 +76,12 @@ class DecodeConfig:
 
     @classmethod
     def from_cfg(cls, cfg: DecodeConfig | DictConfig | dict[str, Any]) -> DecodeConfig:
-        """Validate a composed `cfg.decode` node (or a dict) into a DecodeConfig; `name` is ignored."""
+        """Validate a composed `cfg.decode` node (or a dict) into a DecodeConfig; `name` and `mode` are ignored."""
         if isinstance(cfg, DecodeConfig):
             return cfg
         raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
         raw.pop("name", None)
+        raw.pop("mode", None)  # which decoder runs is the caller's choice, not a decoder setting
         known = ", ".join(f.name for f in dataclasses.fields(cls))
         try:
             sampling = SamplingConfig(**(raw.pop("sampling", None) or {}))

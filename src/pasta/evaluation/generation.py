@@ -55,7 +55,7 @@ def device_description(device: str) -> str:
 
 
 def decode_mode(cfg: DictConfig) -> str:
-    mode = str(cfg.decode)
+    mode = str(cfg.decode.mode)
     if mode not in DECODE_MODES:
         raise PastaError(f"decode={mode} is not one of {', '.join(DECODE_MODES)}")
     return mode
@@ -66,7 +66,7 @@ class Decoder:
 
     def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer):
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
-        self.config = DecodeConfig.from_cfg(cfg.decoding)
+        self.config = DecodeConfig.from_cfg(cfg.decode)
         if mode == "async":
             from pasta.lang import ReservationPolicy, add_tag_tokens
 
@@ -96,7 +96,7 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
         "timing": ecfg.timing,
         "batch_size": 1 if ecfg.timing == "wall" else ecfg.batch_size,
         # Through JSON, so that it compares equal to what a rerun reads back from run.json.
-        "decoding": json.loads(json.dumps(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decoding)))),
+        "decoding": json.loads(json.dumps(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decode)))),
         "eval_data": str(cfg.eval_data.name),
         "device": device_description(device),
         "torch": torch.__version__,
