@@ -13,6 +13,7 @@ from pasta.data.jsonl import (
     read_jsonl,
     write_json_atomic,
     write_jsonl_atomic,
+    write_text_atomic,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "record_id",
     "write_json_atomic",
     "write_jsonl_atomic",
+    "write_text_atomic",
 ]

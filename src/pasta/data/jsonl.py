@@ -129,7 +129,9 @@ def append_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
             out.append(record)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write a text file all at once (temporary file beside it, fsync, rename): no reader ever sees half of it."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -145,9 +147,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def write_json_atomic(path: str | Path, obj: Any, indent: int = 2) -> None:
     """Write `obj` as JSON to `path` all at once (temporary file + rename)."""
-    _write_atomic(Path(path), json.dumps(obj, ensure_ascii=False, indent=indent) + "\n")
+    write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=indent) + "\n")
 
 
 def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     """Write records as JSON Lines to `path` all at once (temporary file + rename)."""
-    _write_atomic(Path(path), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pasta.data import write_json_atomic
+from pasta.data import write_json_atomic, write_text_atomic
 from pasta.errors import PastaError
-from pasta.evaluation.run_files import SUMMARY_JSON, SUMMARY_MD, read_json, write_text_atomic
+from pasta.evaluation.run_files import SUMMARY_JSON, SUMMARY_MD, read_json
 
 # The paper's end points (arXiv 2502.11517): LC win rate against Baseline-SFT, 50 = parity.
 PAPER_POINTS = ({"speedup": 1.21, "win_rate": 52.2}, {"speedup": 1.93, "win_rate": 42.9})

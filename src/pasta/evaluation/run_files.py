@@ -19,8 +19,6 @@ raise one-line PastaErrors that name the file and the problem.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -41,22 +39,6 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 
 OUTPUT_FIELDS = ("instruction", "output", "generator")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file all at once (temporary file beside it, then rename), so no reader sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 
 def read_json(path: Path, what: str) -> Any:
     """A JSON file, or a PastaError saying which `what` is missing or broken."""

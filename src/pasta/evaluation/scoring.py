@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig
 
-from pasta.data import write_json_atomic
+from pasta.data import write_json_atomic, write_text_atomic
 from pasta.errors import PastaError
 from pasta.evaluation import quality as quality_lib
 from pasta.evaluation.config import EvalConfig
@@ -40,7 +40,6 @@ from pasta.evaluation.run_files import (
     outputs_path,
     read_run_meta,
     read_stats,
-    write_text_atomic,
 )
 from pasta.evaluation.speed import speed_metrics
 
