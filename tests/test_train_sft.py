@@ -24,7 +24,7 @@ from pasta.lang import (
     sequence_logprobs,
 )
 from pasta.training.collator import LayoutCollator, truncate_layout
-from pasta.training.examples import build_sft_examples, token_doc_of
+from pasta.training.examples import build_sft_examples, token_doc_of, with_min_promises
 from pasta.training.sft import run_sft
 
 ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
@@ -90,6 +90,21 @@ def test_unusable_records_are_skipped_and_counted_by_reason(records, tagged):
     examples, stats = examples_of(bad + records[:2], tokenizer)
     assert len(examples) == stats.num_used == 2
     assert stats.skipped == {"not_accepted": 1, "no_annotation": 2, "unparseable": 1}
+
+
+def test_min_promises_keeps_the_same_promise_bearing_records_for_pasta_and_baseline_sft(records, tagged):
+    _, tokenizer, _ = tagged
+    plain = {"instruction": "x", "input": "", "output": "y"}
+    counts = [len(e["opener_ids"]) for e in examples_of(records, tokenizer)[0]]
+    assert 0 in counts and max(counts) >= 5, "the fixture mixes plain and annotated answers"
+    kept, stats = examples_of(records + [plain], tokenizer, min_promises=5)
+    assert [len(e["opener_ids"]) for e in kept] == [n for n in counts if n >= 5]
+    assert stats.skipped == {"too_few_promises": len(records) + 1 - len(kept)}
+    baseline, _ = examples_of(records + [plain], tokenizer, min_promises=5, strip_annotations=True)
+    plain_texts = [tokenizer.decode(e["main_ids"], skip_special_tokens=True) for e in baseline]
+    wanted = [r for r in records if r["annotated"].count("<promise ") >= 5]
+    assert plain_texts == [r["output"] for r in wanted]
+    assert with_min_promises(records + [plain], 5) == wanted
 
 
 def test_too_long_examples_are_truncated_or_skipped_and_counted(records, tagged):

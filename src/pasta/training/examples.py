@@ -52,8 +52,9 @@ class ExampleStats:
         }
 
 
-# `data.strip_annotations` rides on the data config but is training's own switch, not a loader field.
-TRAINING_DATA_KEYS = ("strip_annotations",)
+# `data.strip_annotations` and `data.min_promises` ride on the data config but are training's own switches, not
+# loader fields.
+TRAINING_DATA_KEYS = ("strip_annotations", "min_promises")
 
 
 def loader_config(data_cfg: DictConfig) -> dict[str, Any]:
@@ -66,20 +67,39 @@ class SkipRecord(Exception):
     """A record that is left out of training; `args[0]` is the reason counted in `ExampleStats.skipped`."""
 
 
-def response_document(record: dict[str, Any], *, strip_annotations: bool) -> Document:
+def with_min_promises(records: list[dict[str, Any]], min_promises: int) -> list[dict[str, Any]]:
+    """The records whose annotation holds at least `min_promises` promises (unannotated or malformed: none)."""
+    if min_promises <= 0:
+        return records
+    kept = []
+    for record in records:
+        try:
+            response_document(record, strip_annotations=False, min_promises=min_promises)
+        except (SkipRecord, LangError):
+            continue
+        kept.append(record)
+    return kept
+
+
+def response_document(record: dict[str, Any], *, strip_annotations: bool, min_promises: int = 0) -> Document:
     """The response to train on; raises SkipRecord (or LangError for a malformed annotation) when unusable.
 
     A record marked `accepted: false` is not used; one without `accepted` (hand-written data) is. Baseline-SFT of a
-    plain Alpaca file (no `annotated` field) trains on `output`.
+    plain Alpaca file (no `annotated` field) trains on `output`. `min_promises` leaves out records whose annotation
+    has fewer promises, before any stripping, so Baseline-SFT with the same setting keeps the same records.
     """
     if record.get("accepted", True) is False:
         raise SkipRecord("not_accepted")
     annotated = record.get("annotated")
     if not isinstance(annotated, str) or not annotated.strip():
+        if min_promises > 0:
+            raise SkipRecord("too_few_promises")
         if strip_annotations and isinstance(record.get("output"), str):
             return Document((Text(record["output"]),))
         raise SkipRecord("no_annotation")
     doc = parse(annotated)
+    if len(doc.promises) < min_promises:
+        raise SkipRecord("too_few_promises")
     if strip_annotations:
         return Document((Text(plain_text(doc)),))
     return doc
@@ -119,8 +139,13 @@ def build_sft_examples(
     strip_annotations: bool,
     max_length: int,
     too_long: str,
+    min_promises: int = 0,
 ) -> tuple[list[dict[str, Any]], ExampleStats]:
     """Token-level examples of the usable records, and the account of all records (see the module docstring).
+
+    `min_promises` keeps only records whose annotation holds at least that many promises (`data.min_promises`):
+    rule-based teachers annotate a small share of Alpaca, and a small student given mostly plain answers does not
+    learn to open one with a promise.
 
     Too long means the layout has more than `max_length` rows: `too_long=skip` drops the example, `truncate` keeps
     it (the collator cuts it to its first `max_length` rows, a valid layout since a row sees only earlier rows); a
@@ -130,7 +155,7 @@ def build_sft_examples(
     examples: list[dict[str, Any]] = []
     for record in records:
         try:
-            doc = response_document(record, strip_annotations=strip_annotations)
+            doc = response_document(record, strip_annotations=strip_annotations, min_promises=min_promises)
             token_doc = tokenize_document(fill_token_counts(doc, tokenizer), tokenizer)
         except SkipRecord as exc:
             stats.skipped[exc.args[0]] += 1

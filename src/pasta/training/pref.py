@@ -46,7 +46,7 @@ from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import encode_prompt, load_model
 from pasta.training.collator import PairCollator
 from pasta.training.config import PrefSettings, settings_from_cfg
-from pasta.training.examples import example_from_doc, loader_config
+from pasta.training.examples import example_from_doc, loader_config, with_min_promises
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
 from pasta.training.pairs import Scored, best_and_worst, combined_score
 from pasta.training.runs import checkpoint_to_resume, resolve_output_dir, write_train_info
@@ -413,9 +413,13 @@ def run_pref(cfg: DictConfig) -> Path:
         raise PastaError("stage=pref samples and judges in one process: run it without accelerate launch")
     output_dir = resolve_output_dir(cfg)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    records = load_instructions(loader_config(cfg.data))
+    min_promises = int(cfg.data.get("min_promises", 0))
+    records = with_min_promises(load_instructions(loader_config(cfg.data)), min_promises)
     if not records:
-        raise PastaError("stage=pref needs prompts: the data is empty")
+        raise PastaError(
+            "stage=pref needs prompts: the data is empty"
+            + (f" after data.min_promises={min_promises}" if min_promises else "")
+        )
     references = reference_answers(records, settings, cfg, output_dir)
     if any(output_dir.glob("round-*")) and not cfg.get("resume", False):
         raise PastaError(

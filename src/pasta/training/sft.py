@@ -59,6 +59,7 @@ def run_sft(cfg: DictConfig) -> Path:
         strip_annotations=strip,
         max_length=settings.max_length,
         too_long=settings.too_long,
+        min_promises=int(cfg.data.get("min_promises", 0)),
     )
     data_sha256 = examples_sha256(examples)
     log.info("sft: %d of %d records used (%s)", stats.num_used, stats.num_records, stats.as_dict())
