@@ -100,3 +100,13 @@ def test_sequential_run_missing_an_instruction_is_an_error_naming_the_run_and_in
 def test_a_zero_wall_time_is_an_error_not_an_infinite_speedup():
     with pytest.raises(PastaError, match="wall_s"):
         speed_metrics([stats("a", 0.0)], [stats("a", 1.0)])
+
+
+def test_answers_that_forked_or_had_malformed_tags_are_counted():
+    records = [
+        {**stats("a", 1.0), "num_threads": 3, "malformed": {}},
+        {**stats("b", 1.0), "num_threads": 0, "malformed": {"unclosed_promise": 1}},
+        stats("c", 1.0),  # a stats file from a sequential run: no thread fields
+    ]
+    metrics = speed_metrics(records, None, bootstrap=BootstrapConfig(num_resamples=10))
+    assert (metrics["num_with_threads"], metrics["num_malformed"]) == (1, 1)

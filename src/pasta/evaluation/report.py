@@ -62,6 +62,7 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         "theoretical_speedup": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
         "ms_per_token": speed.get("ms_per_token_median"),
         "num_prompts": summary.get("num_prompts"),
+        "num_with_threads": speed.get("num_with_threads"),
         "annotator": quality.get("annotator"),
         "reference": quality.get("reference"),
         "device": summary.get("device"),
@@ -110,6 +111,9 @@ def run_markdown(summary: dict[str, Any]) -> str:
     lines += ["", "## Speed", ""]
     if speed:
         theoretical = speed["theoretical_speedup_geomean"]
+        if "num_with_threads" in speed:
+            lines.append(f"- answers that forked chunks: {speed['num_with_threads']} of {speed['num_prompts']}; "
+                         f"with malformed tags (decoded as text): {speed['num_malformed']}")
         lines.append(f"- theoretical speedup (geomean): {_fmt(theoretical['value'])}x "
                      f"[{_fmt(theoretical['ci_low'])}, {_fmt(theoretical['ci_high'])}]")
         if "wall_speedup_geomean" in speed:
@@ -195,8 +199,8 @@ def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any
 
 
 def report_markdown(rows: Sequence[dict[str, Any]], warnings: Sequence[str]) -> str:
-    header = ["run", "decode", "win rate", "kind", "speedup", "95% CI", "kind", "theor.", "ms/token", "n", "judge",
-              "reference"]
+    header = ["run", "decode", "win rate", "kind", "speedup", "95% CI", "kind", "theor.", "forked", "ms/token", "n",
+              "judge", "reference"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         ci = row["speedup_ci"]
@@ -204,7 +208,8 @@ def report_markdown(rows: Sequence[dict[str, Any]], warnings: Sequence[str]) -> 
             row["name"], row["decode"] or "-",
             f"{_fmt(row['win_rate'])} ± {_fmt(row['win_rate_se'])}", row["win_rate_kind"],
             _fmt(row["speedup"], suffix="x"), "-" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]",
-            row["speedup_kind"] or "-", _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row["ms_per_token"], 1),
+            row["speedup_kind"] or "-", _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row["num_with_threads"]),
+            _fmt(row["ms_per_token"], 1),
             _fmt(row["num_prompts"]), row["annotator"] or "-", row["reference"] or "-",
         ]
         lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")

@@ -122,6 +122,9 @@ def speed_metrics(
         "theoretical_speedup_geomean": _summary(theoretical, geometric_mean, bootstrap),
         "ms_per_token_median": float(np.median(ms_per_token)),
         "tokens_mean": float(np.mean([r["num_tokens"] for r in candidate])),
+        # Whether the model used the language at all: a PASTA checkpoint that forks nothing cannot be faster.
+        "num_with_threads": sum(1 for r in candidate if r.get("num_threads", 0) > 0),
+        "num_malformed": sum(1 for r in candidate if r.get("malformed")),
         "bootstrap": {"num_resamples": bootstrap.num_resamples, "confidence": bootstrap.confidence,
                       "seed": bootstrap.seed},
     }
