@@ -8,8 +8,9 @@
 #   scripts/demo.sh                          # writes outputs/demo/
 #   PASTA_DEMO_DIR=/tmp/demo scripts/demo.sh
 #
-# Toy scale on purpose (40 of the 80 hand-written records, one LoRA epoch, 8 evaluation prompts, a 135M model, a
-# 135M judge): it shows every stage working end to end, not the paper's numbers. The README's "Full-scale runs"
+# Toy scale on purpose (the 39 of the 80 hand-written records whose annotation holds promises, a few LoRA epochs,
+# 8 evaluation prompts, a 135M model, a 135M judge): it shows every stage working end to end, not the paper's
+# numbers. The README's "Full-scale runs"
 # says how to run the real thing. The sizes below can be changed through the environment (the test suite runs the
 # same script on a tiny random model).
 set -euo pipefail
@@ -19,8 +20,9 @@ export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFF
 export TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
 out=${PASTA_DEMO_DIR:-outputs/demo}
 model=${PASTA_DEMO_MODEL:-smollm2-135m}            # the student (and the offline judge of the evaluation)
-num_records=${PASTA_DEMO_RECORDS:-40}               # SFT records
-max_length=${PASTA_DEMO_MAX_LENGTH:-384}            # SFT/preference sequence length
+num_records=${PASTA_DEMO_RECORDS:-80}               # sample records read (SFT keeps those with promises)
+sft_epochs=${PASTA_DEMO_SFT_EPOCHS:-4}
+max_length=${PASTA_DEMO_MAX_LENGTH:-192}            # SFT/preference rows per example
 num_prompts=${PASTA_DEMO_PREF_PROMPTS:-8}           # preference prompts (N samples each)
 num_samples=${PASTA_DEMO_SAMPLES:-4}
 num_eval=${PASTA_DEMO_EVAL_PROMPTS:-8}              # evaluation prompts
@@ -28,8 +30,8 @@ max_new_tokens=${PASTA_DEMO_MAX_NEW_TOKENS:-160}
 
 # Hydra's run folders (logs, resolved configs) go beside the demo's outputs.
 common=("paths.output_root=$out" device=cpu "model=$model")
-train=("${common[@]}" experiment=cpu_demo "data.path=$out/annotated.jsonl" "stage.max_length=$max_length"
-    resume=true)
+train=("${common[@]}" experiment=cpu_demo "data.path=$out/annotated.jsonl" "data.limit=$num_records"
+    "stage.max_length=$max_length" resume=true)
 evaluate=("${common[@]}" eval_data=sample "eval.limit=$num_eval" "decode.max_new_tokens=$max_new_tokens"
     "model@judge.model=$model")
 started=$SECONDS
@@ -46,16 +48,17 @@ step "2/8 annotate the embedded sample with the structural teacher (rule-based, 
     output="$out/annotated.jsonl"
 
 step "3/8 SFT: learn PASTA-LANG on the annotated records (LoRA, the decoder's attention layout)"
-done_already "$out/sft" || "$python" -m pasta.train "${train[@]}" stage=sft "data.limit=$num_records" \
-    stage.epochs=1 output_dir="$out/sft"
+done_already "$out/sft" || "$python" -m pasta.train "${train[@]}" stage=sft "stage.epochs=$sft_epochs" \
+    output_dir="$out/sft"
 
 step "4/8 Baseline-SFT: the same records with the annotations stripped (the sequential comparison model)"
-done_already "$out/baseline-sft" || "$python" -m pasta.train "${train[@]}" stage=sft "data.limit=$num_records" \
-    data.strip_annotations=true stage.epochs=1 output_dir="$out/baseline-sft"
+done_already "$out/baseline-sft" || "$python" -m pasta.train "${train[@]}" stage=sft "stage.epochs=$sft_epochs" \
+    data.strip_annotations=true output_dir="$out/baseline-sft"
 
 step "5/8 one preference round: sample, score speed + quality (embedding judge), train on best vs worst"
 done_already "$out/pref/round-1" || "$python" -m pasta.train "${train[@]}" stage=pref model.path="$out/sft/final" \
-    "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" "stage.max_new_tokens=$max_new_tokens" \
+    stage.learning_rate=1e-4 "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" \
+    "stage.max_new_tokens=$max_new_tokens" \
     output_dir="$out/pref"
 
 step "6/8 evaluate Baseline-SFT, decoded sequentially (batch 1, wall-clock timed)"
@@ -75,7 +78,7 @@ step "8/8 report: table and speedup-vs-win-rate plot"
 cat <<EOF
 
 == done in $((SECONDS - started)) s. Outputs: $out/ (report: $out/report/, plot: $out/report/pareto.png)
-This was a toy run: $num_records hand-written records, model $model, one LoRA epoch per stage, $num_eval evaluation
+This was a toy run: the hand-written records with promises, model $model, $sft_epochs LoRA epochs, $num_eval evaluation
 prompts and a small offline judge. Its numbers show the pipeline working, not the paper's results. For the real
 thing (a strong teacher, a 7B student on GPUs, AlpacaEval's 805 prompts and a GPT-4 judge) see "Full-scale runs"
 in README.md.

@@ -20,6 +20,7 @@ def test_demo_runs_every_stage_and_prints_the_final_table(tmp_path):
         "PASTA_DEMO_DIR": str(tmp_path / "demo"),
         "PASTA_DEMO_MODEL": "tiny",
         "PASTA_DEMO_RECORDS": "6",
+        "PASTA_DEMO_SFT_EPOCHS": "1",
         "PASTA_DEMO_MAX_LENGTH": "192",
         "PASTA_DEMO_PREF_PROMPTS": "2",
         "PASTA_DEMO_SAMPLES": "2",
