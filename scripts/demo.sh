@@ -30,8 +30,8 @@ max_new_tokens=${PASTA_DEMO_MAX_NEW_TOKENS:-160}
 
 # Hydra's run folders (logs, resolved configs) go beside the demo's outputs.
 common=("paths.output_root=$out" device=cpu "model=$model")
-train=("${common[@]}" experiment=cpu_demo "data.path=$out/annotated.jsonl" "data.limit=$num_records"
-    "stage.max_length=$max_length" resume=true)
+train=("${common[@]}" "data.path=$out/annotated.jsonl" "data.limit=$num_records" "stage.max_length=$max_length"
+    resume=true)
 evaluate=("${common[@]}" eval_data=sample "eval.limit=$num_eval" "decode.max_new_tokens=$max_new_tokens"
     "model@judge.model=$model")
 started=$SECONDS
@@ -48,18 +48,17 @@ step "2/8 annotate the embedded sample with the structural teacher (rule-based, 
     output="$out/annotated.jsonl"
 
 step "3/8 SFT: learn PASTA-LANG on the annotated records (LoRA, the decoder's attention layout)"
-done_already "$out/sft" || "$python" -m pasta.train "${train[@]}" stage=sft "stage.epochs=$sft_epochs" \
+done_already "$out/sft" || "$python" -m pasta.train experiment=cpu_sft "${train[@]}" "stage.epochs=$sft_epochs" \
     output_dir="$out/sft"
 
 step "4/8 Baseline-SFT: the same records with the annotations stripped (the sequential comparison model)"
-done_already "$out/baseline-sft" || "$python" -m pasta.train "${train[@]}" stage=sft "stage.epochs=$sft_epochs" \
-    data.strip_annotations=true output_dir="$out/baseline-sft"
+done_already "$out/baseline-sft" || "$python" -m pasta.train experiment=cpu_sft "${train[@]}" \
+    "stage.epochs=$sft_epochs" data.strip_annotations=true output_dir="$out/baseline-sft"
 
 step "5/8 one preference round: sample, score speed + quality (embedding judge), train on best vs worst"
-done_already "$out/pref/round-1" || "$python" -m pasta.train "${train[@]}" stage=pref model.path="$out/sft/final" \
-    stage.learning_rate=1e-4 "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" \
-    "stage.max_new_tokens=$max_new_tokens" \
-    output_dir="$out/pref"
+done_already "$out/pref/round-1" || "$python" -m pasta.train experiment=cpu_pref "${train[@]}" \
+    model.path="$out/sft/final" "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" \
+    "stage.max_new_tokens=$max_new_tokens" output_dir="$out/pref"
 
 step "6/8 evaluate Baseline-SFT, decoded sequentially (batch 1, wall-clock timed)"
 "$python" -m pasta.eval "${evaluate[@]}" model.path="$out/baseline-sft/final" decode=sequential \

@@ -15,7 +15,9 @@ from omegaconf import OmegaConf
 
 from pasta.config import checkout_root, compose, conf_dir
 from pasta.data import DataConfig
+from pasta.errors import PastaError
 from pasta.models import ModelConfig
+from pasta.training.config import settings_from_cfg
 
 PRIMARIES = ("annotate", "train", "eval", "generate")
 # Groups whose primary is not found from the defaults lists (added with `+group=...`), or used beyond them.
@@ -89,6 +91,18 @@ def test_every_group_option_composes_with_its_primaries(group, option):
         if group in ("data", "eval_data"):
             assert DataConfig.from_cfg(cfg[group]).name == option
         assert resolved["paths"]["root_dir"]
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml")))
+def test_each_experiment_preset_picks_the_stage_it_is_named_for_with_valid_settings(experiment):
+    settings = settings_from_cfg(compose("train", [f"experiment={experiment}"]).stage)
+    assert settings.name == experiment.rsplit("_", 1)[1]
+
+
+def test_a_preference_key_under_stage_sft_is_refused_naming_it():
+    cfg = compose("train", ["stage=sft", "+stage.num_samples=4"])
+    with pytest.raises(PastaError, match="num_samples"):
+        settings_from_cfg(cfg.stage)
 
 
 def test_groups_each_primary_names_exist():

@@ -1,13 +1,13 @@
 """Typed views of the `stage:` configs (conf/stage/sft.yaml, conf/stage/pref.yaml).
 
-`SFTSettings.from_cfg(cfg.stage)` and `PrefSettings.from_cfg(cfg.stage)` check the composed node against the
-dataclass, so a misspelt key or a wrong type stops with one line instead of being ignored.
+`settings_from_cfg(cfg.stage)` checks the composed node against SFTSettings or PrefSettings (by `stage.name`), so a
+misspelt key or a wrong type stops with one line instead of being ignored.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -197,19 +197,13 @@ class PrefSettings(OptimSettings):
 
 
 def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:
-    """The typed settings of the composed `cfg.stage` node (its `name` picks sft or pref).
-
-    Under stage=sft the preference-only keys are dropped, so that one experiment preset (conf/experiment/) can
-    set both stages; any other unknown key is an error.
-    """
+    """The typed settings of the composed `cfg.stage` node (its `name` picks sft or pref); an unknown key is an
+    error."""
     cfg = stage_cfg if isinstance(stage_cfg, DictConfig) else OmegaConf.create(stage_cfg)
     schemas = {"sft": SFTSettings, "pref": PrefSettings}
     name = cfg.get("name")
     if name not in schemas:
         raise PastaError(f"unknown stage {name!r}: use stage=sft or stage=pref")
-    if name == "sft":
-        pref_only = {f.name for f in fields(PrefSettings)} - {f.name for f in fields(SFTSettings)}
-        cfg = OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg).items() if k not in pref_only})
     try:
         settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schemas[name]), cfg))
     except OmegaConfBaseException as exc:
