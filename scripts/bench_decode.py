@@ -8,9 +8,11 @@
     one sync), teacher-forced so that both sides decode the same tokens, against sequential teacher-forced
     decoding of the same plain text (no tags): wall-clock speedup next to the theoretical one (tokens / steps).
     The machine's own bound comes from the same run: the cost c(q) of one forward that appends q tokens to a
-    256-token cache (plain transformers, DynamicCache), and bound = n_sequential * c(1) / sum over the async
-    run's steps of c(rows fed that step). efficiency = measured / bound says how much of what this CPU allows
-    the decoder delivers (the decoder's own overhead, bookkeeping included, is what it loses).
+    256-token cache (transformers' model and DynamicCache, with the decoder's attention and linears), and
+    bound = n_sequential * c(1) / sum over the async run's steps of c(rows fed that step). efficiency =
+    measured / bound says how much of what this CPU allows the decoder delivers (the decoder's own overhead,
+    bookkeeping included, is what it loses). c(q) is printed twice, with the decoder's multi-row linears and
+    with transformers' F.linear (pasta/decoding/linears.py says why they differ on CPU).
 Every figure is a ratio of interleaved runs inside this process, median over --repeats. Timings on a shared
 machine are noisy: compare ratios, not absolute times, and rerun when other jobs are quiet.
 """
@@ -114,15 +116,17 @@ def bench_generate(model, tokenizer, num_tokens, repeats):
     }
 
 
-def forward_costs(model, max_rows, repeats, prefix_len=256):
+def forward_costs(model, max_rows, repeats, prefix_len=256, multirow=True):
     """c(q): seconds of one forward appending q tokens to a prefix_len-token DynamicCache, q = 1..max_rows, with
-    the attention the decoder uses; the fastest of `repeats` (the least disturbed by other processes)."""
+    the attention the decoder uses and its linears (`multirow`) or transformers' own F.linear; the fastest of
+    `repeats` (the least disturbed by other processes)."""
     from transformers import DynamicCache
 
     from pasta.decoding.attention import grouped_query_sdpa
+    from pasta.decoding.linears import multirow_linears
 
     costs = {}
-    with torch.inference_mode(), grouped_query_sdpa(model):
+    with torch.inference_mode(), grouped_query_sdpa(model), multirow_linears(model, enabled=multirow):
         cache = DynamicCache()
         model(input_ids=torch.randint(100, 1000, (1, prefix_len)), past_key_values=cache, use_cache=True)
         for rows in range(1, max_rows + 1):
@@ -192,7 +196,11 @@ def bench_structures(model, tokenizer, args, policy, save):
     steps = {shape: rows_per_step(tokenizer, prompt_ids, doc, policy) for shape, (doc, _) in structures.items()}
     max_rows = max(max(sizes[1:]) for sizes in steps.values())
     costs = forward_costs(model, max_rows, 3 * args.repeats + 2)
-    print("c(q) ms:", {q: round(1000 * c, 1) for q, c in costs.items()}, file=sys.stderr, flush=True)
+    plain_costs = forward_costs(model, max_rows, 3 * args.repeats + 2, multirow=False)
+    print("c(q) ms, decoder's linears:", {q: round(1000 * c, 1) for q, c in costs.items()}, file=sys.stderr)
+    print("c(q) ms, F.linear:         ", {q: round(1000 * c, 1) for q, c in plain_costs.items()}, file=sys.stderr,
+          flush=True)
+    measured = {"forward_cost_s": costs, "forward_cost_plain_linears_s": plain_costs}
 
     rows = []
     for shape, (doc, plain) in structures.items():
@@ -230,8 +238,8 @@ def bench_structures(model, tokenizer, args, policy, save):
         }
         rows.append(row)
         print(format_row(row), file=sys.stderr, flush=True)
-        save({"forward_cost_s": costs, "structures": rows})
-    return {"forward_cost_s": costs, "structures": rows}
+        save({**measured, "structures": rows})
+    return {**measured, "structures": rows}
 
 
 HEADER = ("chunks  len  tokens  steps  theor.  wall  (fastest)  wall/theor  bound  bound/theor  efficiency  "

@@ -9,6 +9,7 @@ while every forward still runs through the real model and the decoder's cache.
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -146,11 +147,24 @@ def generate_ids(model, ids, **kwargs):
 # --- sequential: exactly generate's tokens ----------------------------------------------------------------------
 
 
+@contextmanager
+def torch_threads(num_threads: int):
+    """Two threads or more turn the decoders' multi-row linears on (pasta/decoding/linears.py)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
 @pytest.mark.parametrize("text", ["Give three tips for sleeping well.", "Hi"])
-def test_sequential_greedy_equals_generate_on_the_tiny_model(lively, text):
+def test_sequential_greedy_equals_generate_on_the_tiny_model(lively, text, num_threads):
     model, tokenizer = lively
     ids = prompt(tokenizer, text)
-    result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
+    with torch_threads(num_threads):
+        result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
     assert result.token_ids == generate_ids(model, ids, max_new_tokens=48)
     assert len(set(result.token_ids)) > 10  # a varied answer, not one token repeated
     assert result.stats.finish_reason == "max_new_tokens"
@@ -158,10 +172,12 @@ def test_sequential_greedy_equals_generate_on_the_tiny_model(lively, text):
 
 
 @pytest.mark.slow
-def test_sequential_greedy_equals_generate_on_the_embedded_model(embedded_model_and_tokenizer):
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_sequential_greedy_equals_generate_on_the_embedded_model(embedded_model_and_tokenizer, num_threads):
     model, tokenizer = embedded_model_and_tokenizer
     ids = prompt(tokenizer, "Give three tips for staying healthy.")
-    result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
+    with torch_threads(num_threads):
+        result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
     assert result.token_ids == generate_ids(model, ids, max_new_tokens=48)
     assert result.text == tokenizer.decode(result.token_ids, skip_special_tokens=True)
 
@@ -442,3 +458,58 @@ def test_slot_cache_writes_each_request_at_its_own_slots_and_grows():
     cache.keep([1])
     assert layer.keys.shape[0] == 1
     torch.testing.assert_close(layer.keys[0, 0, 1:4], first[1, 0])
+
+
+# --- CPU multi-row linears (pasta/decoding/linears.py) ------------------------------------------------------------
+
+
+@pytest.fixture
+def two_threads():
+    """The decoders swap in the multi-row linears only with several torch threads; the suite runs on one."""
+    with torch_threads(2):
+        yield
+
+
+def test_multirow_linears_run_every_decode_step_never_the_prefill(lively, two_threads, monkeypatch):
+    from pasta.decoding import linears
+
+    row_counts: list[int] = []
+    multirow_forward = linears.multirow_linear_forward
+
+    def spy(layer, x):
+        row_counts.append(x.numel() // x.shape[-1])
+        return multirow_forward(layer, x)
+
+    monkeypatch.setattr(linears, "multirow_linear_forward", spy)
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer)
+    ids = prompt(tokenizer, "Tips for a long and happy life, please", go)
+    result = decode_async(speaker, tokenizer, [ids], DecodeConfig(max_new_tokens=32), ReservationPolicy())[0]
+    assert result.stats.num_threads == 1
+    assert max(row_counts) < len(ids) and max(row_counts) >= 2  # the fork's opener rows, not the prompt's
+
+    row_counts.clear()
+    decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=4))
+    assert row_counts and set(row_counts) == {1}  # one request's decode steps; its prefill ran on F.linear
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0, top_p=0.95, seed=11)],
+                         ids=["greedy", "seeded"])
+def test_decoders_give_the_same_answers_with_and_without_multirow_linears(lively, two_threads, sampling):
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
+    prompts = [prompt(tokenizer, "Tips", go), prompt(tokenizer, "Give three tips for sleeping well.")]
+    answers = {}
+    for enabled in (True, False):
+        config = DecodeConfig(max_new_tokens=20, max_chunk_tokens=7, sampling=sampling,
+                              cpu_multirow_linears=enabled)
+        answers[enabled] = (
+            [r.token_ids for r in decode_async(speaker, tokenizer, prompts, config, ReservationPolicy())],
+            [r.token_ids for r in decode_sequential(model, tokenizer, prompts, config)],
+            decode_sequential(model, tokenizer, prompts[1:], config, seeds=[12])[0].token_ids,
+        )
+    assert answers[True] == answers[False]
+
+
+def test_teacher_forced_logprobs_equal_the_layout_forward_with_multirow_linears(lively, two_threads):
+    test_teacher_forced_logprobs_equal_the_layout_forward(lively, STRUCTURES[0], POLICIES[1])

@@ -8,9 +8,9 @@ step for every thread of every request), with teacher forcing and streaming.
     pasta.text, pasta.annotated, pasta.token_doc, pasta.stats.theoretical_speedup, pasta.stats.wall_s
 
 Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread state machines, no model),
-cache (slot-indexed KV cache), runner (the step loop), attention (grouped-query SDPA on CPU), sampling, text
-(detokenizing, stop strings, streaming), asynchronous and sequential (the entry points), result (DecodeResult,
-DecodeStats, TokenLogprobs).
+cache (slot-indexed KV cache), runner (the step loop), attention (grouped-query SDPA on CPU), linears (linear
+layers of multi-row steps over every CPU thread), sampling, text (detokenizing, stop strings, streaming),
+asynchronous and sequential (the entry points), result (DecodeResult, DecodeStats, TokenLogprobs).
 
 Both decoders work with a compiled forward (`model.forward = torch.compile(model.forward, dynamic=True)`, at the
 call site; the first decode then pays the compilation).

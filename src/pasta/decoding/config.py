@@ -61,6 +61,11 @@ class DecodeConfig:
     max_total_tokens: int | None = field(
         default=None, metadata={"help": "async: tokens all threads of a request may sample; null = no extra cap"}
     )
+    cpu_multirow_linears: bool = field(
+        default=True,
+        metadata={"help": "CPU: decode steps of 2-64 rows run linear layers as W @ x^T, over every thread "
+                          "(pasta/decoding/linears.py); false = transformers' own F.linear"},
+    )
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ import torch
 from pasta.decoding.attention import grouped_query_sdpa
 from pasta.decoding.cache import SlotCache
 from pasta.decoding.interpreter import PAD_ROW, Interpreter, StepPlan
+from pasta.decoding.linears import multirow_linears
 
 # (request index, logits [n, V] of its choosing rows, the thread of each row) -> the n chosen token ids
 Chooser = Callable[[int, torch.Tensor, list[int]], list[int]]
@@ -75,7 +77,7 @@ def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: i
     cache = SlotCache.for_model(model, capacity)
     active = list(range(len(interpreters)))
     first = True
-    with grouped_query_sdpa(model):
+    with grouped_query_sdpa(model), ExitStack() as decode_kernels:
         while active:
             started = time.perf_counter()
             members = [interpreters[r] for r in active]
@@ -108,6 +110,9 @@ def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: i
                     clock.prefill_s = finished - started
                 else:
                     clock.decode_s += finished - started
+            if first:  # the prompt's prefill ran on transformers' own linears, as generate's does
+                decode_kernels.enter_context(
+                    multirow_linears(model, enabled=interpreters[0].config.cpu_multirow_linears))
             first = False
             stepped = active
             keep = [b for b, r in enumerate(active) if not interpreters[r].done]

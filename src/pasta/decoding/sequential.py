@@ -1,10 +1,12 @@
 """The sequential baseline: one token per forward, the reference every speedup is measured against.
 
 With greedy sampling it produces exactly `model.generate(do_sample=False)`'s tokens (same eos ids, same
-max_new_tokens and stop-string rule; tests/test_decoding_sequential.py checks it): a batch is left-padded with a
+max_new_tokens and stop-string rule; tests/test_decoding.py checks it): a batch is left-padded with a
 2-D attention mask and position ids counted from each prompt's first token, as `generate` does, and a single
 prompt runs with no mask at all, as `generate` ends up doing. It writes into the preallocated `SlotCache` instead
 of `DynamicCache`'s concatenation, keeps logits for the last row only, and drops finished requests from the batch.
+On CPU the decode steps of a batch run the multi-row linears (pasta/decoding/linears.py; a single request's steps
+have one row and stay on F.linear): the same numbers as generate's up to float rounding.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from pasta.decoding.cache import SlotCache
 from pasta.decoding.config import DecodeConfig
+from pasta.decoding.linears import multirow_linears
 from pasta.decoding.result import DecodeResult, DecodeStats
 from pasta.decoding.sampling import choose_tokens, request_generators
 from pasta.decoding.text import (
@@ -85,57 +88,59 @@ def decode_sequential(
     active = list(range(num_requests))
     next_position = position_ids[:, -1]  # [B]
     step_start, first = started, True
-    while True:
-        if forced_ids is not None:
-            chosen = [forced_ids[r][len(outputs[r])] for r in active]
-        elif generators is None:
-            chosen = choose_tokens(logits, config.sampling, None).tolist()
-        else:
-            chosen = [int(choose_tokens(logits[b : b + 1], config.sampling, generators[r])[0])
-                      for b, r in enumerate(active)]
-        bookkeeping_start = time.perf_counter()
-        keep = []
-        for b, (r, token_id) in enumerate(zip(active, chosen, strict=True)):
-            outputs[r].append(token_id)
-            if forced_ids is None and token_id in eos_ids:
-                reasons[r] = "eos"
-            elif config.stop_strings and token_id not in eos_ids:
-                text = decode(outputs[r])
-                stop_at[r] = find_stop(text, config.stop_strings, checked_len[r])
-                checked_len[r] = len(text)
-                reasons[r] = "stop_string" if stop_at[r] is not None else ""
-            if not reasons[r] and len(outputs[r]) >= limits[r]:
-                reasons[r] = "max_new_tokens"
-            if stream:
-                text = decode(outputs[r])
-                stream.update(r, text if reasons[r] else settled(text, max_stop_len))
-            if not reasons[r]:
-                keep.append(b)
-        now = time.perf_counter()
-        for r in active:
-            clocks[r][0 if first else 1] += now - step_start
-            clocks[r][2] += now - bookkeeping_start
-        first = False
-        if not keep:
-            break
-        if len(keep) < len(active):
-            active = [active[b] for b in keep]
-            cache.keep(keep)
-            index = torch.tensor(keep, device=device)
-            padding_mask, next_position = padding_mask[index], next_position[index]
-            chosen = [chosen[b] for b in keep]
-        step_start = time.perf_counter()
-        next_position = next_position + 1
-        used = padding_mask.shape[1]
-        padding_mask = torch.cat([padding_mask, padding_mask.new_ones(len(active), 1)], dim=1)  # [B, used + 1]
-        cache.begin_step([used] * len(active), 1, device)
-        logits = model(
-            input_ids=torch.tensor(chosen, device=device)[:, None],  # [B, 1]
-            attention_mask=padding_mask if num_requests > 1 else None,
-            position_ids=next_position[:, None],  # [B, 1]
-            past_key_values=cache,
-            use_cache=True,
-        ).logits[:, -1]  # [B, V]
+    # Decode steps only: the prompt's prefill above ran on transformers' own linears, as generate's does.
+    with multirow_linears(model, enabled=config.cpu_multirow_linears):
+        while True:
+            if forced_ids is not None:
+                chosen = [forced_ids[r][len(outputs[r])] for r in active]
+            elif generators is None:
+                chosen = choose_tokens(logits, config.sampling, None).tolist()
+            else:
+                chosen = [int(choose_tokens(logits[b : b + 1], config.sampling, generators[r])[0])
+                          for b, r in enumerate(active)]
+            bookkeeping_start = time.perf_counter()
+            keep = []
+            for b, (r, token_id) in enumerate(zip(active, chosen, strict=True)):
+                outputs[r].append(token_id)
+                if forced_ids is None and token_id in eos_ids:
+                    reasons[r] = "eos"
+                elif config.stop_strings and token_id not in eos_ids:
+                    text = decode(outputs[r])
+                    stop_at[r] = find_stop(text, config.stop_strings, checked_len[r])
+                    checked_len[r] = len(text)
+                    reasons[r] = "stop_string" if stop_at[r] is not None else ""
+                if not reasons[r] and len(outputs[r]) >= limits[r]:
+                    reasons[r] = "max_new_tokens"
+                if stream:
+                    text = decode(outputs[r])
+                    stream.update(r, text if reasons[r] else settled(text, max_stop_len))
+                if not reasons[r]:
+                    keep.append(b)
+            now = time.perf_counter()
+            for r in active:
+                clocks[r][0 if first else 1] += now - step_start
+                clocks[r][2] += now - bookkeeping_start
+            first = False
+            if not keep:
+                break
+            if len(keep) < len(active):
+                active = [active[b] for b in keep]
+                cache.keep(keep)
+                index = torch.tensor(keep, device=device)
+                padding_mask, next_position = padding_mask[index], next_position[index]
+                chosen = [chosen[b] for b in keep]
+            step_start = time.perf_counter()
+            next_position = next_position + 1
+            used = padding_mask.shape[1]
+            padding_mask = torch.cat([padding_mask, padding_mask.new_ones(len(active), 1)], dim=1)  # [B, used + 1]
+            cache.begin_step([used] * len(active), 1, device)
+            logits = model(
+                input_ids=torch.tensor(chosen, device=device)[:, None],  # [B, 1]
+                attention_mask=padding_mask if num_requests > 1 else None,
+                position_ids=next_position[:, None],  # [B, 1]
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]  # [B, V]
 
     results = []
     for r in range(num_requests):
