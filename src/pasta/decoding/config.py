@@ -63,7 +63,7 @@ class DecodeConfig:
     )
     cpu_multirow_linears: bool = field(
         default=True,
-        metadata={"help": "CPU: decode steps of 2-64 rows run linear layers as W @ x^T, over every thread "
+        metadata={"help": "CPU: decode steps of up to 8 rows run linear layers as W @ x^T, over every thread "
                           "(pasta/decoding/linears.py); false = transformers' own F.linear"},
     )
 
