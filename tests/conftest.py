@@ -18,6 +18,18 @@ from pasta.config import compose
 torch.set_num_threads(int(os.environ.get("PASTA_TEST_THREADS", "1")))
 
 
+@pytest.fixture
+def torch_threads(request):
+    """Run the test on `request.param` torch threads (2 unless parametrized with indirect=True), then go back.
+
+    The decoders' CPU multi-row linears (pasta/decoding/linears.py) are on only with two threads or more.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(getattr(request, "param", 2))
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def embedded_model_and_tokenizer():
     """(model, tokenizer) of the embedded SmolLM2-135M-Instruct on CPU, float32, eval mode. Do not modify."""

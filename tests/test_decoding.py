@@ -9,7 +9,6 @@ while every forward still runs through the real model and the decoder's cache.
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -147,24 +146,12 @@ def generate_ids(model, ids, **kwargs):
 # --- sequential: exactly generate's tokens ----------------------------------------------------------------------
 
 
-@contextmanager
-def torch_threads(num_threads: int):
-    """Two threads or more turn the decoders' multi-row linears on (pasta/decoding/linears.py)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-@pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("torch_threads", [1, 2], indirect=True)
 @pytest.mark.parametrize("text", ["Give three tips for sleeping well.", "Hi"])
-def test_sequential_greedy_equals_generate_on_the_tiny_model(lively, text, num_threads):
+def test_sequential_greedy_equals_generate_on_the_tiny_model(lively, text, torch_threads):
     model, tokenizer = lively
     ids = prompt(tokenizer, text)
-    with torch_threads(num_threads):
-        result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
+    result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
     assert result.token_ids == generate_ids(model, ids, max_new_tokens=48)
     assert len(set(result.token_ids)) > 10  # a varied answer, not one token repeated
     assert result.stats.finish_reason == "max_new_tokens"
@@ -172,12 +159,11 @@ def test_sequential_greedy_equals_generate_on_the_tiny_model(lively, text, num_t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("num_threads", [1, 2])
-def test_sequential_greedy_equals_generate_on_the_embedded_model(embedded_model_and_tokenizer, num_threads):
+@pytest.mark.parametrize("torch_threads", [1, 2], indirect=True)
+def test_sequential_greedy_equals_generate_on_the_embedded_model(embedded_model_and_tokenizer, torch_threads):
     model, tokenizer = embedded_model_and_tokenizer
     ids = prompt(tokenizer, "Give three tips for staying healthy.")
-    with torch_threads(num_threads):
-        result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
+    result = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=48))[0]
     assert result.token_ids == generate_ids(model, ids, max_new_tokens=48)
     assert result.text == tokenizer.decode(result.token_ids, skip_special_tokens=True)
 
@@ -463,14 +449,7 @@ def test_slot_cache_writes_each_request_at_its_own_slots_and_grows():
 # --- CPU multi-row linears (pasta/decoding/linears.py) ------------------------------------------------------------
 
 
-@pytest.fixture
-def two_threads():
-    """The decoders swap in the multi-row linears only with several torch threads; the suite runs on one."""
-    with torch_threads(2):
-        yield
-
-
-def test_multirow_linears_run_every_decode_step_never_the_prefill(lively, two_threads, monkeypatch):
+def test_multirow_linears_run_every_decode_step_never_the_prefill(lively, torch_threads, monkeypatch):
     from pasta.decoding import linears
 
     row_counts: list[int] = []
@@ -495,7 +474,7 @@ def test_multirow_linears_run_every_decode_step_never_the_prefill(lively, two_th
 
 @pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0, top_p=0.95, seed=11)],
                          ids=["greedy", "seeded"])
-def test_decoders_give_the_same_answers_with_and_without_multirow_linears(lively, two_threads, sampling):
+def test_decoders_give_the_same_answers_with_and_without_multirow_linears(lively, torch_threads, sampling):
     model, tokenizer = lively
     speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
     prompts = [prompt(tokenizer, "Tips", go), prompt(tokenizer, "Give three tips for sleeping well.")]
@@ -511,5 +490,5 @@ def test_decoders_give_the_same_answers_with_and_without_multirow_linears(lively
     assert answers[True] == answers[False]
 
 
-def test_teacher_forced_logprobs_equal_the_layout_forward_with_multirow_linears(lively, two_threads):
+def test_teacher_forced_logprobs_equal_the_layout_forward_with_multirow_linears(lively, torch_threads):
     test_teacher_forced_logprobs_equal_the_layout_forward(lively, STRUCTURES[0], POLICIES[1])

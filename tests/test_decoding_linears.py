@@ -10,15 +10,6 @@ from pasta.decoding.linears import MAX_ROWS, multirow_linear_forward, multirow_l
 from pasta.models import build_tiny_model
 
 
-@pytest.fixture
-def two_threads():
-    """The swap needs several torch threads; the suite runs on one (tests/conftest.py)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model(tiny_model_and_tokenizer):
     return build_tiny_model(tiny_model_and_tokenizer[1]).eval()
@@ -37,7 +28,7 @@ def test_multirow_forward_gives_f_linear_numbers_for_any_row_count(rows, bias):
         torch.testing.assert_close(multirow_linear_forward(layer, x), layer(x), atol=1e-5, rtol=1e-5)
 
 
-def test_every_float32_linear_is_swapped_inside_the_block_and_restored_after(model, two_threads):
+def test_every_float32_linear_is_swapped_inside_the_block_and_restored_after(model, torch_threads):
     linears = [name for name, m in model.named_modules() if type(m) is torch.nn.Linear]
     assert linears
     with multirow_linears(model):
@@ -45,7 +36,7 @@ def test_every_float32_linear_is_swapped_inside_the_block_and_restored_after(mod
     assert swapped(model) == []
 
 
-def test_nothing_is_swapped_on_one_thread_or_when_disabled(model, two_threads):
+def test_nothing_is_swapped_on_one_thread_or_when_disabled(model, torch_threads):
     with multirow_linears(model, enabled=False):
         assert swapped(model) == []
     torch.set_num_threads(1)
@@ -53,7 +44,7 @@ def test_nothing_is_swapped_on_one_thread_or_when_disabled(model, two_threads):
         assert swapped(model) == []
 
 
-def test_a_nested_block_leaves_the_outer_swap_in_place(model, two_threads):
+def test_a_nested_block_leaves_the_outer_swap_in_place(model, torch_threads):
     with multirow_linears(model):
         outer = swapped(model)
         with multirow_linears(model):
@@ -62,7 +53,7 @@ def test_a_nested_block_leaves_the_outer_swap_in_place(model, two_threads):
     assert swapped(model) == []
 
 
-def test_the_swap_is_undone_when_the_block_raises(model, two_threads):
+def test_the_swap_is_undone_when_the_block_raises(model, torch_threads):
     with pytest.raises(RuntimeError), multirow_linears(model):
         raise RuntimeError("decoding failed")
     assert swapped(model) == []
