@@ -7,6 +7,7 @@ import torch
 
 from pasta.lang import (
     IGNORE_INDEX,
+    MAIN_THREAD,
     TAG_TOKENS,
     Document,
     LangError,
@@ -19,7 +20,9 @@ from pasta.lang import (
     collate_layouts,
     encode_text,
     fill_token_counts,
+    num_layout_rows,
     parse,
+    row_targets,
     schedule,
     sequence_logprobs,
     tokenize_document,
@@ -378,3 +381,48 @@ def test_documents_built_by_hand_and_parsed_give_the_same_layout(tagged):
         build_layout([1], tokenize_document(by_hand, tokenizer), policy).input_ids
         == build_layout([1], tokenize_document(parsed, tokenizer), policy).input_ids
     )
+
+
+# --- cutting a layout, and what its rows train ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_rows", [3, 9, 20, 31, 45, 60, 10_000])
+def test_layout_built_to_max_rows_is_the_first_rows_of_the_whole_layout(tagged, max_rows):
+    """Cuts in the prompt, the main thread, an opener and a chunk body: the same rows, targets and visibility."""
+    _, tokenizer = tagged
+    doc = token_doc(TWO_GROUPS, tokenizer)
+    prompt_ids = encode_text(tokenizer, "Give tips.")
+    policy = ReservationPolicy()
+    whole = build_layout(prompt_ids, doc, policy)
+    cut = build_layout(prompt_ids, doc, policy, max_rows=max_rows)
+    n = min(max_rows, len(whole))
+    assert len(cut) == n and cut.num_prompt == min(len(prompt_ids), n)
+    assert cut.input_ids == whole.input_ids[:n] and cut.position_ids == whole.position_ids[:n]
+    assert cut.target_ids == whole.target_ids[:n] and cut.thread_ids == whole.thread_ids[:n]
+    assert torch.equal(cut.visible, whole.visible[:n, :n])
+
+
+@pytest.mark.parametrize(
+    "text", [TWO_GROUPS, "No tags at all.", '<promise topic="x"/><async topic="x">y z</async>']
+)
+def test_row_targets_are_the_whole_layouts_targets(tagged, text):
+    _, tokenizer = tagged
+    doc = token_doc(text, tokenizer)
+    assert row_targets(4, doc) == build_layout([5, 6, 7, 8], doc, ReservationPolicy()).target_ids
+    assert num_layout_rows(4, doc) == len(row_targets(4, doc))
+
+
+def test_count_digits_are_trained_main_thread_targets_that_read_back_as_the_count(tagged):
+    """`tokens="N"`: the digits the loss sees are the ids of str(N) alone, which the decoder reads back as N."""
+    _, tokenizer = tagged
+    chunk = "a chunk long enough that its count has two digits, " * 3
+    doc = token_doc(f'Tips: <promise topic="x"/><async topic="x">{chunk}</async>', tokenizer)
+    count = doc.chunks[0].num_predicted
+    assert count >= 10
+    digit_ids = encode_text(tokenizer, str(count))
+    layout = build_layout([1, 2], doc, ReservationPolicy())
+    row = layout.input_ids.index(doc.tag_ids.promise_tokens)
+    trained = layout.target_ids[row : row + len(digit_ids) + 1]
+    assert trained == [*digit_ids, doc.tag_ids.promise_end]
+    assert layout.thread_ids[row : row + len(digit_ids) + 1] == [MAIN_THREAD] * (len(digit_ids) + 1)
+    assert tokenizer.decode(digit_ids).strip() == str(count)

@@ -23,8 +23,14 @@ from pasta.lang import (
     has_tag_tokens,
     sequence_logprobs,
 )
-from pasta.training.collator import LayoutCollator, truncate_layout
-from pasta.training.examples import build_sft_examples, token_doc_of, with_min_promises
+from pasta.training.collator import LayoutCollator
+from pasta.training.examples import (
+    balance_promises,
+    build_sft_examples,
+    has_promises,
+    token_doc_of,
+    with_min_promises,
+)
 from pasta.training.sft import run_sft
 
 ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
@@ -147,16 +153,62 @@ def test_collator_batch_is_the_padded_layout_of_each_example(records, tagged):
     assert batch["num_rows"].tolist() == [len(layout) for layout in layouts]
 
 
-def test_collator_truncates_to_the_first_max_length_rows(records, tagged):
+def test_collator_builds_only_the_first_max_length_rows(records, tagged):
     _, tokenizer, tag_ids = tagged
     policy = ReservationPolicy()
     examples, _ = examples_of(records[:1], tokenizer)
     full = build_layout(examples[0]["prompt_ids"], token_doc_of(examples[0], tag_ids), policy)
     batch = LayoutCollator(tag_ids, tokenizer.pad_token_id, policy, max_length=100)(examples)
-    cut = truncate_layout(full, 100)
     assert batch["input_ids"].shape == (1, 100)
-    assert batch["input_ids"][0].tolist() == full.input_ids[:100] == cut.input_ids
+    assert batch["input_ids"][0].tolist() == full.input_ids[:100]
+    assert batch["shift_labels"][0].tolist() == full.target_ids[:100]
     assert torch.equal(batch["attention_mask"][0, 0] == 0, full.visible[:100, :100])
+
+
+@pytest.mark.parametrize("max_length", [90, 120, 200, 300])
+def test_truncation_report_counts_everything_the_cut_leaves_out(records, tagged, max_length):
+    """Trained tokens, rows, chunk ends and answer ends: the whole layouts minus the trained ones."""
+    _, tokenizer, tag_ids = tagged
+    policy = ReservationPolicy()
+    examples, stats = examples_of(records, tokenizer, max_length=max_length)
+    assert stats.num_truncated > 0
+    collator = LayoutCollator(tag_ids, tokenizer.pad_token_id, policy, max_length=max_length)
+    whole_targets, kept_targets, rows_cut = [], [], 0
+    for example in examples:
+        whole = build_layout(example["prompt_ids"], token_doc_of(example, tag_ids), policy)
+        kept = collator.layout(example)
+        rows_cut += len(whole) - len(kept)
+        whole_targets += [t for t in whole.target_ids if t != IGNORE_INDEX]
+        kept_targets += [t for t in kept.target_ids if t != IGNORE_INDEX]
+    assert stats.num_targets == len(whole_targets)
+    assert stats.num_rows_cut == rows_cut
+    assert stats.num_targets_cut == len(whole_targets) - len(kept_targets)
+    assert stats.num_chunk_ends_cut == whole_targets.count(tag_ids.async_end) - kept_targets.count(
+        tag_ids.async_end
+    )
+    eos = tokenizer.eos_token_id
+    assert stats.num_answer_ends_cut == whole_targets.count(eos) - kept_targets.count(eos)
+    assert stats.num_truncated == sum(
+        len(example["prompt_ids"]) + len(example["main_ids"]) + sum(map(len, example["opener_ids"]))
+        + sum(map(len, example["body_ids"])) > max_length
+        for example in examples
+    )
+    message = stats.truncation_message()
+    assert f"{stats.num_truncated} of {len(examples)} examples are longer than stage.max_length={max_length}" in (
+        message
+    )
+    assert f"{stats.num_targets_cut} trained tokens" in message
+
+
+def test_a_huge_response_is_cut_before_any_layout_is_built(tagged):
+    """A ~150K-token answer: its whole mask would take tens of GB; the batch is max_length rows."""
+    _, tokenizer, tag_ids = tagged
+    record = {"instruction": "Talk.", "input": "", "output": "word " * 150_000}
+    examples, stats = examples_of([record], tokenizer, max_length=64, strip_annotations=True)
+    assert stats.num_truncated == 1 and stats.num_answer_ends_cut == 1
+    assert stats.num_targets_cut == stats.num_targets - (64 - len(examples[0]["prompt_ids"]) + 1)
+    batch = LayoutCollator(tag_ids, tokenizer.pad_token_id, ReservationPolicy(), max_length=64)(examples)
+    assert batch["attention_mask"].shape == (1, 1, 64, 64)
 
 
 # --- the trainer's loss ---------------------------------------------------------------------------------------
@@ -197,6 +249,99 @@ def test_trainer_loss_is_the_mean_negative_log_prob_of_the_trained_tokens(record
         logprobs = sequence_logprobs(model(**plain).logits, batch["shift_labels"])  # [B, S]
     num_trained = (batch["shift_labels"] != IGNORE_INDEX).sum()
     torch.testing.assert_close(trained, -logprobs.sum() / num_trained)
+
+
+def test_length_grouped_batches_give_each_example_the_loss_it_has_alone(records, tagged, tmp_path):
+    """The trainer's own sampler groups examples by length; padding and batch-mates change no example's loss."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+    from trl import SFTConfig
+
+    from pasta.training.config import settings_from_cfg
+    from pasta.training.sft import training_dataset
+    from pasta.training.trainers import LayoutSFTTrainer
+
+    model, tokenizer, tag_ids = tagged
+    model = copy.deepcopy(model).eval()
+    max_length = 200  # some examples whole, some cut
+    examples, stats = examples_of(records, tokenizer, max_length=max_length)
+    assert 0 < stats.num_truncated < len(examples)
+    cfg = sft_cfg(tmp_path, ANNOTATED, "stage.batch_size=4", f"stage.max_length={max_length}")
+    settings = settings_from_cfg(cfg.stage)
+    args = SFTConfig(
+        **settings.trainer_kwargs(tmp_path, cfg),
+        dataset_kwargs={"skip_prepare_dataset": True},
+        packing=False,
+        max_length=None,
+    )
+    collator = LayoutCollator(tag_ids, tokenizer.pad_token_id, ReservationPolicy(), max_length=max_length)
+    trainer = LayoutSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=training_dataset(examples, max_length),
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+
+    def per_example_loss(batch) -> list[float]:
+        inputs = {k: batch[k] for k in ("input_ids", "position_ids", "attention_mask")}
+        with torch.no_grad():
+            logprobs = sequence_logprobs(model(**inputs).logits, batch["shift_labels"])  # [B, S]
+        trained = (batch["shift_labels"] != IGNORE_INDEX).sum(-1)
+        return (-logprobs.sum(-1) / trained).tolist()
+
+    alone = {}
+    for example in examples:
+        batch = collator([example])
+        alone[tuple(batch["input_ids"][0].tolist())] = per_example_loss(batch)[0]
+    sampler = trainer._get_train_sampler()
+    assert isinstance(sampler, LengthGroupedSampler)
+    assert sampler.lengths == [len(collator.layout(example)) for example in examples]
+    num_seen = 0
+    for batch in trainer.get_train_dataloader():
+        lengths = batch["num_rows"].tolist()
+        for b, loss in enumerate(per_example_loss(batch)):
+            key = tuple(batch["input_ids"][b, : lengths[b]].tolist())
+            assert loss == pytest.approx(alone[key], rel=1e-4)
+            num_seen += 1
+    assert num_seen == len(examples)
+
+
+# --- promise-bearing and plain records -----------------------------------------------------------------------
+
+
+def with_and_without_promises(records, num_plain):
+    plain = [{"instruction": f"Say {i}.", "input": "", "output": f"Plain {i}."} for i in range(num_plain)]
+    return [r for r in records if "<promise " in r["annotated"]], plain
+
+
+@pytest.mark.parametrize(
+    ("num_with", "num_plain", "max_upsample", "upsample", "num_plain_kept"),
+    [(10, 190, 4, 4, 40), (10, 25, 4, 3, 25), (10, 5, 4, 1, 5), (10, 190, 1, 1, 10)],
+)
+def test_few_promise_bearing_records_are_upsampled_then_plain_ones_subsampled_to_the_share(
+    records, num_with, num_plain, max_upsample, upsample, num_plain_kept
+):
+    with_promises, plain = with_and_without_promises(records, num_plain)
+    with_promises = with_promises[:num_with]
+    chosen, balance = balance_promises(
+        plain + with_promises, promise_share=0.5, max_upsample=max_upsample, seed=0
+    )
+    assert (balance.num_with_promises, balance.num_plain) == (num_with, num_plain)
+    assert (balance.upsample, balance.num_plain_kept) == (upsample, num_plain_kept)
+    assert [has_promises(r) for r in chosen].count(True) == upsample * num_with
+    assert len(chosen) == upsample * num_with + num_plain_kept
+    assert sum(map(has_promises, chosen)) >= 0.5 * len(chosen) or upsample == max_upsample
+    again, _ = balance_promises(plain + with_promises, promise_share=0.5, max_upsample=max_upsample, seed=0)
+    assert again == chosen, "seeded"
+    if upsample > 1:
+        assert f"{num_with} of {num_with + num_plain} records carry promises" in balance.message()
+        assert f"using them {upsample}x and keeping {num_plain_kept} of {num_plain} plain ones" in balance.message()
+
+
+def test_no_share_uses_the_records_as_they_are(records):
+    with_promises, plain = with_and_without_promises(records, 50)
+    chosen, balance = balance_promises(plain + with_promises, promise_share=None, max_upsample=4, seed=0)
+    assert chosen == plain + with_promises and balance.upsample == 1
 
 
 # --- real runs ------------------------------------------------------------------------------------------------
@@ -312,7 +457,8 @@ def test_resume_after_a_killed_run_matches_the_uninterrupted_run(two_records, tm
             run_sft(killed)
     run_dir = tmp_path / "killed" / "run"
     assert not (run_dir / "final").exists()
-    assert json.loads((run_dir / "train_info.json").read_text())["status"] == "running"
+    info = json.loads((run_dir / "train_info.json").read_text())
+    assert info["status"] == "failed" and info["reason"].startswith("interrupted")
     with pytest.raises(PastaError, match="resume=true"):
         run_sft(killed)
     with monkeypatch.context() as patch:
@@ -336,6 +482,14 @@ def test_resume_on_other_data_is_refused(records, two_records, tmp_path, monkeyp
     other.write_text("".join(json.dumps(r) + "\n" for r in records[2:4]))
     with pytest.raises(PastaError, match="trained on other data"):
         run_sft(sft_cfg(tmp_path, other, *common, "resume=true"))
+
+
+def test_pasta_sft_on_data_without_promises_is_one_clear_error(records, tmp_path):
+    data = tmp_path / "plain.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records if "<promise " not in r["annotated"]))
+    with pytest.raises(PastaError, match=r"none of the 2 usable records of .*plain.jsonl carries a promise"):
+        run_sft(sft_cfg(tmp_path, data))
+    assert not (tmp_path / "run" / "train_info.json").exists()
 
 
 def test_entry_point_reports_unusable_data_in_one_line_with_exit_code_2(records, tmp_path):

@@ -11,6 +11,8 @@ from pasta.lang.layout import (
     ReservationPolicy,
     build_layout,
     collate_layouts,
+    num_layout_rows,
+    row_targets,
     sequence_logprobs,
 )
 from pasta.lang.schedule import Schedule, schedule
@@ -63,8 +65,10 @@ __all__ = [
     "fill_token_counts",
     "has_tag_tokens",
     "normalize_whitespace",
+    "num_layout_rows",
     "parse",
     "plain_text",
+    "row_targets",
     "schedule",
     "sequence_logprobs",
     "serialize",

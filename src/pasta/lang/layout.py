@@ -89,11 +89,27 @@ def _to_bias(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return bias.masked_fill_(~visible, torch.finfo(dtype).min)
 
 
-def build_layout(prompt_ids: list[int], doc: TokenDoc, policy: ReservationPolicy) -> Layout:
-    """The training layout of one example: prompt ids, then the response's threads."""
-    num_rows = (
-        len(prompt_ids) + len(doc.main_ids) + sum(len(c.opener_ids) + len(c.body_ids) for c in doc.chunks)
-    )
+class _LayoutFull(Exception):
+    """Raised inside `build_layout` when the row limit is reached."""
+
+
+def num_layout_rows(num_prompt_ids: int, doc: TokenDoc) -> int:
+    """Rows of the whole layout: prompt, main thread, and every chunk's opener and body."""
+    return num_prompt_ids + len(doc.main_ids) + sum(len(c.opener_ids) + len(c.body_ids) for c in doc.chunks)
+
+
+def build_layout(
+    prompt_ids: list[int], doc: TokenDoc, policy: ReservationPolicy, max_rows: int | None = None
+) -> Layout:
+    """The training layout of one example: prompt ids, then the response's threads.
+
+    With `max_rows`, only the first `max_rows` rows are built (memory stays bounded by the limit, however long the
+    response): exactly the first rows of the whole layout, a valid layout since a row sees only earlier rows. A
+    kept row whose successor in its thread is cut keeps that successor as its target.
+    """
+    num_rows = num_layout_rows(len(prompt_ids), doc)
+    if max_rows is not None:
+        num_rows = min(num_rows, max_rows)
     visible = torch.zeros(num_rows, num_rows, dtype=torch.bool)  # [S, S]
     input_ids: list[int] = []
     position_ids: list[int] = []
@@ -102,6 +118,8 @@ def build_layout(prompt_ids: list[int], doc: TokenDoc, policy: ReservationPolicy
 
     def add_row(token_id: int, position: int, thread: int, context: torch.Tensor) -> int:
         row = len(input_ids)
+        if row == num_rows:
+            raise _LayoutFull
         input_ids.append(token_id)
         position_ids.append(position)
         target_ids.append(IGNORE_INDEX)
@@ -111,47 +129,76 @@ def build_layout(prompt_ids: list[int], doc: TokenDoc, policy: ReservationPolicy
         return row
 
     main_context = torch.zeros(num_rows, dtype=torch.bool)  # what the next main-thread token sees
-    for position, token_id in enumerate(prompt_ids):
-        main_context[add_row(token_id, position, PROMPT_THREAD, main_context)] = True
-
     # Chunks forked and not yet joined: (chunk index, the visibility of its promise_end row, its first position).
     outstanding: list[tuple[int, torch.Tensor, int]] = []
-    last_main_row = len(input_ids) - 1  # the row whose logits predict the next main-thread token
 
-    def emit_chunks() -> list[int]:
-        rows: list[int] = []
+    def emit_chunks() -> None:
         for index, fork_context, start in outstanding:
             chunk: TokenChunk = doc.chunks[index]
             context = fork_context.clone()
             previous = -1
             for offset, token_id in enumerate(chunk.opener_ids + chunk.body_ids):
-                row = add_row(token_id, start + offset, index + 1, context)
-                context[row] = True
                 if offset >= len(chunk.opener_ids):
                     target_ids[previous] = token_id  # body tokens are trained; opener tokens are given
+                row = add_row(token_id, start + offset, index + 1, context)
+                context[row] = True
+                main_context[row] = True  # joined: the main thread goes on after these rows only at a sync
                 previous = row
-                rows.append(row)
         outstanding.clear()
-        return rows
 
-    position = len(prompt_ids)
-    fork_order = iter(range(len(doc.chunks)))
+    try:
+        for position, token_id in enumerate(prompt_ids):
+            main_context[add_row(token_id, position, PROMPT_THREAD, main_context)] = True
+        last_main_row = len(prompt_ids) - 1  # the row whose logits predict the next main-thread token
+        position = len(prompt_ids)
+        fork_order = iter(range(len(doc.chunks)))
+        for token_id in doc.main_ids:
+            if last_main_row >= 0:
+                target_ids[last_main_row] = token_id
+            if token_id == doc.tag_ids.sync:
+                emit_chunks()
+            row = add_row(token_id, position, MAIN_THREAD, main_context)
+            main_context[row] = True
+            last_main_row = row
+            position += 1
+            if token_id == doc.tag_ids.promise_end:
+                index = next(fork_order)
+                chunk = doc.chunks[index]
+                outstanding.append((index, visible[row].clone(), position))
+                position += policy.span(len(chunk.opener_ids), chunk.num_predicted)
+        emit_chunks()
+    except _LayoutFull:
+        pass
+    return Layout(input_ids, position_ids, target_ids, thread_ids, visible, min(len(prompt_ids), num_rows))
+
+
+def row_targets(num_prompt_ids: int, doc: TokenDoc) -> list[int]:
+    """`build_layout(...).target_ids` of the whole layout, without building its mask: what a cut at some row
+    leaves out of training can be counted for any length of response."""
+    targets = [IGNORE_INDEX] * num_prompt_ids
+    pending: list[TokenChunk] = []
+
+    def emit_chunks() -> None:
+        for chunk in pending:
+            # A chunk's rows predict its body: the opener's last row the first body token, and so on.
+            targets.extend([IGNORE_INDEX] * (len(chunk.opener_ids) - 1))
+            targets.extend(chunk.body_ids)
+            targets.append(IGNORE_INDEX)  # the body's last token (<|async_end|>) ends the thread
+        pending.clear()
+
+    last_main_row = num_prompt_ids - 1
+    chunks = iter(doc.chunks)
     for token_id in doc.main_ids:
-        if token_id == doc.tag_ids.sync:
-            main_context[emit_chunks()] = True
-        row = add_row(token_id, position, MAIN_THREAD, main_context)
-        main_context[row] = True
         if last_main_row >= 0:
-            target_ids[last_main_row] = token_id
-        last_main_row = row
-        position += 1
+            targets[last_main_row] = token_id
+        if token_id == doc.tag_ids.sync:
+            emit_chunks()
+        last_main_row = len(targets)
+        targets.append(IGNORE_INDEX)
         if token_id == doc.tag_ids.promise_end:
-            index = next(fork_order)
-            chunk = doc.chunks[index]
-            outstanding.append((index, visible[row].clone(), position))
-            position += policy.span(len(chunk.opener_ids), chunk.num_predicted)
+            pending.append(next(chunks))
     emit_chunks()
-    return Layout(input_ids, position_ids, target_ids, thread_ids, visible, len(prompt_ids))
+    return targets
 
 
 def collate_layouts(

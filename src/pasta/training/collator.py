@@ -19,20 +19,6 @@ from pasta.lang.tokens import TagIds
 from pasta.training.examples import token_doc_of
 
 
-def truncate_layout(layout: Layout, num_rows: int) -> Layout:
-    """The first `num_rows` rows: still a valid layout, since every row sees only rows before it."""
-    if len(layout) <= num_rows:
-        return layout
-    return Layout(
-        input_ids=layout.input_ids[:num_rows],
-        position_ids=layout.position_ids[:num_rows],
-        target_ids=layout.target_ids[:num_rows],
-        thread_ids=layout.thread_ids[:num_rows],
-        visible=layout.visible[:num_rows, :num_rows],
-        num_prompt=min(layout.num_prompt, num_rows),
-    )
-
-
 @dataclass
 class LayoutCollator:
     """SFT batches: input_ids, position_ids, labels, shift_labels [B, S], the additive mask [B, 1, S, S] and
@@ -48,8 +34,9 @@ class LayoutCollator:
     )  # the model's compute dtype: the mask is added to attention scores
 
     def layout(self, example: dict[str, Any]) -> Layout:
+        """The example's first `max_length` rows (what is cut was counted when the examples were built)."""
         doc = token_doc_of(example, self.tag_ids)
-        return truncate_layout(build_layout(example["prompt_ids"], doc, self.policy), self.max_length)
+        return build_layout(example["prompt_ids"], doc, self.policy, max_rows=self.max_length)
 
     def collate(self, layouts: list[Layout]) -> dict[str, torch.Tensor]:
         pad_to = None

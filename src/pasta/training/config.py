@@ -132,6 +132,17 @@ class SFTSettings(OptimSettings):
     """Stage 1: supervised finetuning on annotated responses in the PASTA-LANG training layout."""
 
     name: str = field(default="sft", metadata={"help": "the stage: sft"})
+    group_by_length: bool = field(
+        default=True,
+        metadata={"help": "batch examples of similar length (little padding, so whole examples stay affordable)"},
+    )
+
+    def trainer_kwargs(self, checkpoint_dir: Path, cfg: DictConfig) -> dict[str, Any]:
+        kwargs = super().trainer_kwargs(checkpoint_dir, cfg)
+        if self.group_by_length:
+            # transformers' LengthGroupedSampler, reading the dataset's `length` column (rows of each layout)
+            kwargs["train_sampling_strategy"] = "group_by_length"
+        return kwargs
 
 
 @dataclass

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pasta.errors import PastaError
 from pasta.lang import (
+    IGNORE_INDEX,
     Document,
     LangError,
     Text,
@@ -28,6 +31,7 @@ from pasta.lang import (
     fill_token_counts,
     parse,
     plain_text,
+    row_targets,
     tokenize_document,
 )
 from pasta.lang.tokens import TagIds
@@ -36,25 +40,87 @@ from pasta.models import encode_prompt
 
 @dataclass
 class ExampleStats:
-    """What happened to each record: used, or why it was left out; truncated examples are used and counted."""
+    """What happened to each record: used, or why it was left out; and what truncation cut from the used ones.
 
+    An example longer than `max_length` rows with `too_long=truncate` is trained on its first `max_length` rows;
+    `num_targets_cut` counts the trained tokens whose predicting row is cut, `num_chunk_ends_cut` the chunks whose
+    `<|async_end|>` is never trained (the student never sees them end), `num_answer_ends_cut` the answers whose
+    eos is never trained.
+    """
+
+    max_length: int = 0
     num_records: int = 0
     num_used: int = 0
+    num_targets: int = 0  # trained tokens of the used examples, whole
     num_truncated: int = 0
+    num_rows_cut: int = 0
+    num_targets_cut: int = 0
+    num_chunk_ends_cut: int = 0
+    num_answer_ends_cut: int = 0
     skipped: Counter = field(default_factory=Counter)  # reason -> count
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "max_length": self.max_length,
             "num_records": self.num_records,
             "num_used": self.num_used,
+            "num_targets": self.num_targets,
             "num_truncated": self.num_truncated,
+            "num_rows_cut": self.num_rows_cut,
+            "num_targets_cut": self.num_targets_cut,
+            "num_chunk_ends_cut": self.num_chunk_ends_cut,
+            "num_answer_ends_cut": self.num_answer_ends_cut,
             "skipped": dict(sorted(self.skipped.items())),
         }
 
+    def truncation_message(self) -> str | None:
+        """One line saying what truncation cut and why, or None when nothing was cut."""
+        if not self.num_truncated:
+            return None
+        share = self.num_targets_cut / max(self.num_targets, 1)
+        return (
+            f"{self.num_truncated} of {self.num_used} examples are longer than stage.max_length={self.max_length} "
+            f"rows and are trained on their first {self.max_length}: {self.num_rows_cut} rows cut, "
+            f"{self.num_targets_cut} trained tokens ({share:.1%}), {self.num_chunk_ends_cut} chunk ends, "
+            f"{self.num_answer_ends_cut} answer ends; raise stage.max_length or set stage.too_long=skip"
+        )
 
-# `data.strip_annotations` and `data.min_promises` ride on the data config but are training's own switches, not
-# loader fields.
-TRAINING_DATA_KEYS = ("strip_annotations", "min_promises")
+
+@dataclass(frozen=True)
+class PromiseBalance:
+    """How SFT's records were balanced between promise-bearing and plain answers (`data.promise_share`)."""
+
+    num_with_promises: int
+    num_plain: int
+    upsample: int  # times each promise-bearing record is used
+    num_plain_kept: int
+    promise_share: float | None  # the target share; None = records used as they are
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "num_with_promises": self.num_with_promises,
+            "num_plain": self.num_plain,
+            "upsample": self.upsample,
+            "num_plain_kept": self.num_plain_kept,
+            "promise_share": self.promise_share,
+        }
+
+    def message(self) -> str:
+        total = self.num_with_promises + self.num_plain
+        found = f"{self.num_with_promises} of {total} records carry promises"
+        if self.upsample == 1 and self.num_plain_kept == self.num_plain:
+            return f"{found}: used as they are (data.promise_share={self.promise_share})"
+        num_examples = self.upsample * self.num_with_promises + self.num_plain_kept
+        return (
+            f"{found}, below data.promise_share={self.promise_share}: using them {self.upsample}x and keeping "
+            f"{self.num_plain_kept} of {self.num_plain} plain ones, {num_examples} examples, "
+            f"{self.upsample * self.num_with_promises / max(num_examples, 1):.0%} with promises"
+        )
+
+
+# `data.strip_annotations`, `data.min_promises`, `data.promise_share` and `data.max_upsample` ride on the data config
+# but are training's own switches, not loader fields.
+TRAINING_DATA_KEYS = ("strip_annotations", "min_promises", "promise_share", "max_upsample")
 
 
 def loader_config(data_cfg: DictConfig) -> dict[str, Any]:
@@ -79,6 +145,49 @@ def with_min_promises(records: list[dict[str, Any]], min_promises: int) -> list[
             continue
         kept.append(record)
     return kept
+
+
+def balance_settings(data_cfg: DictConfig) -> tuple[float | None, int]:
+    """`data.promise_share` and `data.max_upsample`, checked."""
+    share = data_cfg.get("promise_share")
+    max_upsample = data_cfg.get("max_upsample", 1)
+    if share is not None and (isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share < 1):
+        raise PastaError(f"data.promise_share={share} must be a number in [0, 1), or null")
+    if isinstance(max_upsample, bool) or not isinstance(max_upsample, int) or max_upsample < 1:
+        raise PastaError(f"data.max_upsample={max_upsample} must be an integer >= 1")
+    return (None if share is None else float(share)), max_upsample
+
+
+def has_promises(record: dict[str, Any]) -> bool:
+    """Whether the record is used (not `accepted: false`) and its annotation holds a promise."""
+    try:
+        return bool(response_document(record, strip_annotations=False, min_promises=1).promises)
+    except (SkipRecord, LangError):
+        return False
+
+
+def balance_promises(
+    records: list[dict[str, Any]], *, promise_share: float | None, max_upsample: int, seed: int
+) -> tuple[list[dict[str, Any]], PromiseBalance]:
+    """The records to train on, so that at least `promise_share` of them carry promises where possible.
+
+    Rule-based teachers put promises in few answers (the structural teacher in about 5% of Alpaca's), and a small
+    student trained mostly on plain answers never opens a promise. So below the share, each promise-bearing record
+    is used up to `max_upsample` times, then plain ones are subsampled (seeded) down to the share. The decision
+    depends only on the annotations, so Baseline-SFT (`strip_annotations`) gets the same records.
+    """
+    flags = [has_promises(r) for r in records]
+    with_promises = [r for r, flag in zip(records, flags, strict=True) if flag]
+    plain = [r for r, flag in zip(records, flags, strict=True) if not flag]
+    num_p, num_q = len(with_promises), len(plain)
+    if promise_share is None or num_p == 0 or num_p >= promise_share * (num_p + num_q):
+        return records, PromiseBalance(num_p, num_q, 1, num_q, promise_share)
+    # the least repetition reaching the share with every plain record, capped
+    upsample = min(max_upsample, math.ceil(promise_share * num_q / ((1 - promise_share) * num_p)))
+    num_plain_kept = min(num_q, math.floor(upsample * num_p * (1 - promise_share) / promise_share))
+    kept = sorted(random.Random(seed).sample(range(num_q), num_plain_kept))
+    chosen = with_promises * upsample + [plain[i] for i in kept]
+    return chosen, PromiseBalance(num_p, num_q, upsample, num_plain_kept, promise_share)
 
 
 def response_document(record: dict[str, Any], *, strip_annotations: bool, min_promises: int = 0) -> Document:
@@ -132,6 +241,17 @@ def num_rows(example: dict[str, Any]) -> int:
     )
 
 
+def count_cut(stats: ExampleStats, num_prompt_ids: int, doc: TokenDoc, max_length: int) -> None:
+    """Add to `stats` what cutting the example's layout to its first `max_length` rows leaves out of training."""
+    cut = row_targets(num_prompt_ids, doc)[max_length:]
+    trained = [t for t in cut if t != IGNORE_INDEX]
+    stats.num_truncated += 1
+    stats.num_rows_cut += len(cut)
+    stats.num_targets_cut += len(trained)
+    stats.num_chunk_ends_cut += trained.count(doc.tag_ids.async_end)
+    stats.num_answer_ends_cut += doc.main_ids[-1] in trained
+
+
 def build_sft_examples(
     records: list[dict[str, Any]],
     tokenizer,
@@ -143,15 +263,14 @@ def build_sft_examples(
 ) -> tuple[list[dict[str, Any]], ExampleStats]:
     """Token-level examples of the usable records, and the account of all records (see the module docstring).
 
-    `min_promises` keeps only records whose annotation holds at least that many promises (`data.min_promises`):
-    rule-based teachers annotate a small share of Alpaca, and a small student given mostly plain answers does not
-    learn to open one with a promise.
+    `min_promises` keeps only records whose annotation holds at least that many promises (`data.min_promises`).
 
     Too long means the layout has more than `max_length` rows: `too_long=skip` drops the example, `truncate` keeps
-    it (the collator cuts it to its first `max_length` rows, a valid layout since a row sees only earlier rows); a
-    prompt that alone fills `max_length` leaves nothing to train on and is always skipped.
+    it (the collator builds only its first `max_length` rows, a valid layout since a row sees only earlier rows)
+    and counts what is cut; a prompt that alone fills `max_length` leaves nothing to train on and is always
+    skipped.
     """
-    stats = ExampleStats(num_records=len(records))
+    stats = ExampleStats(max_length=max_length, num_records=len(records))
     examples: list[dict[str, Any]] = []
     for record in records:
         try:
@@ -170,7 +289,8 @@ def build_sft_examples(
             if too_long == "skip" or len(example["prompt_ids"]) >= max_length:
                 stats.skipped["too_long"] += 1
                 continue
-            stats.num_truncated += 1
+            count_cut(stats, len(example["prompt_ids"]), token_doc, max_length)
+        stats.num_targets += token_doc.num_tokens
         examples.append(example)
     stats.num_used = len(examples)
     if not examples:
