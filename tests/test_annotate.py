@@ -46,18 +46,18 @@ def test_sample_run_keeps_every_response_exactly_and_measures_its_structure(tmp_
         doc = parse(record["annotated"], require_tokens=True)
         assert plain_text(doc) == source["output"]
         assert record["accepted"] and record["reject_reason"] is None
-        assert (record["teacher"], record["teacher_model"]) == ("structural", "rules-v1")
+        assert (record["teacher"], record["teacher_model"]) == ("structural", "rules-v2")
         assert record["num_promises"] == len(record["chunk_tokens"]) == len(doc.promises)
         assert record["chunk_tokens"] == [p.num_tokens for p in doc.promises]
         assert record["theoretical_speedup"] == pytest.approx(record["num_tokens"] / record["num_steps"], abs=1e-4)
         assert (record["theoretical_speedup"] > 1) == (record["num_promises"] > 0)
     assert summary["num_records"] == summary["num_accepted"] == 80
     assert summary["num_with_promises"] == sum(1 for r in records if r["num_promises"])
-    assert summary["by_teacher"] == {"structural (rules-v1)": {"num_records": 80, "num_accepted": 80, "acceptance_rate": 1.0}}
+    assert summary["by_teacher"] == {"structural (rules-v2)": {"num_records": 80, "num_accepted": 80, "acceptance_rate": 1.0}}
     assert json.loads((tmp_path / "ann.summary.json").read_text()) == summary
     assert read_jsonl(tmp_path / "ann.rejects.jsonl") == []
     printed = capsys.readouterr().out
-    assert "structural (rules-v1)" in printed and "100.0%" in printed and "chunk tokens:" in printed
+    assert "structural (rules-v2)" in printed and "100.0%" in printed and "chunk tokens:" in printed
 
 
 def bad_records() -> list[dict]:

@@ -215,7 +215,7 @@ def test_teacher_interface_answers_in_request_order():
     assert [r.id for r in replies] == [r.id for r in requests]
     assert all(r.error is None and r.reject_reason is None for r in replies)
     assert [parse(r.text).is_annotated for r in replies] == [False, True, False, True, False]
-    assert teacher.model == "rules-v1"
+    assert teacher.model == "rules-v2"
 
 
 def test_unknown_teacher_key_is_a_one_line_error():
@@ -230,3 +230,100 @@ def test_unknown_teacher_key_is_a_one_line_error():
 def test_promises_of_a_document_hold_exactly_the_item_text():
     doc = doc_of("How can I make my phone battery last longer?", TIPS)
     assert all(isinstance(p, Promise) and TIPS.count(p.content) == 1 for p in doc.promises)
+
+
+# --- runs of points inside one paragraph ---------------------------------------------------------------------
+
+FORESTS = (
+    "Forests matter to the environment and to our daily lives in several ways. Firstly, they take part in the water "
+    "cycle, absorbing surface runoff and releasing moisture into the air. Secondly, forests provide habitat for "
+    "wildlife and help protect the biodiversity of whole regions. Finally, forests store carbon, which lowers the "
+    "carbon dioxide in the atmosphere and slows climate change. Overall, protecting them pays off for everyone."
+)
+
+
+def test_ordinal_sentences_after_an_intro_become_chunks_and_the_summing_up_follows_a_sync():
+    doc = doc_of("Give me three reasons why forests are important.", FORESTS)
+    assert [p.content.split(",")[0] for p in doc.promises] == ["Firstly", "Secondly", "Finally"]
+    assert doc.items[0].text.startswith("Forests matter") and len(doc.groups) == 1
+    assert isinstance(doc.items[-2], Sync) and doc.items[-1].text == " Overall, protecting them pays off for everyone."
+    # The opener only orders the points: topics name what each one is about.
+    assert [p.topic.split()[:2] for p in doc.promises] == [["they", "take"], ["forests", "provide"], ["forests", "store"]]
+
+
+def test_additive_sentences_and_parallel_examples_become_chunks():
+    added = (
+        "Hiring a virtual assistant can have many benefits for a small business owner. A virtual assistant costs "
+        "less than a full-time employee, which lowers overhead. Furthermore, a virtual assistant can take over "
+        "tedious tasks, freeing the owner to focus on higher-level work and on customers. Additionally, working "
+        "with an assistant across time zones gives the business support around the clock, every day of the week."
+    )
+    doc = doc_of("What are the benefits of hiring a virtual assistant?", added)
+    assert [p.content.split(",")[0] for p in doc.promises] == ["Furthermore", "Additionally"]
+    examples = (
+        "Many animals use tools in the wild, which was once thought to be a human trait. For example, chimpanzees "
+        "strip leaves from twigs and use them to fish termites out of their mounds. Another example is the sea "
+        "otter, which floats on its back and cracks open shellfish against a stone balanced on its chest."
+    )
+    doc = doc_of("Do animals use tools?", examples)
+    assert [p.content.split(" ")[0] for p in doc.promises] == ["For", "Another"]
+
+
+@pytest.mark.parametrize(
+    ("instruction", "response"),
+    [
+        # imperative points of a how-to are steps
+        (
+            "How do I make a cup of green tea?",
+            "Making green tea well takes a little care with the water. First, boil fresh water and let it cool for "
+            "two minutes so it is not too hot. Second, put one teaspoon of leaves in the pot and pour the water "
+            "over them slowly. Third, wait three minutes before you pour the tea into a warm cup and serve it.",
+        ),
+        # a sentence that reads as the next step
+        (
+            "How would you go about creating a sentiment analysis tool?",
+            "Creating a sentiment analysis tool involves a few stages of work. First, collections of movie reviews "
+            "or tweets with known sentiment are gathered. Once the data is collected, it is cleaned and tokenized "
+            "for the model. Second, the data is split into training and testing sets for the classifier. Third, a "
+            "neural network is trained to classify the sentiment of each text in the training set.",
+        ),
+        # a point that opens by pointing back at the one before
+        (
+            "Why do people keep dogs?",
+            "People keep dogs for many reasons that go beyond simple companionship at home. First, dogs are loyal "
+            "companions that greet their owners with enthusiasm every single day. Second, this loyalty makes them "
+            "excellent guards for a house and the family living in it. Third, dogs encourage their owners to walk "
+            "and exercise outdoors in every season of the year.",
+        ),
+        # no intro: the points would share nothing
+        (
+            "Why do people keep dogs?",
+            "First, dogs are loyal companions that greet their owners with enthusiasm every single day of the "
+            "year. Second, dogs make excellent guards for a house and for the family that lives in it. Third, dogs "
+            "encourage their owners to walk and exercise outdoors in every season of the year.",
+        ),
+    ],
+)
+def test_sentence_runs_that_are_steps_or_build_on_each_other_stay_sequential(instruction, response):
+    assert not doc_of(instruction, response).is_annotated
+
+
+def test_ordinal_sentences_stay_sequential_when_the_instruction_asks_for_steps():
+    assert not doc_of("List the steps to take care of a forest.", FORESTS).is_annotated
+    assert not doc_of("Give me a recipe that explains forests.", FORESTS).is_annotated
+
+
+@pytest.mark.parametrize(
+    "instruction",
+    [
+        "List five things a student should avoid in order to succeed.",
+        "Generate 3 story ideas about saving battery.",
+        "Evaluate the options for a longer battery life.",
+    ],
+)
+def test_instructions_that_only_look_sequential_get_tags(instruction):
+    assert doc_of(instruction, TIPS).is_annotated
+
+
+def test_evaluating_an_expression_stays_sequential():
+    assert not doc_of("Evaluate 3x + 2 for x = 4.", TIPS).is_annotated

@@ -9,6 +9,12 @@ parts of an answer are found from its layout, not its meaning.
 - **Announced paragraphs**: paragraphs that follow an intro naming their number ("three states" and three
   paragraphs after it).
 - **Pros and cons**: two lists separated only by a short heading (`Cons:`) form one group.
+- **Runs of points inside a paragraph**: after an intro sentence, sentences that open with ordinals in order
+  ("First, ... Second, ..."), with additive openers ("Additionally", "Furthermore", "Another ...") or as examples
+  ("For example, ... Another example ..."), each point running to the next opener; "Finally" opens the last, and a
+  sentence that sums up ("Overall", "These ...") ends the run. A point that opens by pointing back ("Second, this
+  ..."), a sentence that reads as a next step ("Then", "Once ..."), or imperative points when the instruction did
+  not ask for tips or ways ("First, preheat the oven") leave the paragraph sequential.
 
 And what it leaves sequential, as the teacher prompt asks: short answers (`min_words`), instructions that ask for
 steps, derivations, code or stories (`sequential_patterns`), lists whose items point back at earlier ones ("Then",
@@ -30,16 +36,20 @@ from pasta.errors import PastaError
 from pasta.lang import Document, LangError, Promise, Sync, Text, parse, plain_text, serialize, validate_topic
 from pasta.teachers.base import Teacher, TeacherReply, TeacherRequest
 
-RULES_VERSION = "rules-v1"
+RULES_VERSION = "rules-v2"  # v2: runs of points inside a paragraph
 
 # An instruction matching one of these asks for an answer whose parts depend on each other.
 _DEFAULT_SEQUENTIAL_PATTERNS = [
     r"\bsteps?\b", r"\bstep-by-step\b", r"\bprocedure\b", r"\bprocess (of|for|to)\b", r"\brecipe\b",
-    r"\binstructions\b", r"\bdirections\b", r"\balgorithm\b", r"\btimeline\b", r"\bchronolog", r"\bin order\b", r"\bsequence\b",
-    r"\b(calculate|compute|solve|derive|prove|evaluate|simplify)\b",
-    # "Write a short story", "compose a Python function": the thing asked for is at most three words after the verb.
+    r"\binstructions\b", r"\bdirections\b", r"\balgorithm\b", r"\btimeline\b", r"\bchronolog",
+    r"\bin order\b(?! to\b)", r"\bsequence\b",  # "in order to" states a purpose, not an order
+    r"\b(calculate|compute|solve|derive|prove|simplify)\b",
+    r"\bevaluate\b[^.?!]*[\d=+*/^]",  # evaluate an expression, not "evaluate the candidates"
+    # "Write a short story", "compose a Python function": the thing asked for is at most three words after the verb
+    # ("story ideas", "song titles" are lists of separate things).
     r"\b(write|compose|create|generate|tell|draft)(\W+\w+){0,3}?\W+(story|poem|song|rap|lyrics|haiku|dialogue|"
-    r"conversation|script|letter|email|speech|essay|code|program|function|query|tweet|paragraph)\b",
+    r"conversation|script|letter|email|speech|essay|code|program|function|query|tweet|paragraph)\b"
+    r"(?!\W+(ideas?|titles?|names?|prompts?|topics?)\b)",
 ]  # fmt: skip
 
 
@@ -141,6 +151,7 @@ class _Block:
 
     chunks: list[_Chunk]
     is_list: bool
+    is_sentences: bool = False  # points made by sentences inside one paragraph (`_find_sentence_runs`)
 
 
 def _split_lines(response: str) -> list[_Line]:
@@ -310,6 +321,115 @@ def _find_paragraph_runs(response: str, lines: list[_Line], taken: set[int]) -> 
     return blocks
 
 
+# A sentence starts after . ! or ? (and a closing quote or bracket) and a space, with a capital, digit or quote.
+_SENTENCE_START = re.compile(r"(?<=[.!?])[\"'”’)\]]*[ \t]+(?=[\"“(]?[A-Z0-9])")
+# Sentence openers that mark the points of a run of sentences. Ordinals number them; additive openers add one.
+_ORDINAL = re.compile(
+    r"(?:the[ \t]+)?(?P<ordinal>first|second|third|fourth|fifth|sixth)(?:ly)?\b", re.IGNORECASE
+)
+_ORDINAL_NUMBERS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6}
+_ADDITIVE = re.compile(
+    r"(additionally|furthermore|moreover|in addition|also|besides|another|on top of (that|this))\b", re.IGNORECASE
+)
+_EXAMPLE_FIRST = re.compile(r"(for example|for instance|one example|an example)\b", re.IGNORECASE)
+_EXAMPLE_NEXT = re.compile(r"(another|a second|a further|a third) example\b", re.IGNORECASE)
+_LAST_POINT = re.compile(r"(finally|lastly|last but not least)\b", re.IGNORECASE)
+# A sentence that sums up or draws on the points before it: the run of points ends there.
+_SUMMING_UP = re.compile(
+    r"(overall|in summary|in conclusion|to sum up|to summari[sz]e|in short|all in all|ultimately|together|"
+    r"taken together|therefore|thus|hence|as a result|consequently|all of these|these|by (doing|following|using)|"
+    r"with (these|all)|this way)\b",
+    re.IGNORECASE,
+)
+# A point that opens by pointing at an earlier one ("Second, this means ...") depends on it.
+_POINTS_BACK = re.compile(r"(this|these|those|such|both|the same|the former|the latter)\b", re.IGNORECASE)
+_MARKER_END = re.compile(r"[ \t]*,?[ \t]*")
+# An instruction that asks for separate pieces of advice: imperative points are then tips, not steps.
+_ASKS_FOR_TIPS = re.compile(
+    r"\b(tips?|ways?|ideas?|suggestions?|techniques?|strategies|methods?|practices|advice|recommendations?)\b",
+    re.IGNORECASE,
+)
+# An imperative point ("First, preheat the oven"): a step of a procedure unless tips were asked for.
+_IMPERATIVE = re.compile(
+    r"(make|use|add|take|get|go|start|begin|put|place|mix|combine|preheat|cut|open|turn|set|create|choose|select|"
+    r"gather|find|identify|determine|write|read|check|remove|install|click|pour|heat|boil|bake|stir|prepare|plan|"
+    r"decide|research|consider|ensure|keep|try|list|define|collect|build|connect|apply|follow|wash|fill|cook|let|"
+    r"you (will )?(need|should|must|have to|can)|we (will )?(need|should|must|have to))\b",
+    re.IGNORECASE,
+)
+
+
+def _sentences(text: str, start: int) -> list[_Chunk]:
+    """The sentences of a paragraph `text` that starts at offset `start` of the response."""
+    spans = []
+    position = 0
+    for match in _SENTENCE_START.finditer(text):
+        spans.append(_Chunk(start + position, start + match.start()))
+        position = match.end()
+    spans.append(_Chunk(start + position, start + len(text.rstrip())))
+    return spans
+
+
+def _point_marker(sentence: str) -> re.Match[str] | None:
+    for pattern in (_ORDINAL, _EXAMPLE_NEXT, _EXAMPLE_FIRST, _ADDITIVE, _LAST_POINT):
+        if match := pattern.match(sentence):
+            return match
+    return None
+
+
+def _point_starts(sentences: list[str]) -> list[int]:
+    """Indices of the sentences that open the points of a run: numbered (First, Second, ... in order), examples
+    (For example ... Another example) or added (Additionally, Another ...); `Finally` opens the last one."""
+    numbered: list[int] = []
+    for index, sentence in enumerate(sentences):
+        match = _ORDINAL.match(sentence)
+        if match and _ORDINAL_NUMBERS[match.group("ordinal").lower()] == len(numbered) + 1:
+            numbered.append(index)
+    if len(numbered) < 2:
+        first = next((i for i, t in enumerate(sentences) if _EXAMPLE_FIRST.match(t)), None)
+        following = [i for i, t in enumerate(sentences) if _EXAMPLE_NEXT.match(t) and first is not None and i > first]
+        numbered = [first, *following] if following else [i for i, t in enumerate(sentences) if _ADDITIVE.match(t)]
+    if not numbered:
+        return []
+    last = next((i for i, t in enumerate(sentences) if i > numbered[-1] and _LAST_POINT.match(t)), None)
+    return numbered + ([last] if last is not None else [])
+
+
+def _find_sentence_runs(instruction: str, response: str, lines: list[_Line], taken: set[int]) -> list[_Block]:
+    """Points made by runs of sentences inside a paragraph ("First, ... Second, ...", "Additionally, ...").
+
+    The points follow an intro sentence, which stays in the main text, and end where a sentence sums them up. A run
+    is left sequential when a point opens by pointing back ("Second, this ..."), when a sentence reads as a next
+    step ("Then", "Once ..."), or when its points are imperative and the instruction did not ask for tips or ways.
+    """
+    blocks: list[_Block] = []
+    for first, last, eligible in _paragraphs(lines, taken):
+        if not eligible:
+            continue
+        paragraph = _paragraph_chunk(lines, first, last)
+        sentences = _sentences(paragraph.text(response), paragraph.start)
+        texts = [sentence.text(response) for sentence in sentences]
+        starts = _point_starts(texts)
+        if len(starts) < 2 or starts[0] == 0:
+            continue
+        end = next((i for i in range(starts[-1] + 1, len(texts)) if _SUMMING_UP.match(texts[i])), len(texts))
+        bounds = list(zip(starts, [*starts[1:], end], strict=True))
+        bodies = [texts[start][_MARKER_END.match(texts[start], _point_marker(texts[start]).end()).end() :]
+                  for start in starts]  # fmt: skip
+        if any(_POINTS_BACK.match(body) for body in bodies[1:]):
+            continue
+        if any(_DEPENDENT_START.match(texts[i]) and not _LAST_POINT.match(texts[i]) for a, b in bounds
+               for i in range(a, b)):  # fmt: skip
+            continue
+        chunks = [_Chunk(sentences[a].start, sentences[b - 1].end) for a, b in bounds]
+        if any(_BACK_REFERENCE.search(chunk.text(response)) for chunk in chunks):
+            continue
+        if not _ASKS_FOR_TIPS.search(instruction) and any(_IMPERATIVE.match(body) for body in bodies):
+            continue
+        blocks.append(_Block(chunks, is_list=False, is_sentences=True))
+    return blocks
+
+
 def _word_count(text: str) -> int:
     return len(text.split())
 
@@ -343,6 +463,9 @@ def make_topic(chunk_text: str, topic_words: int) -> str:
         # "Q1: What is the capital of India?": the label only counts; the words after it say what the chunk is.
         first_line = first_line[_LABEL.match(first_line).end() :].strip()
         label = None
+    if label is None and (marker := _point_marker(first_line)):
+        # "Secondly, forests provide habitat": the opener only orders the points; the words after it name this one.
+        first_line = first_line[_MARKER_END.match(first_line, marker.end()).end() :]
     if label is not None:
         words = label.split()
     else:
@@ -391,7 +514,7 @@ class StructuralAnnotator:
                 return unchanged  # the response already holds tags: not ours to rewrite
         except LangError:
             return unchanged
-        groups = self._groups(response)
+        groups = self._groups(instruction, response)
         if not groups:
             return unchanged
         doc = self._build(response, groups)
@@ -399,11 +522,14 @@ class StructuralAnnotator:
             raise AssertionError("structural teacher changed the response")
         return doc
 
-    def _blocks(self, response: str) -> list[_Block]:
+    def _blocks(self, instruction: str, response: str) -> list[_Block]:
         lines = _split_lines(response)
         lists = _find_lists(lines)
         taken = {i for _, first, last in lists for i in range(first, last + 1)}
-        blocks = [block for block, _, _ in lists] + _find_paragraph_runs(response, lines, taken)
+        runs = _find_paragraph_runs(response, lines, taken)
+        in_runs = {i for i, line in enumerate(lines) for b in runs for c in b.chunks if c.start <= line.start < c.end}
+        sentence_runs = _find_sentence_runs(instruction, response, lines, taken | in_runs)
+        blocks = [block for block, _, _ in lists] + runs + sentence_runs
         blocks.sort(key=lambda b: b.chunks[0].start)
         kept = []
         for block in blocks:
@@ -416,15 +542,17 @@ class StructuralAnnotator:
             if not texts or sum(map(_word_count, texts)) < self.cfg.min_item_words * len(texts):
                 continue
             items = [_MARKER_PREFIX.sub("", t) for t in texts]
-            if any(_DEPENDENT_START.match(t) or _BACK_REFERENCE.search(t) for t in items[1:]):
-                continue
+            if not block.is_sentences and any(
+                _DEPENDENT_START.match(t) or _BACK_REFERENCE.search(t) for t in items[1:]
+            ):
+                continue  # (sentence runs checked themselves, and may end with a "Finally" point)
             if chunks:
                 kept.append(_Block(chunks, block.is_list))
         return kept
 
-    def _groups(self, response: str) -> list[list[_Chunk]]:
+    def _groups(self, instruction: str, response: str) -> list[list[_Chunk]]:
         groups: list[list[_Chunk]] = []
-        for block in self._blocks(response):
+        for block in self._blocks(instruction, response):
             if groups and _is_joining_heading(response[groups[-1][-1].end : block.chunks[0].start]):
                 groups[-1].extend(block.chunks)
             else:
