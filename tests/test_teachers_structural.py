@@ -327,3 +327,25 @@ def test_instructions_that_only_look_sequential_get_tags(instruction):
 
 def test_evaluating_an_expression_stays_sequential():
     assert not doc_of("Evaluate 3x + 2 for x = 4.", TIPS).is_annotated
+
+
+def test_the_turns_of_a_dialogue_stay_sequential():
+    response = (
+        "Friend 1: AI technology is really helpful. It can automate tedious tasks and help us get more done.\n\n"
+        "Friend 2: Absolutely! It can also help us make better decisions by giving us more accurate data.\n\n"
+        "Friend 1: That's true. It is also great for predicting trends and helping businesses stay ahead.\n\n"
+        "Friend 2: Yes, I think it will matter more and more for businesses. It seems a good investment."
+    )
+    assert not doc_of("Write a discussion between two friends about AI.", response).is_annotated
+
+
+def test_parts_the_text_calls_steps_stay_sequential():
+    response = (
+        "It is important to research thoroughly before you start writing an essay of any length.\n\n"
+        "1. Get a good understanding of the essay topic and the main argument you want to make.\n"
+        "2. Find at least three primary sources, such as articles, books and interviews.\n"
+        "3. Take notes on what you read and mark the points that support your argument.\n\n"
+        "These steps help you write a well-researched essay that supports its argument."
+    )
+    assert not doc_of("Draft a guide to help students research for their essays.", response).is_annotated
+    assert doc_of("Draft a guide.", response.replace("These steps", "These habits")).is_annotated

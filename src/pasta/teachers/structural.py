@@ -18,9 +18,9 @@ parts of an answer are found from its layout, not its meaning.
 
 And what it leaves sequential, as the teacher prompt asks: short answers (`min_words`), instructions that ask for
 steps, derivations, code or stories (`sequential_patterns`), lists whose items point back at earlier ones ("Then",
-"the result"), items too short on average to be worth a promise (`min_item_words`), groups whose estimated critical path is
-not shorter than writing them in order, and a last item or paragraph that sums up the others ("Overall, ..."),
-which goes after `<sync/>`. Any main text after a group follows a `<sync/>`, since it may refer to the chunks.
+"the result"), parts that the sentence before or after them calls steps ("These steps ..."), items too short on
+average to be worth a promise (`min_item_words`), parts whose labels repeat (the turns of a dialogue), groups whose estimated critical path is not shorter than writing them in order, and a
+last item or paragraph that sums up the others ("Overall, ..."), which goes after `<sync/>`. Any main text after a group follows a `<sync/>`, since it may refer to the chunks.
 
 The annotation is built from character spans of the response, so its plain text is the response exactly: this
 teacher never changes a character. Topics are the item's label, or its first `topic_words` words.
@@ -546,6 +546,11 @@ class StructuralAnnotator:
                 _DEPENDENT_START.match(t) or _BACK_REFERENCE.search(t) for t in items[1:]
             ):
                 continue  # (sentence runs checked themselves, and may end with a "Finally" point)
+            if _calls_them_steps(response, chunks):
+                continue
+            labels = [label for label in map(label_of, items) if label]
+            if len(labels) != len(set(labels)):
+                continue  # a label said twice: turns of a dialogue ("Friend 1:"), questions and answers
             if chunks:
                 kept.append(_Block(chunks, block.is_list))
         return kept
@@ -597,6 +602,16 @@ class StructuralAnnotator:
         if position < len(response):
             items.append(Text(response[position:]))
         return Document(tuple(items))
+
+
+_NAMES_STEPS = re.compile(r"\b(steps?|stages?|phases?|procedure)\b", re.IGNORECASE)
+
+
+def _calls_them_steps(response: str, chunks: list[_Chunk]) -> bool:
+    """Whether the sentence right before or right after the parts calls them steps ("These steps will help ...")."""
+    before = re.split(r"(?<=[.!?:])\s", response[: chunks[0].start].rstrip())[-1]
+    after = re.split(r"(?<=[.!?])\s", response[chunks[-1].end :].lstrip(), maxsplit=1)[0]
+    return bool(_NAMES_STEPS.search(before) or _NAMES_STEPS.search(after))
 
 
 def _is_joining_heading(between: str) -> bool:
