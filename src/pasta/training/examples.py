@@ -1,4 +1,5 @@
-"""Annotated records -> token-level training examples, with an account of every record that was left out.
+"""Annotated records -> token-level training examples, with an account of every record that was left out and of
+what truncation cuts, and the balance of promise-bearing and plain records (`balance_promises`).
 
 An example is a plain dict (so it fits in a `datasets.Dataset` and travels through any data loader):
 `prompt_ids`, `main_ids`, and per chunk `opener_ids`, `body_ids`, `num_predicted`. The collator turns examples
@@ -171,7 +172,7 @@ def balance_promises(
 ) -> tuple[list[dict[str, Any]], PromiseBalance]:
     """The records to train on, so that at least `promise_share` of them carry promises where possible.
 
-    Rule-based teachers put promises in few answers (the structural teacher in about 5% of Alpaca's), and a small
+    Rule-based teachers put promises in few answers (the structural teacher in about 6% of Alpaca's), and a small
     student trained mostly on plain answers never opens a promise. So below the share, each promise-bearing record
     is used up to `max_upsample` times, then plain ones are subsampled (seeded) down to the share. The decision
     depends only on the annotations, so Baseline-SFT (`strip_annotations`) gets the same records.
@@ -179,15 +180,15 @@ def balance_promises(
     flags = [has_promises(r) for r in records]
     with_promises = [r for r, flag in zip(records, flags, strict=True) if flag]
     plain = [r for r, flag in zip(records, flags, strict=True) if not flag]
-    num_p, num_q = len(with_promises), len(plain)
-    if promise_share is None or num_p == 0 or num_p >= promise_share * (num_p + num_q):
-        return records, PromiseBalance(num_p, num_q, 1, num_q, promise_share)
+    num_with, num_plain = len(with_promises), len(plain)
+    if promise_share is None or num_with == 0 or num_with >= promise_share * (num_with + num_plain):
+        return records, PromiseBalance(num_with, num_plain, 1, num_plain, promise_share)
     # the least repetition reaching the share with every plain record, capped
-    upsample = min(max_upsample, math.ceil(promise_share * num_q / ((1 - promise_share) * num_p)))
-    num_plain_kept = min(num_q, math.floor(upsample * num_p * (1 - promise_share) / promise_share))
-    kept = sorted(random.Random(seed).sample(range(num_q), num_plain_kept))
+    upsample = min(max_upsample, math.ceil(promise_share * num_plain / ((1 - promise_share) * num_with)))
+    num_plain_kept = min(num_plain, math.floor(upsample * num_with * (1 - promise_share) / promise_share))
+    kept = sorted(random.Random(seed).sample(range(num_plain), num_plain_kept))
     chosen = with_promises * upsample + [plain[i] for i in kept]
-    return chosen, PromiseBalance(num_p, num_q, upsample, num_plain_kept, promise_share)
+    return chosen, PromiseBalance(num_with, num_plain, upsample, num_plain_kept, promise_share)
 
 
 def response_document(record: dict[str, Any], *, strip_annotations: bool, min_promises: int = 0) -> Document:

@@ -4,6 +4,9 @@ Trains the student on annotated responses in the PASTA-LANG layout (one sequence
 with the mask, positions and targets the decoder will reproduce) through TRL's SFTTrainer; with
 `data.strip_annotations=true` the same records without tags give Baseline-SFT, the sequential model that speed
 and quality are compared against. Writes `<output_dir>/final` and `<output_dir>/train_info.json`.
+
+Before training it balances promise-bearing and plain records (`data.promise_share`, a logged decision), refuses
+PASTA-SFT on data without a single promise, and counts what `stage.max_length` cuts; batches are grouped by length.
 """
 
 from __future__ import annotations
