@@ -9,6 +9,7 @@ never lets a real row see them.
 Why not transformers' caches: `DynamicCache` concatenates (a copy of the whole cache per layer per step) and
 `StaticCache` attends over its whole preallocated length; both advance every request by the same q.
 The capacity doubles when a step would overflow it (rare: it starts at prompt + max_new_tokens + a margin).
+Requests leave (`keep`) and join (`add_rows`) between steps, which is what continuous batching needs.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ class SlotLayer(CacheLayerMixin):
             new = old.new_zeros(*old.shape[:2], capacity, old.shape[-1])
             new[:, :, : old.shape[2]] = old
             setattr(self, name, new)
+
+    def add_rows(self, num_rows: int) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values"):
+                old = getattr(self, name)
+                setattr(self, name, torch.cat([old, old.new_zeros(num_rows, *old.shape[1:])]))
 
     def keep(self, batch_indices: torch.Tensor) -> None:
         if self.is_initialized:
@@ -116,6 +123,16 @@ class SlotCache(Cache):
             self._index = slots[:, None, :, None].expand(-1, num_heads, -1, head_dim)  # [B, H, q, D]
             self._index_key = (num_heads, head_dim)
         return self._index
+
+    def add_rows(self, num_rows: int) -> None:
+        """Append empty batch rows for requests joining a running batch (their slots start at 0)."""
+        for layer in self.layers:
+            layer.add_rows(num_rows)
+
+    def num_bytes(self) -> int:
+        """Memory held by the keys and values of every layer."""
+        return sum(t.numel() * t.element_size() for layer in self.layers if layer.is_initialized
+                   for t in (layer.keys, layer.values))
 
     def keep(self, batch_indices: list[int]) -> None:
         """Drop finished requests: keep these batch rows, in this order."""
