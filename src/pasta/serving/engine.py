@@ -1,0 +1,266 @@
+"""The engine: one thread that owns the model and decodes every request in one continuous batch.
+
+Each turn of its loop: the requests the scheduler started join the batch (an interpreter and a cache row each;
+their prompt's prefill rides in the next forward with the others' decode rows), cancelled ones leave, every member
+plans its rows, one forward runs (`pasta.decoding.runner.StepBatch`), each member chooses its tokens with its own
+sampling settings and generator and commits them, each gets the text that became final, and finished ones leave
+at once (their cache rows freed; an empty batch frees the whole cache). The thread sleeps while nothing runs.
+
+A request whose own plan, sampling or commit raises fails alone (Failed; its row freed) and the others go on; a
+forward that raises fails the requests of that step, since they shared it. A greedy answer does not depend on the
+company a request keeps: its rows see only its own cache row, and a sampled one draws from the request's own
+generator in a fixed order (the same tokens as `decode_async` with that seed).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from pasta.decoding import DecodeConfig
+from pasta.decoding.asynchronous import new_interpreter, request_result
+from pasta.decoding.attention import grouped_query_sdpa
+from pasta.decoding.interpreter import Interpreter
+from pasta.decoding.linears import multirow_linears
+from pasta.decoding.plain import PlainInterpreter
+from pasta.decoding.runner import RequestClock, StepBatch
+from pasta.decoding.sampling import choose_tokens, request_generators
+from pasta.decoding.text import eos_token_ids, pad_token_id, text_decoder
+from pasta.errors import PastaError
+from pasta.lang import ReservationPolicy
+from pasta.serving.metrics import ServingMetrics
+from pasta.serving.requests import EngineRequest, Failed, Finished, TextDelta
+from pasta.serving.scheduler import AdmissionLimits, Scheduler
+
+log = logging.getLogger(__name__)
+
+MODES = ("async", "sequential")
+
+
+@dataclass
+class EngineState:
+    """What the engine holds right now (/health, the metrics gauges, tests)."""
+
+    num_running: int  # sequences in the batch
+    num_waiting: int  # sequences queued for admission
+    num_threads: int  # main threads plus running chunk threads
+    num_tokens_in_flight: int  # admission tokens of the running sequences
+    num_cache_rows: int  # batch rows of the KV cache
+    kv_cache_bytes: int
+
+
+@dataclass
+class _Member:
+    """A running request and its decoding state."""
+
+    request: EngineRequest
+    interpreter: Interpreter | PlainInterpreter
+    generator: torch.Generator | None
+    clock: RequestClock = field(default_factory=RequestClock)
+    emitted: str = ""
+
+
+class Engine:
+    """Owns the model on its own thread; `submit` and `cancel` are called from the API's thread."""
+
+    def __init__(self, model, tokenizer, *, mode: str, policy: ReservationPolicy | None = None,
+                 limits: AdmissionLimits | None = None, metrics: ServingMetrics | None = None,
+                 cpu_multirow_linears: bool = True):
+        if mode not in MODES:
+            raise PastaError(f"decode={mode} cannot be served; use one of {', '.join(MODES)}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.mode = mode
+        self.policy = policy or ReservationPolicy()
+        self.scheduler = Scheduler(limits or AdmissionLimits())
+        self.metrics = metrics or ServingMetrics()
+        self.cpu_multirow_linears = cpu_multirow_linears
+        self._eos_ids = eos_token_ids(model, tokenizer)
+        self._decode = text_decoder(tokenizer)
+        self._batch = StepBatch(model, pad_token_id(tokenizer))
+        self._members: list[_Member] = []  # parallel to self._batch.members
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.metrics.watch(
+            live_requests=lambda: self.state().num_running, live_threads=lambda: self.state().num_threads,
+            queue_depth=lambda: self.scheduler.num_waiting,
+            tokens_in_flight=lambda: self.scheduler.num_tokens_in_flight,
+            kv_cache_bytes=lambda: self.state().kv_cache_bytes,
+        )
+
+    # --- the API's side --------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="pasta-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Fail whatever is still running or waiting and end the thread."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def submit(self, request: EngineRequest) -> None:
+        """Queue a request; raises the scheduler's QueueFull or TooLarge."""
+        if self._stopping:
+            raise PastaError("the server is shutting down")
+        self.scheduler.submit(request)
+        self._wake.set()
+
+    def cancel(self, request: EngineRequest) -> None:
+        """The client is gone: drop the request (its slots are freed before the next step)."""
+        request.cancelled = True
+        if self.scheduler.withdraw(request):
+            self.metrics.sequences.labels("cancelled").inc()
+        self._wake.set()
+
+    def state(self) -> EngineState:
+        members = list(self._members)
+        cache = self._batch.cache
+        return EngineState(
+            num_running=len(members),
+            num_waiting=self.scheduler.num_waiting,
+            num_threads=sum(1 + _num_running_chunks(m.interpreter) for m in members),
+            num_tokens_in_flight=self.scheduler.num_tokens_in_flight,
+            num_cache_rows=len(members) if cache is not None else 0,
+            kv_cache_bytes=cache.num_bytes() if cache is not None else 0,
+        )
+
+    # --- the engine thread -----------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        with torch.inference_mode(), grouped_query_sdpa(self.model), \
+                multirow_linears(self.model, enabled=self.cpu_multirow_linears):
+            while not self._stopping:
+                self._wake.clear()
+                self._admit()
+                self._drop_cancelled()
+                if not self._members:
+                    self._wake.wait()
+                    continue
+                try:
+                    self._step()
+                except Exception as exc:  # a bug outside any one request: fail the batch, keep serving
+                    log.exception("engine step failed")
+                    self._end([(m, Failed(f"engine step failed: {exc}")) for m in self._members])
+        for request in self.scheduler.take_started():
+            request.emit(Failed("the server is shutting down"))
+        self._end([(m, Failed("the server is shutting down")) for m in self._members])
+
+    def _admit(self) -> None:
+        for request in self.scheduler.take_started():
+            if request.cancelled:
+                self.scheduler.retire(request)
+                self.metrics.sequences.labels("cancelled").inc()
+                continue
+            try:
+                member = _Member(request, self._interpreter(request.prompt_ids, request.config),
+                                 _generator(request.config, self.model.device))
+            except Exception as exc:
+                self.scheduler.retire(request)
+                self.metrics.sequences.labels("failed").inc()
+                request.emit(Failed(f"could not start the request: {exc}"))
+                continue
+            self._batch.join(member.interpreter, len(request.prompt_ids) + request.config.max_new_tokens + 64)
+            self._members.append(member)
+
+    def _interpreter(self, prompt_ids: list[int], config: DecodeConfig) -> Interpreter | PlainInterpreter:
+        if self.mode == "async":
+            return new_interpreter(self.model, self.tokenizer, prompt_ids, config, self.policy)
+        return PlainInterpreter(prompt_ids, eos_ids=self._eos_ids, config=config, decode=self._decode,
+                                capacity=len(prompt_ids) + config.max_new_tokens + 64, device=self.model.device)
+
+    def _drop_cancelled(self) -> None:
+        self._end([(m, None) for m in self._members if m.request.cancelled])
+
+    def _step(self) -> None:
+        started = time.perf_counter()
+        plans, failures = [], []
+        for member in self._members:
+            try:
+                plans.append(member.interpreter.plan())
+            except Exception as exc:
+                failures.append((member, Failed(f"planning the step failed: {exc}")))
+                plans.append(None)
+        if failures:
+            plans = [p for p in plans if p is not None]
+            self._end(failures)
+            if not self._members:
+                return
+        members = list(self._members)
+        try:
+            logits = self._batch.forward(self._batch.prepare(plans), plans)
+        except Exception as exc:
+            log.exception("forward failed")
+            self._end([(m, Failed(f"the forward failed: {exc}")) for m in members])
+            return
+        self.metrics.forward_steps.inc()
+        ended = []
+        for member, plan, rows in zip(members, plans, logits, strict=True):
+            try:
+                token_ids = choose_tokens(rows, member.request.config.sampling, member.generator).tolist()
+                member.interpreter.commit(plan, token_ids)
+                self._send_text(member)
+            except Exception as exc:
+                ended.append((member, Failed(f"sampling or committing the step failed: {exc}")))
+        elapsed = time.perf_counter() - started
+        self.metrics.step_seconds.observe(elapsed)
+        for member in members:
+            clock = member.clock
+            if member.interpreter.num_steps == 1:
+                clock.prefill_s = elapsed
+            else:
+                clock.decode_s += elapsed
+        failed = {id(m) for m, _ in ended}
+        ended += [(m, Finished(request_result(m.interpreter, m.clock), len(m.request.prompt_ids)))
+                  for m in members if m.interpreter.done and id(m) not in failed]
+        self._end(ended)
+
+    def _send_text(self, member: _Member) -> None:
+        final = member.interpreter.final_text()
+        if len(final) > len(member.emitted) and final.startswith(member.emitted):
+            member.request.emit(TextDelta(final[len(member.emitted) :]))
+            member.emitted = final
+
+    def _end(self, ended: list[tuple[_Member, Finished | Failed | None]]) -> None:
+        """Take these members out of the batch (their cache rows freed), retire them and send their last event
+        (None: cancelled, nobody listens)."""
+        if not ended:
+            return
+        leaving = {id(m) for m, _ in ended}
+        keep = [b for b, m in enumerate(self._members) if id(m) not in leaving]
+        self._batch.keep(keep)
+        self._members = [self._members[b] for b in keep]
+        for member, event in ended:
+            request = member.request
+            self.scheduler.retire(request)
+            if isinstance(event, Finished):
+                stats = event.result.stats
+                self.metrics.sequences.labels("finished").inc()
+                self.metrics.prompt_tokens.inc(len(request.prompt_ids))
+                self.metrics.generation_tokens.inc(stats.num_tokens)
+                self.metrics.theoretical_speedup.observe(stats.theoretical_speedup)
+                self.metrics.sequence_seconds.observe(time.perf_counter() - request.arrived_s)
+            else:
+                self.metrics.sequences.labels("failed" if event else "cancelled").inc()
+            if event is not None:
+                if isinstance(event, Failed):
+                    log.warning("request %d failed: %s", request.request_id, event.reason)
+                request.emit(event)
+        self._wake.set()  # retiring may have started waiting requests
+
+
+def _num_running_chunks(interpreter: Interpreter | PlainInterpreter) -> int:
+    return sum(1 for c in interpreter.chunks if c.state in ("opening", "running"))
+
+
+def _generator(config: DecodeConfig, device) -> torch.Generator | None:
+    generators = request_generators(config.sampling, 1, device)
+    return generators[0] if generators else None
