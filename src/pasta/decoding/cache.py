@@ -9,7 +9,8 @@ never lets a real row see them.
 Why not transformers' caches: `DynamicCache` concatenates (a copy of the whole cache per layer per step) and
 `StaticCache` attends over its whole preallocated length; both advance every request by the same q.
 The capacity doubles when a step would overflow it (rare: it starts at prompt + max_new_tokens + a margin).
-Requests leave (`keep`) and join (`add_rows`) between steps, which is what continuous batching needs.
+Requests leave (`keep`) and join (`add_rows`, or `merge` with a cache they prefilled on their own) between steps,
+which is what continuous batching needs.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ class SlotLayer(CacheLayerMixin):
             for name in ("keys", "values"):
                 old = getattr(self, name)
                 setattr(self, name, torch.cat([old, old.new_zeros(num_rows, *old.shape[1:])]))
+
+    def append(self, other: SlotLayer) -> None:
+        if not (self.is_initialized and other.is_initialized):
+            raise ValueError("only caches that have run a forward can be merged")
+        self.keys = torch.cat([self.keys, other.keys])
+        self.values = torch.cat([self.values, other.values])
 
     def keep(self, batch_indices: torch.Tensor) -> None:
         if self.is_initialized:
@@ -128,6 +135,17 @@ class SlotCache(Cache):
         """Append empty batch rows for requests joining a running batch (their slots start at 0)."""
         for layer in self.layers:
             layer.add_rows(num_rows)
+
+    def merge(self, other: SlotCache) -> None:
+        """Append `other`'s batch rows after this cache's (both have run a forward; capacities align upward)."""
+        capacity = max(self.capacity, other.capacity)
+        for cache in (self, other):
+            if cache.capacity < capacity:
+                cache.capacity = capacity
+                for layer in cache.layers:
+                    layer.grow(capacity)
+        for mine, theirs in zip(self.layers, other.layers, strict=True):
+            mine.append(theirs)
 
     def num_bytes(self) -> int:
         """Memory held by the keys and values of every layer."""

@@ -76,7 +76,8 @@ class StepBatch:
     A step: the caller plans every member (`Interpreter.plan`, or `PlainInterpreter.plan` for the sequential
     baseline), `prepare`s the inputs, runs `forward` for each member's logits, chooses tokens and commits them.
     Between steps members `join` (a new cache row; their prompt's prefill then rides in the same forward as the
-    others' decode rows) and leave (`keep`), which is what continuous batching needs. An empty batch drops its cache.
+    others' decode rows), arrive with the rows of a batch that ran their prefill (`merge`), and leave (`keep`),
+    which is what continuous batching needs. An empty batch drops its cache.
     """
 
     def __init__(self, model, pad_id: int):
@@ -94,6 +95,18 @@ class StepBatch:
         else:
             self.cache.add_rows(1)
         self.members.append(interpreter)
+
+    def merge(self, other: StepBatch) -> None:
+        """Take over `other`'s members and cache rows (requests that ran their prefill in a batch of their own, so
+        that a long prompt does not pad every running request's decode rows to its length); `other` is emptied."""
+        if not other.members:
+            return
+        if self.cache is None:
+            self.cache = other.cache
+        else:
+            self.cache.merge(other.cache)
+        self.members += other.members
+        other.members, other.cache = [], None
 
     def keep(self, indices: list[int]) -> None:
         """Keep these members (and their cache rows), in this order; the others leave."""

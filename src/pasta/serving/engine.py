@@ -1,10 +1,11 @@
 """The engine: one thread that owns the model and decodes every request in one continuous batch.
 
-Each turn of its loop: the requests the scheduler started join the batch (an interpreter and a cache row each;
-their prompt's prefill rides in the next forward with the others' decode rows), cancelled ones leave, every member
-plans its rows, one forward runs (`pasta.decoding.runner.StepBatch`), each member chooses its tokens with its own
-sampling settings and generator and commits them, each gets the text that became final, and finished ones leave
-at once (their cache rows freed; an empty batch frees the whole cache). The thread sleeps while nothing runs.
+Each turn of its loop: the requests the scheduler started get an interpreter each and run their prefill together
+in a batch of their own (one prompt's length does not pad every running request's decode rows), cancelled ones
+leave, the running batch takes one step (`pasta.decoding.runner.StepBatch`: every member plans its rows, one
+forward, each member chooses its tokens with its own sampling settings and generator and commits them), every
+member gets the text that became final, finished ones leave at once (their cache rows freed; an empty batch frees
+the whole cache), and the newcomers' rows merge into the running batch. The thread sleeps while nothing runs.
 
 A request whose own plan, sampling or commit raises fails alone (Failed; its row freed) and the others go on; a
 forward that raises fails the requests of that step, since they shared it. A greedy answer does not depend on the
@@ -81,8 +82,8 @@ class Engine:
         self.cpu_multirow_linears = cpu_multirow_linears
         self._eos_ids = eos_token_ids(model, tokenizer)
         self._decode = text_decoder(tokenizer)
-        self._batch = StepBatch(model, pad_token_id(tokenizer))
-        self._members: list[_Member] = []  # parallel to self._batch.members
+        self._pad_id = pad_token_id(tokenizer)
+        self._running = _Group(model, self._pad_id)  # the continuous batch
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -122,8 +123,8 @@ class Engine:
         self._wake.set()
 
     def state(self) -> EngineState:
-        members = list(self._members)
-        cache = self._batch.cache
+        members = list(self._running.members)
+        cache = self._running.batch.cache
         return EngineState(
             num_running=len(members),
             num_waiting=self.scheduler.num_waiting,
@@ -140,21 +141,27 @@ class Engine:
                 multirow_linears(self.model, enabled=self.cpu_multirow_linears):
             while not self._stopping:
                 self._wake.clear()
-                self._admit()
-                self._drop_cancelled()
-                if not self._members:
+                newcomers = self._admit()
+                self._end(self._running, [(m, None) for m in self._running.members if m.request.cancelled])
+                if not newcomers.members and not self._running.members:
                     self._wake.wait()
                     continue
-                try:
-                    self._step()
-                except Exception as exc:  # a bug outside any one request: fail the batch, keep serving
-                    log.exception("engine step failed")
-                    self._end([(m, Failed(f"engine step failed: {exc}")) for m in self._members])
+                for group in (newcomers, self._running):
+                    try:
+                        if group.members:
+                            self._step(group)
+                    except Exception as exc:  # a bug outside any one request: fail the group, keep serving
+                        log.exception("engine step failed")
+                        self._end(group, [(m, Failed(f"engine step failed: {exc}")) for m in group.members])
+                self._running.merge(newcomers)
         for request in self.scheduler.take_started():
             request.emit(Failed("the server is shutting down"))
-        self._end([(m, Failed("the server is shutting down")) for m in self._members])
+        self._end(self._running, [(m, Failed("the server is shutting down")) for m in self._running.members])
 
-    def _admit(self) -> None:
+    def _admit(self) -> _Group:
+        """The requests the scheduler started, in a group of their own: their prefill runs without padding the
+        running requests' decode rows to the prompts' length, then they merge into the running batch."""
+        newcomers = _Group(self.model, self._pad_id)
         for request in self.scheduler.take_started():
             if request.cancelled:
                 self.scheduler.retire(request)
@@ -168,8 +175,8 @@ class Engine:
                 self.metrics.sequences.labels("failed").inc()
                 request.emit(Failed(f"could not start the request: {exc}"))
                 continue
-            self._batch.join(member.interpreter, len(request.prompt_ids) + request.config.max_new_tokens + 64)
-            self._members.append(member)
+            newcomers.join(member, len(request.prompt_ids) + request.config.max_new_tokens + 64)
+        return newcomers
 
     def _interpreter(self, prompt_ids: list[int], config: DecodeConfig) -> Interpreter | PlainInterpreter:
         if self.mode == "async":
@@ -177,13 +184,11 @@ class Engine:
         return PlainInterpreter(prompt_ids, eos_ids=self._eos_ids, config=config, decode=self._decode,
                                 capacity=len(prompt_ids) + config.max_new_tokens + 64, device=self.model.device)
 
-    def _drop_cancelled(self) -> None:
-        self._end([(m, None) for m in self._members if m.request.cancelled])
-
-    def _step(self) -> None:
+    def _step(self, group: _Group) -> None:
+        """One forward for every member of the group; ended members leave it."""
         started = time.perf_counter()
         plans, failures = [], []
-        for member in self._members:
+        for member in group.members:
             try:
                 plans.append(member.interpreter.plan())
             except Exception as exc:
@@ -191,15 +196,15 @@ class Engine:
                 plans.append(None)
         if failures:
             plans = [p for p in plans if p is not None]
-            self._end(failures)
-            if not self._members:
+            self._end(group, failures)
+            if not group.members:
                 return
-        members = list(self._members)
+        members = list(group.members)
         try:
-            logits = self._batch.forward(self._batch.prepare(plans), plans)
+            logits = group.batch.forward(group.batch.prepare(plans), plans)
         except Exception as exc:
             log.exception("forward failed")
-            self._end([(m, Failed(f"the forward failed: {exc}")) for m in members])
+            self._end(group, [(m, Failed(f"the forward failed: {exc}")) for m in members])
             return
         self.metrics.forward_steps.inc()
         ended = []
@@ -221,7 +226,7 @@ class Engine:
         failed = {id(m) for m, _ in ended}
         ended += [(m, Finished(request_result(m.interpreter, m.clock), len(m.request.prompt_ids)))
                   for m in members if m.interpreter.done and id(m) not in failed]
-        self._end(ended)
+        self._end(group, ended)
 
     def _send_text(self, member: _Member) -> None:
         final = member.interpreter.final_text()
@@ -229,15 +234,12 @@ class Engine:
             member.request.emit(TextDelta(final[len(member.emitted) :]))
             member.emitted = final
 
-    def _end(self, ended: list[tuple[_Member, Finished | Failed | None]]) -> None:
-        """Take these members out of the batch (their cache rows freed), retire them and send their last event
+    def _end(self, group: _Group, ended: list[tuple[_Member, Finished | Failed | None]]) -> None:
+        """Take these members out of the group (their cache rows freed), retire them and send their last event
         (None: cancelled, nobody listens)."""
         if not ended:
             return
-        leaving = {id(m) for m, _ in ended}
-        keep = [b for b, m in enumerate(self._members) if id(m) not in leaving]
-        self._batch.keep(keep)
-        self._members = [self._members[b] for b in keep]
+        group.remove([m for m, _ in ended])
         for member, event in ended:
             request = member.request
             self.scheduler.retire(request)
@@ -255,6 +257,30 @@ class Engine:
                     log.warning("request %d failed: %s", request.request_id, event.reason)
                 request.emit(event)
         self._wake.set()  # retiring may have started waiting requests
+
+
+class _Group:
+    """A StepBatch and the state of its members, in the same order."""
+
+    def __init__(self, model, pad_id: int):
+        self.batch = StepBatch(model, pad_id)
+        self.members: list[_Member] = []
+
+    def join(self, member: _Member, capacity: int) -> None:
+        self.batch.join(member.interpreter, capacity)
+        self.members.append(member)
+
+    def remove(self, leaving: list[_Member]) -> None:
+        gone = {id(m) for m in leaving}
+        keep = [b for b, m in enumerate(self.members) if id(m) not in gone]
+        if len(keep) < len(self.members):
+            self.batch.keep(keep)
+            self.members = [self.members[b] for b in keep]
+
+    def merge(self, other: _Group) -> None:
+        self.batch.merge(other.batch)
+        self.members += other.members
+        other.members = []
 
 
 def _num_running_chunks(interpreter: Interpreter | PlainInterpreter) -> int:
