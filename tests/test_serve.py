@@ -474,3 +474,20 @@ def test_teacher_openai_annotates_through_the_server(speaker, tmp_path):
     rejected = read_jsonl(tmp_path / "ann.rejects.jsonl")
     assert len(rejected) + summary["this_run"]["num_accepted"] == 3
     assert all(r["teacher_output"] for r in rejected)
+
+
+def test_alpaca_evals_openai_decoder_generates_through_the_server(speaker, tmp_path):
+    """What `alpaca_eval evaluate_from_model` calls for an `openai_completions` model config (README: Serve)."""
+    from alpaca_eval.decoders.openai import openai_completions
+
+    with running(speaker_app(speaker)) as base_url:
+        clients = tmp_path / "openai_configs.yaml"
+        clients.write_text(f"default:\n  - api_key: unused\n    base_url: {base_url}\n")
+        prompts = [f"<|im_start|>user\n{p}\n<|im_end|>" for p in PROMPTS[:2]]
+        out = openai_completions(prompts, model_name="speaker", max_tokens=MAX_TOKENS, temperature=0.0,
+                                 num_procs=1, client_config_path=clients)
+    model, tokenizer = speaker
+    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    expected = [decode_async(model, tokenizer, [encode_prompt(tokenizer, p)], config, ReservationPolicy())[0].text
+                for p in PROMPTS[:2]]
+    assert [text.strip() for text in out["completions"]] == [text.strip() for text in expected]
