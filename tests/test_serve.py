@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +26,7 @@ import openai
 import pytest
 import torch
 import uvicorn
+import yaml
 
 from pasta.annotate import annotate
 from pasta.config import compose
@@ -220,6 +224,22 @@ def test_settings_that_cannot_be_served_are_one_line_errors(checkpoint):
         build_app(serve_cfg(checkpoint, "limits.max_running_requests=0"))
 
 
+def test_the_cli_prints_its_config_and_says_what_is_wrong_in_one_line(tmp_path):
+    def run(*overrides: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pasta.serve", *overrides], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+    shown = run("--cfg", "job")
+    assert shown.returncode == 0, shown.stderr
+    assert yaml.safe_load(shown.stdout)["port"] == 8000
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        refused = run(f"port={taken.getsockname()[1]}", f"hydra.run.dir={tmp_path}")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: cannot listen on 127.0.0.1:")
+
+
 def test_completions_n_choices_and_the_annotated_text(server):
     base_url, _ = server
     api = client(base_url)
@@ -235,6 +255,11 @@ def test_completions_n_choices_and_the_annotated_text(server):
                                     stream=True)
     assert "".join(c.choices[0].text for c in pieces) == alone.choices[0].text
     assert several.usage.completion_tokens == sum(c.pasta["num_tokens"] for c in several.choices)
+    streamed = ["", "", ""]
+    for chunk in api.completions.create(model="lively", prompt=prompt, n=3, temperature=1.0, seed=11, max_tokens=8,
+                                        stream=True):
+        streamed[chunk.choices[0].index] += chunk.choices[0].text
+    assert streamed == [c.text for c in several.choices]
 
 
 def test_models_health_and_metrics(server):

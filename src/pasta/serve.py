@@ -14,6 +14,7 @@ and its continuous batching pasta/serving/engine.py's.
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -63,15 +64,29 @@ def build_app(cfg: DictConfig):
     return create_app(engine, settings)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the model loads, so that a taken port is a one-line error at once."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise PastaError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another with port=...") from None
+    return sock
+
+
 def serve(cfg: DictConfig) -> None:
     """Load the model and serve until interrupted (Ctrl-C stops the server; running requests fail cleanly)."""
     import uvicorn
 
+    sock = listen(str(cfg.host), int(cfg.port))
     app = build_app(cfg)
     logging.getLogger("pasta").setLevel(logging.INFO)
-    print(f"serving {served_model_name(cfg)!r} ({cfg.decode.mode} decoding) on http://{cfg.host}:{cfg.port}/v1",
+    host, port = sock.getsockname()[:2]
+    print(f"serving {served_model_name(cfg)!r} ({cfg.decode.mode} decoding) on http://{host}:{port}/v1",
           flush=True)
-    uvicorn.run(app, host=str(cfg.host), port=int(cfg.port), log_level=str(cfg.log_level))
+    uvicorn.Server(uvicorn.Config(app, log_level=str(cfg.log_level))).run(sockets=[sock])
 
 
 cli = run_entry(serve, "serve")
