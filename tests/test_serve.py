@@ -8,7 +8,6 @@ requests fork chunk threads while they share the batch.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import socket
@@ -24,10 +23,10 @@ from dataclasses import dataclass
 import httpx2 as httpx  # the openai client's own HTTP library (httpx's successor)
 import openai
 import pytest
-import torch
 import uvicorn
 import yaml
 
+from helpers.models import Scripted, lively_model
 from pasta.annotate import annotate
 from pasta.config import compose
 from pasta.data import read_jsonl
@@ -36,8 +35,8 @@ from pasta.decoding.interpreter import Interpreter
 from pasta.errors import PastaError
 from pasta.generate import generate
 from pasta.judges import JudgeItem, build_judge
-from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens, encode_text
-from pasta.models import build_tiny_model, encode_prompt
+from pasta.lang import ReservationPolicy, TagIds, encode_text
+from pasta.models import encode_prompt
 from pasta.serve import build_app
 from pasta.serving.app import ServeSettings, create_app
 from pasta.serving.engine import Engine
@@ -109,19 +108,6 @@ def running(app) -> Iterator[str]:
 
 def client(base_url: str, **kwargs) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60, **kwargs)
-
-
-def lively_model(tokenizer):
-    """A tiny Llama whose greedy output varies (tests/test_decoding.py's `lively`), with the tag tokens."""
-    tokenizer = copy.deepcopy(tokenizer)
-    model = build_tiny_model(tokenizer)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, weight in model.named_parameters():
-            if weight.dim() >= 2 and "embed" not in name:
-                weight.copy_(torch.randn(weight.shape, generator=generator) * 0.3)
-    add_tag_tokens(tokenizer, model)
-    return model.eval(), tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -313,35 +299,6 @@ def test_the_openai_client_raises_its_own_errors(server):
 
 
 # --- many requests at once: the scripted speaker forks chunks -------------------------------------------------------
-
-
-class Scripted(torch.nn.Module):
-    """A model whose next token after each `transitions` key is that key's value (a large logit bias); each
-    forward takes at least `delay_s` (a request that stays running while a test looks at it)."""
-
-    def __init__(self, model, transitions: dict[int, int], delay_s: float = 0.0):
-        super().__init__()
-        self.model, self.transitions, self.delay_s = model, transitions, delay_s
-        self.config, self.generation_config = model.config, model.generation_config
-
-    @property
-    def device(self):
-        return self.model.device
-
-    @property
-    def dtype(self):
-        return self.model.dtype
-
-    def get_input_embeddings(self):
-        return self.model.get_input_embeddings()
-
-    def forward(self, input_ids, logits_to_keep=0, **kwargs):
-        time.sleep(self.delay_s)
-        out = self.model(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
-        for row, token_id in enumerate(input_ids[logits_to_keep].tolist()):
-            if token_id in self.transitions:
-                out.logits[row, self.transitions[token_id]] += 1e4
-        return out
 
 
 @pytest.fixture(scope="module")

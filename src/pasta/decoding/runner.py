@@ -76,8 +76,8 @@ class StepBatch:
     A step: the caller plans every member (`Interpreter.plan`, or `PlainInterpreter.plan` for the sequential
     baseline), `prepare`s the inputs, runs `forward` for each member's logits, chooses tokens and commits them.
     Between steps members `join` (a new cache row; their prompt's prefill then rides in the same forward as the
-    others' decode rows), arrive with the rows of a batch that ran their prefill (`merge`), and leave (`keep`),
-    which is what continuous batching needs. An empty batch drops its cache.
+    others' decode rows), arrive with the rows of a batch that ran their prefill (`merge`), and leave (`keep`, in
+    order; `remove`, reordering), which is what continuous batching needs. An empty batch drops its cache.
     """
 
     def __init__(self, model, pad_id: int):
@@ -107,6 +107,15 @@ class StepBatch:
             self.cache.merge(other.cache)
         self.members += other.members
         other.members, other.cache = [], None
+
+    def remove(self, indices: list[int]) -> list[int]:
+        """Drop these members; the last members move into the holes (one cache row copied per removal, where
+        `keep` copies every row). Returns the new order: the old index of the member now at each position."""
+        order = self.cache.remove(indices, len(self.members)) if indices else list(range(len(self.members)))
+        self.members = [self.members[b] for b in order]
+        if not self.members:
+            self.cache = None
+        return order
 
     def keep(self, indices: list[int]) -> None:
         """Keep these members (and their cache rows), in this order; the others leave."""

@@ -142,18 +142,19 @@ class Engine:
             while not self._stopping:
                 self._wake.clear()
                 newcomers = self._admit()
-                self._end(self._running, [(m, None) for m in self._running.members if m.request.cancelled])
-                if not newcomers.members and not self._running.members:
-                    self._wake.wait()
-                    continue
-                for group in (newcomers, self._running):
-                    try:
+                try:
+                    self._end(self._running, [(m, None) for m in self._running.members if m.request.cancelled])
+                    if not newcomers.members and not self._running.members:
+                        self._wake.wait()
+                        continue
+                    for group in (newcomers, self._running):
                         if group.members:
                             self._step(group)
-                    except Exception as exc:  # a bug outside any one request: fail the group, keep serving
-                        log.exception("engine step failed")
-                        self._end(group, [(m, Failed(f"engine step failed: {exc}")) for m in group.members])
-                self._running.merge(newcomers)
+                    self._running.merge(newcomers)
+                except Exception as exc:  # a bug outside any one request: fail what runs, keep serving
+                    log.exception("engine step failed")
+                    self._abandon(newcomers.members + self._running.members, f"engine step failed: {exc}")
+                    self._running = _Group(self.model, self._pad_id)
         for request in self.scheduler.take_started():
             request.emit(Failed("the server is shutting down"))
         self._end(self._running, [(m, Failed("the server is shutting down")) for m in self._running.members])
@@ -258,6 +259,13 @@ class Engine:
                 request.emit(event)
         self._wake.set()  # retiring may have started waiting requests
 
+    def _abandon(self, members: list[_Member], reason: str) -> None:
+        """Fail these members without touching their batch (it may be what broke)."""
+        for member in members:
+            self.scheduler.retire(member.request)
+            self.metrics.sequences.labels("failed").inc()
+            member.request.emit(Failed(reason))
+
 
 class _Group:
     """A StepBatch and the state of its members, in the same order."""
@@ -272,10 +280,8 @@ class _Group:
 
     def remove(self, leaving: list[_Member]) -> None:
         gone = {id(m) for m in leaving}
-        keep = [b for b, m in enumerate(self.members) if id(m) not in gone]
-        if len(keep) < len(self.members):
-            self.batch.keep(keep)
-            self.members = [self.members[b] for b in keep]
+        order = self.batch.remove([b for b, m in enumerate(self.members) if id(m) in gone])
+        self.members = [self.members[b] for b in order]
 
     def merge(self, other: _Group) -> None:
         self.batch.merge(other.batch)
