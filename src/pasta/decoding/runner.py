@@ -6,8 +6,8 @@ the additive mask [B, 1, q, used] from the interpreters' visibility rows and run
 only for the rows that choose a token. A chooser (sampling, or teacher forcing) picks the tokens and the
 interpreters commit them. Finished requests leave the batch, so their rows stop costing compute.
 
-`StepBatch` holds those pieces, so the serving engine (pasta.serving) runs the same steps while requests join
-and leave between them; `run_steps` is the batch decoder's loop over it.
+`StepBatch` holds those pieces, so that requests can also join and leave between steps (continuous batching, as
+a server does); `run_steps` is the batch decoder's loop over it.
 
 Padding rows see slot 0 only (a query that sees nothing turns softmax into NaN) and write beyond their request's
 slot counter, where nothing real looks.
@@ -161,7 +161,8 @@ def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: i
             planned = time.perf_counter()
 
             logits = batch.forward(inputs, plans)
-            chosen = [choose(r, rows, plan.sample_threads) for r, rows, plan in zip(active, logits, plans, strict=True)]
+            chosen = [choose(r, rows, plan.sample_threads)
+                      for r, rows, plan in zip(active, logits, plans, strict=True)]
             sampled = time.perf_counter()
 
             for interpreter, plan, token_ids in zip(batch.members, plans, chosen, strict=True):
