@@ -8,7 +8,8 @@ step for every thread of every request), with teacher forcing and streaming.
     pasta.text, pasta.annotated, pasta.token_doc, pasta.stats.theoretical_speedup, pasta.stats.wall_s
 
 Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread state machines, no model),
-cache (slot-indexed KV cache), runner (the step loop), attention (grouped-query SDPA on CPU), linears (linear
+cache (slot-indexed KV cache), runner (StepBatch, one step of a batch that requests join and leave, and the step
+loop), plain (the sequential baseline as a step-planning request, for continuous batching), attention (grouped-query SDPA on CPU), linears (linear
 layers of multi-row steps over every CPU thread), sampling, text (detokenizing, stop strings, streaming),
 asynchronous and sequential (the entry points), result (DecodeResult, DecodeStats, TokenLogprobs).
 

@@ -37,18 +37,23 @@ def _tag_ids(model, tokenizer) -> TagIds:
     return tag_ids
 
 
+def new_interpreter(model, tokenizer, prompt_ids: list[int], config: DecodeConfig, policy: ReservationPolicy,
+                    capacity: int | None = None) -> Interpreter:
+    """The interpreter of one request (a continuous batch creates one as each request arrives)."""
+    if not prompt_ids:
+        raise PastaError("every prompt needs at least one token")
+    if capacity is None:
+        capacity = len(prompt_ids) + config.max_new_tokens + 64
+    return Interpreter(prompt_ids, tag_ids=_tag_ids(model, tokenizer), eos_ids=eos_token_ids(model, tokenizer),
+                       policy=policy, config=config, decode=text_decoder(tokenizer), capacity=capacity,
+                       device=model.device)
+
+
 def _interpreters(model, tokenizer, prompt_ids_batch, config, policy) -> list[Interpreter]:
     if not prompt_ids_batch or any(not ids for ids in prompt_ids_batch):
         raise PastaError("every prompt needs at least one token")
-    tag_ids = _tag_ids(model, tokenizer)
-    eos_ids = eos_token_ids(model, tokenizer)
-    decode = text_decoder(tokenizer)
     capacity = max(len(ids) for ids in prompt_ids_batch) + config.max_new_tokens + 64
-    return [
-        Interpreter(ids, tag_ids=tag_ids, eos_ids=eos_ids, policy=policy, config=config, decode=decode,
-                    capacity=capacity, device=model.device)
-        for ids in prompt_ids_batch
-    ]
+    return [new_interpreter(model, tokenizer, ids, config, policy, capacity) for ids in prompt_ids_batch]
 
 
 def _sampler(config: DecodeConfig, num_requests: int, device, seeds: list[int] | None) -> Chooser:
@@ -61,7 +66,7 @@ def _sampler(config: DecodeConfig, num_requests: int, device, seeds: list[int] |
     return choose
 
 
-def _stats(interpreter: Interpreter, clock: RequestClock) -> DecodeStats:
+def request_stats(interpreter: Interpreter, clock: RequestClock) -> DecodeStats:
     return DecodeStats(
         num_tokens=interpreter.num_sampled,
         num_steps=interpreter.num_steps,
@@ -76,13 +81,13 @@ def _stats(interpreter: Interpreter, clock: RequestClock) -> DecodeStats:
     )
 
 
-def _result(interpreter: Interpreter, clock: RequestClock) -> DecodeResult:
+def request_result(interpreter: Interpreter, clock: RequestClock) -> DecodeResult:
     return DecodeResult(
         text=interpreter.text(),
         annotated=interpreter.annotated(),
         token_doc=interpreter.token_doc(),
         token_ids=list(interpreter.main_ids),
-        stats=_stats(interpreter, clock),
+        stats=request_stats(interpreter, clock),
     )
 
 
@@ -109,7 +114,7 @@ def decode_async(
         if stream:
             for r in stepped:
                 stream.update(r, interpreters[r].final_text())
-    return [_result(i, c) for i, c in zip(interpreters, clocks, strict=True)]
+    return [request_result(i, c) for i, c in zip(interpreters, clocks, strict=True)]
 
 
 def stream_async(
@@ -180,4 +185,4 @@ def teacher_forced_logprobs(
         )
     stacked = {t: torch.stack(v) if v else torch.zeros(0) for t, v in logprobs.items()}
     result = TokenLogprobs(main=stacked[MAIN_THREAD], chunks=[stacked[k + 1] for k in range(len(token_doc.chunks))])
-    return result, _stats(interpreter, clock)
+    return result, request_stats(interpreter, clock)

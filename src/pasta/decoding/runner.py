@@ -6,6 +6,9 @@ the additive mask [B, 1, q, used] from the interpreters' visibility rows and run
 only for the rows that choose a token. A chooser (sampling, or teacher forcing) picks the tokens and the
 interpreters commit them. Finished requests leave the batch, so their rows stop costing compute.
 
+`StepBatch` holds those pieces, so that requests can also join and leave between steps (continuous batching, as
+a server does); `run_steps` is the batch decoder's loop over it.
+
 Padding rows see slot 0 only (a query that sees nothing turns softmax into NaN) and write beyond their request's
 slot counter, where nothing real looks.
 """
@@ -67,38 +70,102 @@ def step_inputs(plans: list[StepPlan], interpreters: list[Interpreter], pad_id: 
     }
 
 
+class StepBatch:
+    """Requests decoded together: one SlotCache (a batch row per request), one forward per step.
+
+    A step: the caller plans every member (`Interpreter.plan`, or `PlainInterpreter.plan` for the sequential
+    baseline), `prepare`s the inputs, runs `forward` for each member's logits, chooses tokens and commits them.
+    Between steps members `join` (a new cache row; their prompt's prefill then rides in the same forward as the
+    others' decode rows), arrive with the rows of a batch that ran their prefill (`merge`), and leave (`keep`, in
+    order; `remove`, reordering), which is what continuous batching needs. An empty batch drops its cache.
+    """
+
+    def __init__(self, model, pad_id: int):
+        self.model = model
+        self.pad_id = pad_id
+        self.device = model.device
+        self.dtype = model.dtype if model.dtype.is_floating_point else torch.float32
+        self.members: list[Interpreter] = []
+        self.cache: SlotCache | None = None
+
+    def join(self, interpreter: Interpreter, capacity: int) -> None:
+        """Add a request; `capacity` sizes the cache when this one starts it (it grows on demand anyway)."""
+        if self.cache is None:
+            self.cache = SlotCache.for_model(self.model, capacity)
+        else:
+            self.cache.add_rows(1)
+        self.members.append(interpreter)
+
+    def merge(self, other: StepBatch) -> None:
+        """Take over `other`'s members and cache rows (requests that ran their prefill in a batch of their own, so
+        that a long prompt does not pad every running request's decode rows to its length); `other` is emptied."""
+        if not other.members:
+            return
+        if self.cache is None:
+            self.cache = other.cache
+        else:
+            self.cache.merge(other.cache)
+        self.members += other.members
+        other.members, other.cache = [], None
+
+    def remove(self, indices: list[int]) -> list[int]:
+        """Drop these members; the last members move into the holes (one cache row copied per removal, where
+        `keep` copies every row). Returns the new order: the old index of the member now at each position."""
+        order = self.cache.remove(indices, len(self.members)) if indices else list(range(len(self.members)))
+        self.members = [self.members[b] for b in order]
+        if not self.members:
+            self.cache = None
+        return order
+
+    def keep(self, indices: list[int]) -> None:
+        """Keep these members (and their cache rows), in this order; the others leave."""
+        self.members = [self.members[b] for b in indices]
+        if not self.members:
+            self.cache = None
+        else:
+            self.cache.keep(indices)
+
+    def prepare(self, plans: list[StepPlan]) -> dict[str, torch.Tensor]:
+        """Place each member's planned rows at its next cache slots; the forward's inputs."""
+        num_new = max(len(p.token_ids) for p in plans)
+        self.cache.begin_step([p.start_slot for p in plans], num_new, self.device)
+        for interpreter in self.members:
+            interpreter.ensure_capacity(self.cache.capacity)
+        return step_inputs(plans, self.members, self.pad_id, self.cache.used_length, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(self, inputs: dict[str, torch.Tensor], plans: list[StepPlan]) -> list[torch.Tensor]:
+        """One forward for every member; member b's logits [len(plans[b].sample_feeds), V]."""
+        logits = self.model(**inputs, past_key_values=self.cache, use_cache=True).logits  # [num kept rows, V]
+        offsets = [0]
+        for plan in plans:
+            offsets.append(offsets[-1] + len(plan.sample_feeds))
+        return [logits[offsets[b] : offsets[b + 1]] for b in range(len(plans))]
+
+
 @torch.inference_mode()
 def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: int,
               clocks: list[RequestClock]) -> Iterator[list[int]]:
     """Decode every request until its interpreter is done; yields the requests that took part in each step."""
-    device = model.device
-    dtype = model.dtype if model.dtype.is_floating_point else torch.float32
     capacity = max(len(i.prompt_ids) for i in interpreters) + interpreters[0].config.max_new_tokens + 64
-    cache = SlotCache.for_model(model, capacity)
+    batch = StepBatch(model, pad_id)
+    for interpreter in interpreters:
+        batch.join(interpreter, capacity)
     active = list(range(len(interpreters)))
     first = True
     with grouped_query_sdpa(model), ExitStack() as decode_kernels:
         while active:
             started = time.perf_counter()
-            members = [interpreters[r] for r in active]
-            plans = [interpreter.plan() for interpreter in members]
-            num_new = max(len(p.token_ids) for p in plans)
-            cache.begin_step([p.start_slot for p in plans], num_new, device)
-            for interpreter in members:
-                interpreter.ensure_capacity(cache.capacity)
-            inputs = step_inputs(plans, members, pad_id, cache.used_length, dtype, device)
+            plans = [interpreter.plan() for interpreter in batch.members]
+            inputs = batch.prepare(plans)
             planned = time.perf_counter()
 
-            logits = model(**inputs, past_key_values=cache, use_cache=True).logits  # [num kept rows, V]
-            offset = 0
-            chosen = []
-            for r, plan in zip(active, plans, strict=True):
-                num_rows = len(plan.sample_feeds)
-                chosen.append(choose(r, logits[offset : offset + num_rows], plan.sample_threads))
-                offset += num_rows
+            logits = batch.forward(inputs, plans)
+            chosen = [choose(r, rows, plan.sample_threads)
+                      for r, rows, plan in zip(active, logits, plans, strict=True)]
             sampled = time.perf_counter()
 
-            for interpreter, plan, token_ids in zip(members, plans, chosen, strict=True):
+            for interpreter, plan, token_ids in zip(batch.members, plans, chosen, strict=True):
                 interpreter.commit(plan, token_ids)
             finished = time.perf_counter()
 
@@ -118,6 +185,5 @@ def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: i
             keep = [b for b, r in enumerate(active) if not interpreters[r].done]
             if len(keep) < len(active):
                 active = [active[b] for b in keep]
-                if keep:
-                    cache.keep(keep)
+                batch.keep(keep)
             yield stepped

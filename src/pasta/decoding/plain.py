@@ -1,0 +1,107 @@
+"""The sequential baseline as a step-planning request: one token per step through `runner.StepBatch`.
+
+`decode_sequential` is the reference for benchmarks (exactly `generate`'s tokens). A continuous batch needs
+requests that join and leave between steps, which that loop does not allow, so sequential serving plans its
+requests here with the same interface as the asynchronous `Interpreter` (plan, commit, text, stats fields). The
+stopping rules are decode_sequential's (eos, stop strings after each token, max_new_tokens); greedy tokens equal
+its own up to float rounding (the step runner's 4-D mask instead of a 2-D one). Tags a model writes are plain
+tokens here, dropped from the text as special tokens.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+
+from pasta.decoding.config import DecodeConfig
+from pasta.decoding.interpreter import MAIN_ROW, PAD_ROW, StepPlan
+from pasta.decoding.text import find_stop, settled
+from pasta.lang import MAIN_THREAD
+
+
+class PlainInterpreter:
+    """One request of the sequential baseline: the prompt, then each sampled token fed at the next step."""
+
+    num_threads = 0
+    num_overruns = 0
+    chunks = ()  # no chunk threads
+
+    def __init__(self, prompt_ids: list[int], *, eos_ids: set[int], config: DecodeConfig,
+                 decode: Callable[[list[int]], str], capacity: int, device: torch.device | str = "cpu"):
+        if not prompt_ids:
+            raise ValueError("empty prompt")
+        self.prompt_ids = list(prompt_ids)
+        self.eos_ids = set(eos_ids)
+        self.config = config
+        self.decode = decode
+        self.vis = torch.zeros(2, capacity, dtype=torch.bool, device=device)  # [pad row, main row] x slots
+        self.vis[PAD_ROW, 0] = True
+        self.num_slots = 0
+        self.num_steps = 0
+        self.main_ids: list[int] = []
+        self.malformed: Counter[str] = Counter()  # tags are plain tokens here: nothing is malformed
+        self.finish_reason: str | None = None
+        self._stop_at: int | None = None
+        self._stop_checked_len = 0
+        self._max_stop_len = max((len(s) for s in config.stop_strings), default=0)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def num_sampled(self) -> int:
+        return len(self.main_ids)
+
+    def ensure_capacity(self, capacity: int) -> None:
+        if capacity > self.vis.shape[1]:
+            grown = self.vis.new_zeros(self.vis.shape[0], capacity)
+            grown[:, : self.vis.shape[1]] = self.vis
+            self.vis = grown
+
+    def plan(self) -> StepPlan:
+        """The prompt at the first step, then the last sampled token; the last fed row chooses the next one."""
+        self.num_steps += 1
+        plan = StepPlan(self.num_slots, [], [], [], [], [MAIN_THREAD], [MAIN_THREAD])
+        for token_id in self.main_ids[-1:] if self.main_ids else self.prompt_ids:
+            slot = self.num_slots
+            self.num_slots += 1
+            if slot >= self.vis.shape[1]:
+                self.ensure_capacity(2 * self.vis.shape[1])
+            self.vis[MAIN_ROW, slot] = True
+            plan.token_ids.append(token_id)
+            plan.positions.append(slot)  # one thread: positions are slots
+            plan.rows.append(MAIN_ROW)
+            plan.threads.append(MAIN_THREAD)
+        plan.sample_feeds[0] = len(plan.token_ids) - 1
+        return plan
+
+    def commit(self, plan: StepPlan, token_ids: list[int]) -> None:
+        (token_id,) = token_ids
+        self.main_ids.append(token_id)
+        if token_id in self.eos_ids:
+            self.finish_reason = "eos"
+        elif self.config.stop_strings:
+            text = self.decode(self.main_ids)
+            self._stop_at = find_stop(text, self.config.stop_strings, self._stop_checked_len)
+            self._stop_checked_len = len(text)
+            if self._stop_at is not None:
+                self.finish_reason = "stop_string"
+        if self.finish_reason is None and len(self.main_ids) >= self.config.max_new_tokens:
+            self.finish_reason = "max_new_tokens"
+
+    def text(self) -> str:
+        text = self.decode(self.main_ids)
+        return text[: self._stop_at] if self._stop_at is not None else text
+
+    def final_text(self) -> str:
+        """The prefix of the text that later steps cannot change (for streaming)."""
+        return self.text() if self.done else settled(self.decode(self.main_ids), self._max_stop_len)
+
+    def annotated(self) -> str:
+        return self.text()
+
+    def token_doc(self) -> None:
+        return None

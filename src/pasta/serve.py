@@ -1,0 +1,95 @@
+"""Serve a model behind an OpenAI-compatible endpoint: `python -m pasta.serve [overrides]`.
+
+    python -m pasta.serve model.path=outputs/cpu/sft/final decode=async host=127.0.0.1 port=8000
+    python -m pasta.serve model.path=outputs/cpu/sft/final decode=sequential port=8001   # the baseline
+    curl http://127.0.0.1:8000/v1/chat/completions -H 'content-type: application/json' \\
+        -d '{"model": "final", "messages": [{"role": "user", "content": "Give three tips for sleeping well."}]}'
+
+The served model name (what clients send as `model`) is `served_model_name`, else `model.name`, else the
+checkpoint folder's name; GET /v1/models lists it. Settings: conf/serve.yaml (address, admission limits) and the
+decode group (each request's defaults). The routes, errors and streaming are pasta/serving/app.py's; the engine
+and its continuous batching pasta/serving/engine.py's.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from pasta.cli import run_entry
+from pasta.errors import PastaError
+
+
+def served_model_name(cfg: DictConfig) -> str:
+    if cfg.get("served_model_name"):
+        return str(cfg.served_model_name)
+    if cfg.model.get("path"):
+        return Path(str(cfg.model.path)).name
+    return str(cfg.model.name)
+
+
+def build_app(cfg: DictConfig):
+    """The FastAPI app for `cfg`: the model loaded, the engine built (its thread starts with the app)."""
+    from pasta.config import resolve_device
+    from pasta.decoding import DecodeConfig
+    from pasta.lang import ReservationPolicy, add_tag_tokens
+    from pasta.models import load_model
+    from pasta.serving.app import ServeSettings, create_app
+    from pasta.serving.engine import MODES, Engine
+    from pasta.serving.scheduler import AdmissionLimits
+
+    if cfg.decode.mode not in MODES:
+        raise PastaError(f"decode={cfg.decode.mode} cannot be served; use one of {', '.join(MODES)}")
+    limits = cfg.limits
+    if int(limits.max_tokens) < 1 or int(limits.max_n) < 1:
+        raise PastaError("limits.max_tokens and limits.max_n must be >= 1")
+    admission = AdmissionLimits(max_running_requests=int(limits.max_running_requests),
+                                max_tokens_in_flight=int(limits.max_tokens_in_flight),
+                                max_queued_requests=int(limits.max_queued_requests))
+    config = DecodeConfig.from_cfg(cfg.decode)  # each request's defaults; its seed is the request's own
+    model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
+    policy = None
+    if cfg.decode.mode == "async":
+        add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
+        policy = ReservationPolicy.from_config(cfg.lang.reservation)
+    context_length = limits.context_length or getattr(model.config, "max_position_embeddings", None) or 2048
+    engine = Engine(model, tokenizer, mode=cfg.decode.mode, policy=policy, limits=admission,
+                    cpu_multirow_linears=config.cpu_multirow_linears)
+    settings = ServeSettings(model_name=served_model_name(cfg), decode=config,
+                             max_tokens_limit=int(limits.max_tokens), max_n=int(limits.max_n),
+                             context_length=int(context_length))
+    return create_app(engine, settings)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the model loads, so that a taken port is a one-line error at once."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise PastaError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another with port=...") from None
+    return sock
+
+
+def serve(cfg: DictConfig) -> None:
+    """Load the model and serve until interrupted (Ctrl-C stops the server; running requests fail cleanly)."""
+    import uvicorn
+
+    sock = listen(str(cfg.host), int(cfg.port))
+    app = build_app(cfg)
+    logging.getLogger("pasta").setLevel(logging.INFO)
+    host, port = sock.getsockname()[:2]
+    print(f"serving {served_model_name(cfg)!r} ({cfg.decode.mode} decoding) on http://{host}:{port}/v1",
+          flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level=str(cfg.log_level))).run(sockets=[sock])
+
+
+cli = run_entry(serve, "serve")
+
+if __name__ == "__main__":
+    cli()

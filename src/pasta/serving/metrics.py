@@ -1,0 +1,53 @@
+"""The server's Prometheus metrics (GET /metrics, text format), kept in a registry of their own per server.
+
+prometheus-client gives the exposition format, histograms and thread-safe counters the way every Prometheus
+scraper expects them; a registry per server (not the process-global one) lets tests run several servers in one
+process. Live values (requests, threads, queue, cache) are read from the engine when scraped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+STEP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+SPEEDUP_BUCKETS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0)
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class ServingMetrics:
+    """Counters and histograms the engine and the API update; gauges read on scrape."""
+
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.requests = Counter("pasta_requests", "HTTP requests answered, by status code (429 = rejected, "
+                                "499 = client disconnected)", ["status"], registry=registry)
+        self.prompt_tokens = Counter("pasta_prompt_tokens", "prompt tokens of finished sequences",
+                                     registry=registry)
+        self.generation_tokens = Counter("pasta_generation_tokens", "tokens sampled by finished sequences, "
+                                         "every thread", registry=registry)
+        self.forward_steps = Counter("pasta_forward_steps", "forward passes of the engine", registry=registry)
+        self.sequences = Counter("pasta_sequences", "sequences the engine ended, by outcome "
+                                 "(finished, failed, cancelled)", ["outcome"], registry=registry)
+        self.step_seconds = Histogram("pasta_step_seconds", "one engine step: plan, forward, sample, commit",
+                                      buckets=STEP_BUCKETS, registry=registry)
+        self.theoretical_speedup = Histogram("pasta_theoretical_speedup", "tokens per forward step of each "
+                                             "finished sequence", buckets=SPEEDUP_BUCKETS, registry=registry)
+        self.sequence_seconds = Histogram("pasta_sequence_seconds", "arrival to last token of each finished "
+                                          "sequence", buckets=LATENCY_BUCKETS, registry=registry)
+
+    def watch(self, live_requests: Callable[[], int], live_threads: Callable[[], int],
+              queue_depth: Callable[[], int], tokens_in_flight: Callable[[], int],
+              kv_cache_bytes: Callable[[], int]) -> None:
+        """Gauges read from the engine at scrape time."""
+        for name, help_text, read in (
+            ("pasta_live_requests", "sequences in the running batch", live_requests),
+            ("pasta_live_threads", "threads decoding now: each live sequence's main thread and its running "
+             "chunks", live_threads),
+            ("pasta_queue_depth", "sequences waiting for admission", queue_depth),
+            ("pasta_tokens_in_flight", "admission tokens held by running sequences", tokens_in_flight),
+            ("pasta_kv_cache_bytes", "memory of the running batch's KV cache", kv_cache_bytes),
+        ):
+            Gauge(name, help_text, registry=self.registry).set_function(read)

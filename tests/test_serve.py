@@ -1,0 +1,475 @@
+"""`python -m pasta.serve`: admission without a model, then a real server on 127.0.0.1 driven by the `openai` client.
+
+The served model is the decoding tests' `lively` tiny Llama (random weights whose greedy output varies), saved as a
+checkpoint so the server is built by the same code as `python -m pasta.serve model.path=...`. A second server
+serves a scripted copy that writes PASTA-LANG after " Go" (as tests/test_decoding.py's speaker does), so that
+requests fork chunk threads while they share the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx2 as httpx  # the openai client's own HTTP library (httpx's successor)
+import openai
+import pytest
+import uvicorn
+import yaml
+
+from helpers.models import Scripted, lively_model
+from pasta.annotate import annotate
+from pasta.config import compose
+from pasta.data import read_jsonl
+from pasta.decoding import DecodeConfig, decode_async
+from pasta.decoding.interpreter import Interpreter
+from pasta.errors import PastaError
+from pasta.generate import generate
+from pasta.judges import JudgeItem, build_judge
+from pasta.lang import ReservationPolicy, TagIds, encode_text
+from pasta.models import encode_prompt
+from pasta.serve import build_app
+from pasta.serving.app import ServeSettings, create_app
+from pasta.serving.engine import Engine
+from pasta.serving.scheduler import AdmissionLimits, QueueFull, Scheduler, TooLarge
+
+MAX_TOKENS = 12
+
+# --- admission, no model -------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Job:
+    num_tokens: int
+
+
+def test_scheduler_starts_what_fits_queues_the_rest_in_order_and_refuses_past_the_bound():
+    scheduler = Scheduler(AdmissionLimits(max_running_requests=2, max_tokens_in_flight=100, max_queued_requests=2))
+    a, b, c, d, e = Job(10), Job(10), Job(10), Job(10), Job(10)
+    for job in (a, b, c, d):
+        scheduler.submit(job)
+    assert scheduler.take_started() == [a, b] and scheduler.take_started() == []
+    assert (scheduler.num_running, scheduler.num_waiting, scheduler.num_tokens_in_flight) == (2, 2, 20)
+    with pytest.raises(QueueFull):
+        scheduler.submit(e)
+    scheduler.retire(a)
+    assert scheduler.take_started() == [c]
+    assert scheduler.withdraw(d) and not scheduler.withdraw(b)
+    scheduler.retire(b)
+    scheduler.retire(c)
+    assert (scheduler.num_running, scheduler.num_waiting, scheduler.num_tokens_in_flight) == (0, 0, 0)
+
+
+def test_scheduler_holds_tokens_in_flight_and_never_lets_a_short_request_overtake_the_head():
+    scheduler = Scheduler(AdmissionLimits(max_running_requests=8, max_tokens_in_flight=100, max_queued_requests=8))
+    big, long_one, short = Job(60), Job(50), Job(5)
+    scheduler.submit(big)
+    scheduler.submit(long_one)  # 60 + 50 > 100: waits
+    scheduler.submit(short)  # would fit, but waits behind the head
+    assert scheduler.take_started() == [big]
+    scheduler.retire(big)
+    assert scheduler.take_started() == [long_one, short]
+    with pytest.raises(TooLarge, match="101 tokens"):
+        scheduler.submit(Job(101))
+
+
+# --- servers -------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def running(app) -> Iterator[str]:
+    """Serve `app` with uvicorn on a free 127.0.0.1 port in a thread; yields the base URL (ending in /v1)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def client(base_url: str, **kwargs) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_model_and_tokenizer, tmp_path_factory):
+    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
+    path = tmp_path_factory.mktemp("lively")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def model_overrides(checkpoint) -> list[str]:
+    return [f"model.path={checkpoint}", "model.dtype=float32", "device=cpu", "num_threads=1"]
+
+
+def serve_cfg(checkpoint, *extra: str):
+    return compose("serve", [*model_overrides(checkpoint), f"decode.max_new_tokens={MAX_TOKENS}",
+                             "limits.max_tokens=64", "limits.context_length=512", *extra])
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint):
+    """The lively checkpoint served as `python -m pasta.serve` builds it (decode=async), served name `lively`."""
+    app = build_app(serve_cfg(checkpoint, "served_model_name=lively"))
+    with running(app) as base_url:
+        yield base_url, app
+
+
+def health(base_url: str) -> dict:
+    return httpx.get(base_url.removesuffix("/v1") + "/health").json()
+
+
+def wait_idle(base_url: str, timeout_s: float = 20) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = health(base_url)
+        if state["num_running"] == state["num_waiting"] == state["kv_cache_bytes"] == 0:
+            return state
+        assert time.monotonic() < deadline, state
+        time.sleep(0.05)
+
+
+def chat(api: openai.OpenAI, content: str, **kwargs):
+    return api.chat.completions.create(model="lively", messages=[{"role": "user", "content": content}], **kwargs)
+
+
+def streamed_chat(api: openai.OpenAI, content: str, **kwargs) -> tuple[str, list]:
+    chunks = list(chat(api, content, stream=True, **kwargs))
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks
+
+
+# --- the answers ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("sampling", "request_sampling"), [
+    ([], {}),
+    (["decode.sampling.temperature=0.9", "decode.sampling.top_p=0.95", "seed=7"],
+     {"temperature": 0.9, "top_p": 0.95, "seed": 7}),
+], ids=["greedy", "seeded"])
+def test_stream_and_non_stream_answer_what_pasta_generate_answers(server, checkpoint, capsys, sampling,
+                                                                  request_sampling):
+    base_url, _ = server
+    prompt = "Give three tips for sleeping well."
+    expected = generate(compose("generate", [*model_overrides(checkpoint), f"prompt={prompt}", "format=json",
+                                             f"max_new_tokens={MAX_TOKENS}", *sampling]))
+    capsys.readouterr()
+    api = client(base_url)
+    answer = chat(api, prompt, **request_sampling)
+    assert answer.choices[0].message.content == expected.text
+    assert answer.choices[0].finish_reason == ("length" if expected.stats.finish_reason == "max_new_tokens"
+                                               else "stop")
+    assert answer.usage.completion_tokens == expected.stats.num_tokens
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
+    pasta = answer.choices[0].pasta
+    assert (pasta["num_tokens"], pasta["num_steps"]) == (expected.stats.num_tokens, expected.stats.num_steps)
+    text, chunks = streamed_chat(api, prompt, stream_options={"include_usage": True}, **request_sampling)
+    assert text == expected.text
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].usage.completion_tokens == expected.stats.num_tokens
+
+
+def test_decode_sequential_serves_the_baseline(checkpoint, capsys):
+    prompt = "Name a fruit."
+    expected = generate(compose("generate", [*model_overrides(checkpoint), f"prompt={prompt}", "format=json",
+                                             f"max_new_tokens={MAX_TOKENS}", "decode=sequential"]))
+    capsys.readouterr()
+    with running(build_app(serve_cfg(checkpoint, "decode=sequential"))) as base_url:
+        api = client(base_url)
+        assert [m.id for m in api.models.list()] == [checkpoint.name]  # the checkpoint folder's name
+        answer = api.chat.completions.create(model=checkpoint.name, messages=[{"role": "user", "content": prompt}])
+        assert health(base_url)["decode"] == "sequential"
+    assert answer.choices[0].message.content == expected.text
+    assert answer.choices[0].pasta["num_steps"] == expected.stats.num_steps
+
+
+def test_settings_that_cannot_be_served_are_one_line_errors(checkpoint):
+    with pytest.raises(PastaError, match="decode=sot cannot be served"):
+        build_app(serve_cfg(checkpoint, "decode=sot"))
+    with pytest.raises(PastaError, match="max_running_requests"):
+        build_app(serve_cfg(checkpoint, "limits.max_running_requests=0"))
+
+
+def test_the_cli_prints_its_config_and_says_what_is_wrong_in_one_line(tmp_path):
+    def run(*overrides: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pasta.serve", *overrides], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+    shown = run("--cfg", "job")
+    assert shown.returncode == 0, shown.stderr
+    assert yaml.safe_load(shown.stdout)["port"] == 8000
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        refused = run(f"port={taken.getsockname()[1]}", f"hydra.run.dir={tmp_path}")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: cannot listen on 127.0.0.1:")
+
+
+def test_completions_n_choices_and_the_annotated_text(server):
+    base_url, _ = server
+    api = client(base_url)
+    prompt = "The three primary colours are"
+    several = api.completions.create(model="lively", prompt=prompt, n=3, temperature=1.0, seed=11, max_tokens=8,
+                                     extra_body={"pasta": {"annotated": True}})
+    assert [c.index for c in several.choices] == [0, 1, 2]
+    alone = api.completions.create(model="lively", prompt=prompt, temperature=1.0, seed=12, max_tokens=8)
+    assert several.choices[1].text == alone.choices[0].text  # choice i samples with seed + i
+    assert several.choices[0].pasta["annotated"] == several.choices[0].text  # this model writes no tags
+    assert "annotated" not in alone.choices[0].pasta
+    pieces = api.completions.create(model="lively", prompt=prompt, temperature=1.0, seed=12, max_tokens=8,
+                                    stream=True)
+    assert "".join(c.choices[0].text for c in pieces) == alone.choices[0].text
+    assert several.usage.completion_tokens == sum(c.pasta["num_tokens"] for c in several.choices)
+    streamed = ["", "", ""]
+    for chunk in api.completions.create(model="lively", prompt=prompt, n=3, temperature=1.0, seed=11, max_tokens=8,
+                                        stream=True):
+        streamed[chunk.choices[0].index] += chunk.choices[0].text
+    assert streamed == [c.text for c in several.choices]
+
+
+def test_models_health_and_metrics(server):
+    base_url, _ = server
+    assert [m.id for m in client(base_url).models.list()] == ["lively"]
+    assert health(base_url)["status"] == "ok" and health(base_url)["decode"] == "async"
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    for name in ("pasta_requests_total", "pasta_generation_tokens_total", "pasta_forward_steps_total",
+                 "pasta_live_requests", "pasta_live_threads", "pasta_queue_depth", "pasta_step_seconds_bucket",
+                 "pasta_theoretical_speedup_bucket"):
+        assert name in text, name
+
+
+# --- bad input -----------------------------------------------------------------------------------------------------
+
+GOOD = {"model": "lively", "messages": [{"role": "user", "content": "Hi"}]}
+
+
+@pytest.mark.parametrize(("body", "status", "says"), [
+    ("{not json", 400, "not valid JSON"),
+    ({**GOOD, "max_tokens": "many"}, 400, "max_tokens"),
+    ({**GOOD, "messages": "Hi"}, 400, "messages"),
+    ({**GOOD, "messages": []}, 400, "messages"),
+    ({**GOOD, "messages": [{"role": "user"}]}, 400, "content"),
+    ({**GOOD, "max_tokens": 0}, 400, "max_tokens"),
+    ({**GOOD, "max_tokens": 65}, 400, "over this server's limit of 64"),
+    ({**GOOD, "messages": [{"role": "user", "content": "word " * 600}]}, 400, "maximum context length is 512"),
+    ({**GOOD, "model": "gpt-5"}, 404, "does not exist"),
+    ({**GOOD, "temperature": -1}, 400, "temperature"),
+    ({**GOOD, "logprobs": True}, 400, "logprobs is not supported"),
+    ({**GOOD, "n": 9}, 400, "n=9"),
+], ids=["malformed-json", "wrong-type", "messages-not-a-list", "empty-messages", "no-content", "max-tokens-0",
+        "max-tokens-over-limit", "prompt-over-context", "unknown-model", "negative-temperature", "logprobs", "n"])
+def test_bad_input_is_an_openai_error_and_the_server_goes_on(server, body, status, says):
+    base_url, _ = server
+    content = body if isinstance(body, str) else json.dumps(body)
+    reply = httpx.post(f"{base_url}/chat/completions", content=content,
+                       headers={"content-type": "application/json"}, timeout=30)
+    assert reply.status_code == status
+    error = reply.json()["error"]
+    assert says in error["message"] and error["type"]
+    assert chat(client(base_url), "Hi", max_tokens=2).choices[0].message.content is not None
+
+
+def test_the_openai_client_raises_its_own_errors(server):
+    base_url, _ = server
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client(base_url).chat.completions.create(model="other", messages=[{"role": "user", "content": "Hi"}])
+    with pytest.raises(openai.BadRequestError, match="max_tokens"):
+        chat(client(base_url), "Hi", max_tokens=1000)
+
+
+# --- many requests at once: the scripted speaker forks chunks -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def speaker(tiny_model_and_tokenizer):
+    """(model, tokenizer): after " Go" it writes `First<promise topic=" apple" tokens="3"/> after<sync/> end`;
+    the chunk writes what it likes (at most 5 tokens); a " Rating" prompt is answered "8"."""
+    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
+    tags = TagIds.from_tokenizer(tokenizer)
+    go, intro, apple, three, after, end = (encode_text(tokenizer, t)[0]
+                                           for t in (" Go", " First", " apple", "3", " after", " end"))
+    transitions = {go: intro, intro: tags.promise, tags.promise: apple, apple: tags.promise_tokens,
+                   tags.promise_tokens: three, three: tags.promise_end, tags.promise_end: after,
+                   after: tags.sync, tags.sync: end, end: tokenizer.eos_token_id}
+    return Scripted(model, transitions), tokenizer
+
+
+def speaker_app(speaker, limits: AdmissionLimits | None = None):
+    model, tokenizer = speaker
+    decode = DecodeConfig(max_new_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    engine = Engine(model, tokenizer, mode="async", limits=limits)
+    settings = ServeSettings(model_name="speaker", decode=decode, max_tokens_limit=64, max_n=4, context_length=8192)
+    return create_app(engine, settings)
+
+
+PROMPTS = [f"Request {i}: tips{' Go' if i % 2 == 0 else ''}" for i in range(16)]
+
+
+def alone_answers(speaker) -> list[str]:
+    model, tokenizer = speaker
+    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    return [decode_async(model, tokenizer, [tokenizer(p)["input_ids"]], config, ReservationPolicy())[0].text
+            for p in PROMPTS]
+
+
+def complete(api: openai.OpenAI, prompt: str, stream: bool) -> tuple[str, dict | None]:
+    if stream:
+        chunks = list(api.completions.create(model="speaker", prompt=prompt, stream=True))
+        return "".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].pasta
+    choice = api.completions.create(model="speaker", prompt=prompt).choices[0]
+    return choice.text, choice.pasta
+
+
+def slow_speaker_app(speaker, **limits):
+    model, tokenizer = speaker
+    return speaker_app((Scripted(model.model, model.transitions, delay_s=0.05), tokenizer),
+                       AdmissionLimits(**limits) if limits else None)
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_request(speaker):
+    with running(slow_speaker_app(speaker)) as base_url:
+        body = {"model": "speaker", "prompt": "Tips", "max_tokens": 64, "stream": True}
+        with httpx.stream("POST", f"{base_url}/completions", json=body, timeout=30) as reply:
+            assert reply.status_code == 200
+            assert health(base_url)["num_running"] == 1
+        state = wait_idle(base_url)
+        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    assert state["num_threads"] == state["num_tokens_in_flight"] == state["num_cache_rows"] == 0
+    assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
+
+
+def test_a_full_queue_answers_429_and_the_server_recovers(speaker):
+    with running(slow_speaker_app(speaker, max_running_requests=1, max_queued_requests=0)) as base_url:
+        api = client(base_url)
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(api.completions.create, model="speaker", prompt="Tips", max_tokens=40)
+            while health(base_url)["num_running"] == 0:
+                time.sleep(0.01)
+            with pytest.raises(openai.RateLimitError, match="retry later"):
+                api.completions.create(model="speaker", prompt="Tips", max_tokens=2)
+            assert first.result().choices[0].text
+        wait_idle(base_url)
+        assert api.completions.create(model="speaker", prompt="Tips", max_tokens=2).choices[0].text
+
+
+def test_concurrent_greedy_requests_get_the_answers_they_get_alone_and_the_engine_empties(speaker):
+    expected = alone_answers(speaker)
+    with running(speaker_app(speaker)) as base_url:
+        api = client(base_url)
+        alone = [complete(api, p, stream=False)[0] for p in PROMPTS[:2]]
+        with ThreadPoolExecutor(16) as pool:
+            together = list(pool.map(lambda i: complete(api, PROMPTS[i], stream=i % 3 == 0), range(16)))
+        wait_idle(base_url)
+    assert alone == expected[:2]
+    assert [text for text, _ in together] == expected
+    forked = [pasta["num_threads"] for _, pasta in together]
+    assert forked == [1 if i % 2 == 0 else 0 for i in range(16)]
+
+
+def test_a_bounded_load_run_answers_every_request_uncorrupted_and_returns_to_idle(speaker):
+    expected = alone_answers(speaker)
+    num_requests = 48
+    limits = AdmissionLimits(max_running_requests=8, max_queued_requests=64)
+    with running(speaker_app(speaker, limits)) as base_url:
+        api = client(base_url)
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda i: complete(api, PROMPTS[i % 16], stream=i % 2 == 1)[0],
+                                    range(num_requests)))
+        state = wait_idle(base_url)
+        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    assert answers == [expected[i % 16] for i in range(num_requests)]
+    assert state["num_threads"] == state["num_cache_rows"] == 0
+    assert f'pasta_sequences_total{{outcome="finished"}} {num_requests}.0' in metrics
+    assert 'pasta_requests_total{status="200"}' in metrics and 'status="500"' not in metrics
+
+
+def test_a_crash_inside_one_requests_step_fails_only_that_request(speaker, monkeypatch):
+    model, tokenizer = speaker
+    poison = encode_text(tokenizer, " poison")[0]
+    commit = Interpreter.commit
+
+    def fragile_commit(self, plan, token_ids):
+        if poison in self.prompt_ids and self.num_steps == 3:
+            raise RuntimeError("injected failure")
+        commit(self, plan, token_ids)
+
+    monkeypatch.setattr(Interpreter, "commit", fragile_commit)
+    expected = alone_answers(speaker)
+    with running(speaker_app(speaker)) as base_url:
+        api = client(base_url)
+        with ThreadPoolExecutor(4) as pool:
+            healthy = [pool.submit(complete, api, PROMPTS[i], i == 1) for i in range(3)]
+            broken = pool.submit(complete, api, "Request: poison Go", False)
+            with pytest.raises(openai.InternalServerError, match="injected failure"):
+                broken.result()
+            assert [f.result()[0] for f in healthy] == expected[:3]
+        wait_idle(base_url)
+
+
+# --- the project's own OpenAI clients against the server ------------------------------------------------------------
+
+
+def test_the_openai_judge_scores_through_the_server(speaker):
+    model, tokenizer = speaker
+    header_end, eight = encode_prompt(tokenizer, "x")[-1], encode_text(tokenizer, "8")[0]  # the answer's start
+    scripted = Scripted(model.model, {header_end: eight, eight: tokenizer.eos_token_id})
+    with running(speaker_app((scripted, tokenizer))) as base_url:
+        judge = build_judge({"kind": "openai", "base_url": base_url, "model": "speaker", "api_key_env": None,
+                             "max_retries": 0, "progress": False, "max_concurrency": 2,
+                             "score_prompt": "judge_score.md"})
+        scores = judge.score([JudgeItem("Name a fruit.", "An apple.", None), JudgeItem("Name a colour.", "Red.", None)])
+    assert scores == [pytest.approx(7 / 9)] * 2  # "8" on the 1-10 scale
+
+
+def test_teacher_openai_annotates_through_the_server(speaker, tmp_path):
+    prompt = tmp_path / "short_teacher.md"  # the real prompt's 5k tokens would only slow the tiny model down
+    prompt.write_text("Annotate the response with PASTA-LANG tags.\n<!-- user -->\n{{instruction}}\n\n{{response}}\n")
+    with running(speaker_app(speaker)) as base_url:
+        summary = annotate(compose("annotate", [
+            "teacher=openai", f"teacher.base_url={base_url}", "teacher.model=speaker", f"teacher.prompt={prompt}",
+            "teacher.api_key_env=null", "teacher.concurrency=3", "teacher.max_retries=0", "teacher.max_tokens=8",
+            "data.limit=3", f"output={tmp_path / 'ann.jsonl'}", "progress=false"]))
+        wait_idle(base_url)
+    # Every record got the served model's answer (judged as an annotation: this random model's are rejected).
+    assert summary["this_run"]["num_written"] == 3 and summary["this_run"]["num_failed_requests"] == 0
+    rejected = read_jsonl(tmp_path / "ann.rejects.jsonl")
+    assert len(rejected) + summary["this_run"]["num_accepted"] == 3
+    assert all(r["teacher_output"] for r in rejected)
+
+
+def test_alpaca_evals_openai_decoder_generates_through_the_server(speaker, tmp_path):
+    """What `alpaca_eval evaluate_from_model` calls for an `openai_completions` model config (README: Serve)."""
+    from alpaca_eval.decoders.openai import openai_completions
+
+    with running(speaker_app(speaker)) as base_url:
+        clients = tmp_path / "openai_configs.yaml"
+        clients.write_text(f"default:\n  - api_key: unused\n    base_url: {base_url}\n")
+        prompts = [f"<|im_start|>user\n{p}\n<|im_end|>" for p in PROMPTS[:2]]
+        out = openai_completions(prompts, model_name="speaker", max_tokens=MAX_TOKENS, temperature=0.0,
+                                 num_procs=1, client_config_path=clients)
+    model, tokenizer = speaker
+    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    expected = [decode_async(model, tokenizer, [encode_prompt(tokenizer, p)], config, ReservationPolicy())[0].text
+                for p in PROMPTS[:2]]
+    assert [text.strip() for text in out["completions"]] == [text.strip() for text in expected]
