@@ -35,8 +35,8 @@ stops every thread where it stands (chunks spend that budget in the same steps),
 open, as it can stop a chunk mid-sentence.
 
 Token-level checks read each token's own text (`tokenizer.batch_decode` once per vocabulary): `"`, `<`, `>` and
-control characters are single bytes, so no merge across tokens makes or hides them, and the topic's length counted
-as the sum of its tokens' lengths bounds its decoded length.
+control characters are single bytes, so no merge across tokens makes or hides them, and the sum of a topic's token
+lengths bounds its decoded length (bytes of one character split over tokens decode to one character together).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pasta.lang import TagIds
+from pasta.lang import TagIds, encode_text
 from pasta.lang.syntax import MAX_TOPIC_CHARS, validate_topic
 
 MAX_COUNT_TOKENS = 8  # longer than any sensible tokens="N"; the interpreter falls back beyond it
@@ -187,8 +187,12 @@ def grammar_for(tokenizer, tag_ids: TagIds, eos_ids: set[int], num_logits: int,
     key = (len(tokenizer), tag_ids, frozenset(eos_ids), num_logits, str(device))
     built = _GRAMMARS.setdefault(tokenizer, {})
     if key not in built:
-        # The texts as the interpreter decodes them (pasta.decoding.text.text_decoder): special tokens dropped.
-        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True,
-                                       clean_up_tokenization_spaces=False)
+        # Each token's text as the interpreter decodes it (pasta.decoding.text.text_decoder: special tokens dropped),
+        # read after an anchor token: a SentencePiece vocabulary drops the leading space of a token that stands alone.
+        anchor = encode_text(tokenizer, "a")[:1]
+        prefix = len(tokenizer.decode(anchor, skip_special_tokens=True, clean_up_tokenization_spaces=False))
+        texts = [text[prefix:] for text in tokenizer.batch_decode(
+            [[*anchor, i] for i in range(len(tokenizer))], skip_special_tokens=True,
+            clean_up_tokenization_spaces=False)]
         built[key] = Grammar(texts, tag_ids, eos_ids, num_logits, device)
     return built[key]
