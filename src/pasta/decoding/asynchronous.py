@@ -57,20 +57,27 @@ def _interpreters(model, tokenizer, prompt_ids_batch, config, policy) -> list[In
     return [new_interpreter(model, tokenizer, ids, config, policy, capacity) for ids in prompt_ids_batch]
 
 
+def choose_request_tokens(interpreter: Interpreter, tokenizer, logits: torch.Tensor, threads: list[int],
+                          config: DecodeConfig, generator: torch.Generator | None) -> list[int]:
+    """One request's tokens for one step, a row of `logits` [T, V] per thread of `threads`: the sampler's choice,
+    kept to well-formed PASTA-LANG when `config.constrain` (the replaced choices counted in `interpreter.masked`).
+    The batch decoder and the serving engine both choose here, so a request gets the same tokens from either."""
+    if not config.constrain:
+        return choose_tokens(logits, config.sampling, generator).tolist()
+    grammar = grammar_for(tokenizer, interpreter.tag_ids, interpreter.eos_ids, logits.shape[-1], logits.device)
+    constraints = [interpreter.constraint(thread, grammar) for thread in threads]
+    token_ids, masked_kinds = choose_legal_tokens(logits, config.sampling, generator, constraints)
+    interpreter.masked.update(masked_kinds)
+    return token_ids
+
+
 def _sampler(config: DecodeConfig, interpreters: list[Interpreter], tokenizer, device,
              seeds: list[int] | None) -> Chooser:
     generators = request_generators(config.sampling, len(interpreters), device, seeds)
 
     def choose(request: int, logits: torch.Tensor, threads: list[int]) -> list[int]:
         generator = generators[request] if generators else None
-        if not config.constrain:
-            return choose_tokens(logits, config.sampling, generator).tolist()
-        interpreter = interpreters[request]
-        grammar = grammar_for(tokenizer, interpreter.tag_ids, interpreter.eos_ids, logits.shape[-1], logits.device)
-        constraints = [interpreter.constraint(thread, grammar) for thread in threads]
-        token_ids, masked_kinds = choose_legal_tokens(logits, config.sampling, generator, constraints)
-        interpreter.masked.update(masked_kinds)
-        return token_ids
+        return choose_request_tokens(interpreters[request], tokenizer, logits, threads, config, generator)
 
     return choose
 

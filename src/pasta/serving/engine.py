@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pasta.decoding import DecodeConfig
-from pasta.decoding.asynchronous import new_interpreter, request_result
+from pasta.decoding.asynchronous import choose_request_tokens, new_interpreter, request_result
 from pasta.decoding.attention import grouped_query_sdpa
 from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.linears import multirow_linears
@@ -211,7 +211,12 @@ class Engine:
         ended = []
         for member, plan, rows in zip(members, plans, logits, strict=True):
             try:
-                token_ids = choose_tokens(rows, member.request.config.sampling, member.generator).tolist()
+                config = member.request.config
+                if isinstance(member.interpreter, Interpreter):
+                    token_ids = choose_request_tokens(member.interpreter, self.tokenizer, rows, plan.sample_threads,
+                                                      config, member.generator)
+                else:  # the sequential baseline writes plain text: nothing to constrain
+                    token_ids = choose_tokens(rows, config.sampling, member.generator).tolist()
                 member.interpreter.commit(plan, token_ids)
                 self._send_text(member)
             except Exception as exc:
