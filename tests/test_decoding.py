@@ -313,6 +313,15 @@ def test_async_without_tags_written_decodes_what_sequential_decodes(lively):
     assert asynchronous.stats.num_steps == 32 and asynchronous.stats.theoretical_speedup == 1.0
 
 
+def test_constrained_async_leaves_plain_text_greedy_decoding_equal_to_generate(lively):
+    model, tokenizer = lively
+    ids = prompt(tokenizer, "Give three tips for sleeping well.")
+    result = decode_async(model, tokenizer, [ids], DecodeConfig(max_new_tokens=32, constrain=True),
+                          ReservationPolicy())[0]
+    assert result.token_ids == generate_ids(model, ids, max_new_tokens=32)
+    assert result.stats.masked == {} and result.stats.malformed == {}
+
+
 @pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0, top_p=0.95, seed=11)],
                          ids=["greedy", "seeded"])
 def test_async_batch_gives_each_request_its_answer_alone(lively, sampling):
@@ -353,35 +362,55 @@ def test_sequential_streaming_yields_the_final_text(lively):
     assert "".join(received) == result.text and len(received) > 1
 
 
-def test_malformed_model_output_is_cleaned_not_fatal(lively):
-    model, tokenizer = lively
+def malformed_speaker(model, tokenizer):
+    """Scripted to write a promise whose count is a word, then </async> in the main thread, then a promise left
+    open at eos."""
     tags = TagIds.from_tokenizer(tokenizer)
     go, intro, apple, after = words(tokenizer, " Go", " First", " apple", " after")
-    # A promise whose count is a word, then </async> in the main thread, then a promise left open at eos.
     speaker = Scripted(model, {
         go: intro, intro: tags.promise, tags.promise: apple, apple: tags.promise_tokens, tags.promise_tokens: after,
         after: tags.promise_end, tags.promise_end: tags.async_end, tags.async_end: tags.sync, tags.sync: tags.promise,
     })
-    config = DecodeConfig(max_new_tokens=40)
-    result = decode_async(speaker, tokenizer, [prompt(tokenizer, "x", go)], config, ReservationPolicy())[0]
+    return speaker, prompt(tokenizer, "x", go)
+
+
+def test_unconstrained_malformed_model_output_is_cleaned_not_fatal(lively):
+    speaker, ids = malformed_speaker(*lively)
+    config = DecodeConfig(max_new_tokens=40, constrain=False)
+    result = decode_async(speaker, lively[1], [ids], config, ReservationPolicy())[0]
     assert result.stats.malformed["bad_count"] >= 1
     assert result.stats.malformed["async_tag_in_main"] >= 1
+    assert result.stats.masked == {}
     assert result.stats.num_threads == 0
     assert result.text.startswith(" First apple after")
     assert "<" not in result.text
     assert plain_text(parse(result.annotated)) == result.text
 
 
-def test_chunk_overrunning_its_reservation_is_capped_and_counted(lively):
+def test_constrained_decoding_masks_the_malformed_choices_and_counts_them(lively):
+    speaker, ids = malformed_speaker(*lively)
+    result = decode_async(speaker, lively[1], [ids], DecodeConfig(max_new_tokens=40), ReservationPolicy())[0]
+    assert result.stats.malformed == {}
+    assert result.stats.masked["bad_count"] >= 1  # " after" as the count: a digit instead
+    assert result.token_doc.main_ids == result.token_ids
+    assert result.annotated.startswith(' First<promise topic=" apple" tokens="')
+
+
+@pytest.mark.parametrize("constrain", [False, True])
+def test_chunk_overrunning_its_reservation_is_capped_and_counted(lively, constrain):
     model, tokenizer = lively
     speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
-    config = DecodeConfig(max_new_tokens=16, max_chunk_tokens=9)
+    config = DecodeConfig(max_new_tokens=16, max_chunk_tokens=9, constrain=constrain)
     result = decode_async(speaker, tokenizer, [prompt(tokenizer, "Tips", go)], config,
                           ReservationPolicy("exact"))[0]
     stats = result.stats
     assert stats.num_overruns == 1  # tokens="3" but the chunk wrote 9
-    assert stats.malformed.get("chunk_cap") == 1
-    assert len(result.token_doc.chunks[0].body_ids) == 10  # 9 sampled + the closing <|async_end|>
+    if constrain:  # the 9th token is <|async_end|>, sampled
+        assert (stats.malformed, stats.masked) == ({}, {"chunk_cap": 1})
+        assert len(result.token_doc.chunks[0].body_ids) == 9
+    else:  # 9 sampled + the closing <|async_end|> the decoder adds
+        assert (stats.malformed, stats.masked) == ({"chunk_cap": 1}, {})
+        assert len(result.token_doc.chunks[0].body_ids) == 10
 
 
 def test_async_needs_tag_tokens_and_says_how_to_add_them(tiny_model_and_tokenizer):

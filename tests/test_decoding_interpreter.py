@@ -283,3 +283,105 @@ def test_main_row_and_pad_row_are_reserved():
     plan = it.plan()
     assert plan.rows == [MAIN_ROW, MAIN_ROW] and plan.positions == [0, 1] and plan.sample_feeds == [1]
     assert it.vis[PAD_ROW, 0]
+
+
+# --- constraints (decode.constrain) ---------------------------------------------------------------------------------
+
+
+def fake_grammar():
+    from pasta.decoding.grammar import Grammar
+
+    return Grammar([WORDS.get(i, "") for i in range(107)], TAGS, {EOS}, 107, "cpu")
+
+
+def first_violation(it, main, chunks=(), grammar=None):
+    """Play the scripts as `drive` does, asking each sampled thread's constraint before its token is committed.
+    Returns the kind of the first token a constraint forbids (None if none), and checks that every state reached
+    before it (as constrained decoding reaches states) leaves a token."""
+    grammar = grammar or fake_grammar()
+    scripts = {0: list(main), **{k + 1: list(c) for k, c in enumerate(chunks)}}
+    found = None
+    while not it.done:
+        plan = it.plan()
+        token_ids = [scripts[thread].pop(0) for thread in plan.sample_threads]
+        for thread, token_id in zip(plan.sample_threads, token_ids, strict=True):
+            if found is None:
+                constraint = it.constraint(thread, grammar)
+                assert constraint.allowed.any()
+                if not constraint.allowed[token_id]:
+                    found = constraint.violation(token_id)
+        it.commit(plan, token_ids)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("main", "chunks", "kind"),
+    [
+        ([1, P, 5, 6, EOS], [], "unclosed_promise"),
+        ([1, P, 5, SY, 2, EOS], [], "unclosed_promise"),
+        ([1, P, 5, 8, PT, 12, PE, 2, EOS], [], "bad_topic"),
+        ([1, P, 9, PT, 12, PE, 2, EOS], [], "bad_topic"),
+        ([1, P, PT, 12, PE, 2, EOS], [], "bad_topic"),
+        ([1, P, *[5] * 101, PT, 12, PE, EOS], [], "bad_topic"),
+        ([1, P, 5, PT, 1, PE, 2, EOS], [], "bad_count"),
+        ([1, P, 5, PT, PE, 2, EOS], [], "bad_count"),
+        ([1, P, 5, PE, 2, EOS], [], "bad_count"),
+        ([1, P, 5, PT, 10, PE, 2, EOS], [], "bad_count"),
+        ([1, P, 5, PT, *[11] * 9, PE, 2, EOS], [], "bad_count"),
+        ([1, AE, 2, AS, AB, EOS], [], "async_tag_in_main"),
+        ([1, PT, 2, PE, EOS], [], "stray_promise_tag"),
+        ([*promise([5], 1), *promise([5], 1), SY, EOS], [[6, AE], [7, AE]], "duplicate_topic"),
+        ([1, *promise([5], 2), SY, 2, EOS], [[6, P, 7, AE]], "tag_in_chunk"),
+        ([1, *promise([5], 2), SY, 2, EOS], [[6, 7, EOS]], "eos_in_chunk"),
+        ([1, *promise([5], 2), SY, 2, EOS], [[6, 7, 6, 7, 6, 7]], "chunk_cap"),
+        ([1, *promise([5], 2), SY, 2, EOS], [[AE]], "empty_chunk"),
+    ],
+)
+def test_constraint_forbids_the_first_token_of_each_malformed_event_the_interpreter_counts(main, chunks, kind):
+    it = interpreter(DecodeConfig(max_new_tokens=200, max_chunk_tokens=4))
+    assert first_violation(it, main, chunks) == kind
+    assert it.malformed[kind] >= 1
+
+
+@pytest.mark.parametrize(
+    ("main", "chunks"),
+    [
+        ([1, *promise([5], 2), SY, 2, EOS], [[6, 7, AE]]),
+        ([*promise([5], 1), *promise([5, 6], 12), SY, *promise([5], 3), EOS], [[6, AE], [7, AE], [2, AE]]),
+        ([1, SY, SY, 2, 3, EOS], []),
+    ],
+)
+def test_constraint_allows_every_token_of_well_formed_output(main, chunks):
+    it = interpreter()
+    assert first_violation(it, main, chunks) is None
+    assert not it.malformed
+
+
+@pytest.mark.parametrize(
+    ("main", "max_new_tokens"),
+    [
+        ([1, 2, 3, P, 5, PT, 12], 7),  # <|promise|> with 4 tokens left could not close
+        ([1, 2, P, 5, 6, PT, 12], 7),  # a topic token with 3 left
+        ([1, P, 5, PT, 12, 13], 6),  # a second digit with 1 left
+    ],
+)
+def test_constraint_closes_a_promise_before_max_new_tokens(main, max_new_tokens):
+    it = interpreter(DecodeConfig(max_new_tokens=max_new_tokens))
+    assert first_violation(it, main) == "unclosed_promise"
+    assert it.malformed == {"unclosed_promise": 1}
+
+
+def test_constraint_keeps_a_chunk_from_ending_empty_at_its_cap():
+    grammar = fake_grammar()
+    blank_first = grammar.chunk(has_text=False, num_left=2)
+    assert not blank_first.allowed[AE] and blank_first.allowed[6]
+    assert grammar.chunk(has_text=True, num_left=1).allowed.nonzero().flatten().tolist() == [AE]
+    assert grammar.chunk(has_text=False, num_left=1).allowed.nonzero().flatten().tolist() == [AE]
+
+
+def test_constraint_never_lets_a_topic_become_a_duplicate_where_it_cannot_grow():
+    grammar = fake_grammar()
+    # 4 tokens left: " sleep" would make the topic " sleep" again, and only <|promise_tokens|> could follow.
+    assert not grammar.topic([], "", {" sleep"}, budget=4).allowed[5]
+    assert grammar.topic([], "", {" sleep"}, budget=5).allowed[5]
+    assert not grammar.topic([5], " sleep", {" sleep"}, budget=5).allowed[PT]

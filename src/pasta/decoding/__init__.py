@@ -9,7 +9,8 @@ step for every thread of every request), with teacher forcing and streaming.
 
 Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread state machines, no model),
 cache (slot-indexed KV cache), runner (the step loop), attention (grouped-query SDPA on CPU), linears (linear
-layers of multi-row steps over every CPU thread), sampling, text (detokenizing, stop strings, streaming),
+layers of multi-row steps over every CPU thread), grammar (the tokens that keep each thread's PASTA-LANG
+well-formed, for `decode.constrain`), sampling, text (detokenizing, stop strings, streaming),
 asynchronous and sequential (the entry points), result (DecodeResult, DecodeStats, TokenLogprobs).
 
 Both decoders work with a compiled forward (`model.forward = torch.compile(model.forward, dynamic=True)`, at the

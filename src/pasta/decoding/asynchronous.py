@@ -17,10 +17,11 @@ from collections.abc import Iterator
 import torch
 
 from pasta.decoding.config import DecodeConfig
+from pasta.decoding.grammar import grammar_for
 from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
 from pasta.decoding.runner import Chooser, RequestClock, run_steps
-from pasta.decoding.sampling import choose_tokens, request_generators
+from pasta.decoding.sampling import choose_legal_tokens, choose_tokens, request_generators
 from pasta.decoding.text import TextCallback, TextStream, eos_token_ids, pad_token_id, text_decoder
 from pasta.errors import PastaError
 from pasta.lang import MAIN_THREAD, ReservationPolicy, TagIds, TokenDoc
@@ -51,12 +52,20 @@ def _interpreters(model, tokenizer, prompt_ids_batch, config, policy) -> list[In
     ]
 
 
-def _sampler(config: DecodeConfig, num_requests: int, device, seeds: list[int] | None) -> Chooser:
-    generators = request_generators(config.sampling, num_requests, device, seeds)
+def _sampler(config: DecodeConfig, interpreters: list[Interpreter], tokenizer, device,
+             seeds: list[int] | None) -> Chooser:
+    generators = request_generators(config.sampling, len(interpreters), device, seeds)
 
     def choose(request: int, logits: torch.Tensor, threads: list[int]) -> list[int]:
         generator = generators[request] if generators else None
-        return choose_tokens(logits, config.sampling, generator).tolist()
+        if not config.constrain:
+            return choose_tokens(logits, config.sampling, generator).tolist()
+        interpreter = interpreters[request]
+        grammar = grammar_for(tokenizer, interpreter.tag_ids, interpreter.eos_ids, logits.shape[-1], logits.device)
+        constraints = [interpreter.constraint(thread, grammar) for thread in threads]
+        token_ids, masked_kinds = choose_legal_tokens(logits, config.sampling, generator, constraints)
+        interpreter.masked.update(masked_kinds)
+        return token_ids
 
     return choose
 
@@ -72,6 +81,7 @@ def _stats(interpreter: Interpreter, clock: RequestClock) -> DecodeStats:
         num_threads=interpreter.num_threads,
         num_overruns=interpreter.num_overruns,
         malformed=dict(interpreter.malformed),
+        masked=dict(interpreter.masked),
         finish_reason=interpreter.finish_reason or "",
     )
 
@@ -102,7 +112,7 @@ def decode_async(
     the same tokens alone or in any batch.
     """
     interpreters = _interpreters(model, tokenizer, prompt_ids_batch, config, policy)
-    choose = _sampler(config, len(interpreters), model.device, seeds)
+    choose = _sampler(config, interpreters, tokenizer, model.device, seeds)
     clocks = [RequestClock() for _ in interpreters]
     stream = TextStream(on_text, len(interpreters)) if on_text else None
     for stepped in run_steps(model, interpreters, choose, pad_token_id(tokenizer), clocks):
@@ -122,7 +132,7 @@ def stream_async(
 ) -> Iterator[str]:
     """Decode one prompt, yielding plain-text pieces as they become final; their concatenation is the text."""
     interpreters = _interpreters(model, tokenizer, [prompt_ids], config, policy)
-    choose = _sampler(config, 1, model.device, None if seed is None else [seed])
+    choose = _sampler(config, interpreters, tokenizer, model.device, None if seed is None else [seed])
     emitted = ""
     for _ in run_steps(model, interpreters, choose, pad_token_id(tokenizer), [RequestClock()]):
         final = interpreters[0].final_text()

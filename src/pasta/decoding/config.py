@@ -61,6 +61,12 @@ class DecodeConfig:
     max_total_tokens: int | None = field(
         default=None, metadata={"help": "async: tokens all threads of a request may sample; null = no extra cap"}
     )
+    constrain: bool = field(
+        default=True,
+        metadata={"help": "async: the sampler never picks a token that would make a thread's PASTA-LANG malformed "
+                          "(pasta/decoding/grammar.py; replaced choices counted in stats.masked); false = the "
+                          "model's own choices, malformed ones decoded as text and counted in stats.malformed"},
+    )
     cpu_multirow_linears: bool = field(
         default=True,
         metadata={"help": "CPU: decode steps of up to 8 rows run linear layers as W @ x^T, over every thread "

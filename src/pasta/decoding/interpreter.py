@@ -27,6 +27,8 @@ count, a duplicated topic) falls back to literal text: its topic and count token
 tokens are stripped. Stray tags in the main thread or in a chunk are stripped. eos in a chunk closes it; a chunk
 reaching `max_chunk_tokens` is force-closed; an empty chunk is dropped. Each event is counted in `malformed`.
 The model's raw tokens stay in the cache as sampled; `token_doc()` is the cleaned structure (a valid TokenDoc).
+With `decode.constrain`, the sampler asks `constraint(thread, grammar)` for the tokens that keep a thread
+well-formed (pasta/decoding/grammar.py) and counts each choice it had to replace in `masked`.
 Promises beyond `max_threads` running chunks wait in a queue and start when a running chunk closes (positions
 and visibility are those of their promise, so only the timing changes).
 """
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pasta.decoding.config import DecodeConfig
+from pasta.decoding.grammar import MAX_COUNT_TOKENS, Constraint, Grammar
 from pasta.decoding.text import find_stop, settled
 from pasta.lang import (
     MAIN_THREAD,
@@ -56,7 +59,6 @@ from pasta.lang.syntax import MAX_TOPIC_CHARS, serialize, validate_topic
 
 PAD_ROW = 0
 MAIN_ROW = 1
-_MAX_COUNT_TOKENS = 8  # longer than any sensible tokens="N"
 
 
 @dataclass
@@ -89,6 +91,7 @@ class Chunk:
     joined: bool = False  # a sync made it visible to the main thread
     num_sampled: int = 0
     num_positions: int = 0  # body tokens that take a position (sampled ones, stray tags included)
+    has_text: bool = False  # the body so far decodes to more than whitespace
 
 
 @dataclass
@@ -138,6 +141,7 @@ class Interpreter:
         self.num_steps = 0
         self.num_sampled = 0  # by all threads
         self.malformed: Counter[str] = Counter()
+        self.masked: Counter[str] = Counter()  # constrained choices replaced, by the malformed event they would cause
         self.finish_reason: str | None = None
 
         self.main_ids: list[int] = []  # everything the main thread sampled, as sampled
@@ -185,6 +189,18 @@ class Interpreter:
             self.vis = torch.cat([self.vis, self.vis.new_zeros(old, self.vis.shape[1])])
             self._free_rows = list(range(2 * old - 1, old - 1, -1))
         return self._free_rows.pop()
+
+    def constraint(self, thread: int, grammar: Grammar) -> Constraint:
+        """The tokens `thread` may choose next without writing malformed PASTA-LANG."""
+        if thread != MAIN_THREAD:
+            chunk = self.chunks[thread - 1]
+            return grammar.chunk(chunk.has_text, self.config.max_chunk_tokens - chunk.num_sampled)
+        budget = self.config.max_new_tokens - len(self.main_ids)
+        if self._mode == "topic":
+            return grammar.topic(self._topic_ids, self.decode(self._topic_ids), self._group_topics, budget)
+        if self._mode == "count":
+            return grammar.count(self._count_ids, self.decode(self._count_ids), budget)
+        return grammar.main_text(budget)
 
     # --- planning a step ---------------------------------------------------------------------------------------
 
@@ -334,7 +350,7 @@ class Interpreter:
                 return
             if token_id not in tags.all:
                 self._count_ids.append(token_id)
-                if len(self._count_ids) > _MAX_COUNT_TOKENS:
+                if len(self._count_ids) > MAX_COUNT_TOKENS:
                     self._fall_back("bad_count")
                 return
             self._fall_back("unclosed_promise")
@@ -418,6 +434,7 @@ class Interpreter:
             self.malformed["tag_in_chunk"] += 1
         else:
             chunk.body_ids.append(token_id)
+            chunk.has_text = chunk.has_text or bool(self.decode(chunk.body_ids).strip())
         chunk.pending = [token_id]
         if chunk.num_sampled >= self.config.max_chunk_tokens:
             self.malformed["chunk_cap"] += 1

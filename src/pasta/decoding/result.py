@@ -22,6 +22,7 @@ class DecodeStats:
     num_threads: int = 0  # chunk threads forked
     num_overruns: int = 0  # chunks that wrote past the positions reserved for them
     malformed: dict[str, int] = field(default_factory=dict)  # malformed-output events by kind
+    masked: dict[str, int] = field(default_factory=dict)  # decode.constrain: choices replaced, by the event avoided
     finish_reason: str = ""  # eos | stop_string | max_new_tokens | max_total_tokens
 
     @property

@@ -4,6 +4,13 @@ Each request draws from its own `torch.Generator`, and its rows are drawn in a f
 its chunks in fork order), so a request decodes the same tokens alone or inside a batch.
 transformers' logits processors work on [batch, vocab] rows of one generation loop and one global RNG; the decoder
 samples a varying number of rows per request per step, so the few lines below stand in for them.
+
+`choose_legal_tokens` is the constrained choice (`decode.constrain`): the model's own choice stands whenever it is
+legal, so plain text decodes exactly as unconstrained, and only a row whose choice a constraint forbids is masked
+and chosen again. Greedy, that is the argmax over the legal tokens. Sampled, the redraw comes from the legal
+tokens' renormalised distribution; with temperature alone the result is distributed exactly as a draw from the
+masked logits (a draw, kept when legal, else a draw from the legal part), while with top-k / top-p the first draw
+is filtered over the whole vocabulary and the redraw over the legal tokens only.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from pasta.decoding.config import SamplingConfig
+from pasta.decoding.grammar import Constraint
 
 
 def request_generators(config: SamplingConfig, num_requests: int, device: torch.device | str,
@@ -48,3 +56,19 @@ def choose_tokens(logits: torch.Tensor, config: SamplingConfig, generator: torch
         return logits.argmax(dim=-1)
     probs = filter_logits(logits, config).softmax(dim=-1)  # [N, V]
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+def choose_legal_tokens(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None,
+                        constraints: list[Constraint]) -> tuple[list[int], list[str]]:
+    """Tokens as `choose_tokens` picks them, except where `constraints[i]` forbids row i's: that row chooses again
+    among its allowed tokens. Returns the token ids and the kind of each replaced choice (in row order)."""
+    token_ids = choose_tokens(logits, config, generator)  # [N]
+    allowed = torch.stack([c.allowed for c in constraints])  # [N, V]
+    illegal = ~allowed.gather(1, token_ids[:, None]).squeeze(1)  # [N]
+    if not bool(illegal.any()):
+        return token_ids.tolist(), []
+    redo = illegal.nonzero().squeeze(1)  # [M]
+    kinds = [constraints[i].violation(int(token_ids[i])) for i in redo.tolist()]
+    masked = logits[redo].masked_fill(~allowed[redo], float("-inf"))  # [M, V]
+    token_ids[redo] = choose_tokens(masked, config, generator)
+    return token_ids.tolist(), kinds

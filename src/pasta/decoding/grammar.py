@@ -1,0 +1,198 @@
+"""Which next tokens keep PASTA-LANG well-formed, per thread state (`decode.constrain`): masks built once per tokenizer.
+
+Unconstrained, the interpreter turns every malformed tag into text and counts it in `stats.malformed`. Constrained,
+the sampler asks the interpreter for its thread's `Constraint` before taking a token: a list of rules, each the
+malformed event it prevents (named as the interpreter counts it) and the [V] bool mask of the tokens that would
+cause it. The rules, from `pasta.lang.syntax.parse`, the token grammar of `pasta.lang.tokens` and the interpreter's
+fall-backs (`budget`: tokens the main thread may still sample under `max_new_tokens`):
+
+    main, in text       <|async|> <|async_body|> <|async_end|> (the decoder supplies them)      async_tag_in_main
+                        <|promise_tokens|> <|promise_end|> outside a promise                    stray_promise_tag
+                        <|promise|> with budget < 5 (promise, topic, <|promise_tokens|>, digit,  unclosed_promise
+                        <|promise_end|>: it could not close)
+    main, topic         eos, <|sync|> or a tag other than <|promise_tokens|> / <|promise_end|>   unclosed_promise
+                        <|promise_end|> before the count                                         bad_count
+                        a token with `"`, `<`, `>`, a control character or no character; a      bad_topic
+                        blank first token; one that takes the topic past MAX_TOPIC_CHARS;
+                        <|promise_tokens|> after an empty or invalid topic
+                        <|promise_tokens|> after a topic this group already promised; a token     duplicate_topic
+                        that would complete such a topic where it could no longer grow
+                        a topic token with budget < 4, <|promise_tokens|> with budget < 3        unclosed_promise
+    main, count         eos or a tag other than <|promise_end|>; a digit with budget < 2         unclosed_promise
+                        a token that is not all ASCII digits; a leading 0; a digit past the      bad_count
+                        interpreter's 8 count tokens; <|promise_end|> before a positive count
+    chunk               eos                                                                      eos_in_chunk
+                        any tag but <|async_end|>                                                tag_in_chunk
+                        <|async_end|> before any visible text; a blank token when only one       empty_chunk
+                        token is left before the closing one
+                        anything but <|async_end|> on the chunk's last token (max_chunk_tokens)  chunk_cap
+
+Every state leaves at least one token: eos or text in the main thread's text, a topic token or
+<|promise_tokens|> (the budget rules close a promise in time, and a topic cannot be a duplicate where it cannot
+grow), a digit or <|promise_end|>, text or <|async_end|> in a chunk (with max_chunk_tokens = 1 a chunk can only be
+empty, so there <|async_end|> is allowed and the interpreter counts the empty chunk). A `max_total_tokens` cut
+stops every thread where it stands (chunks spend that budget in the same steps), so it can still leave a promise
+open, as it can stop a chunk mid-sentence.
+
+Token-level checks read each token's own text (`tokenizer.batch_decode` once per vocabulary): `"`, `<`, `>` and
+control characters are single bytes, so no merge across tokens makes or hides them, and the sum of a topic's token
+lengths bounds its decoded length (bytes of one character split over tokens decode to one character together).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from pasta.lang import TagIds, encode_text
+from pasta.lang.syntax import MAX_TOPIC_CHARS, validate_topic
+
+MAX_COUNT_TOKENS = 8  # longer than any sensible tokens="N"; the interpreter falls back beyond it
+PROMISE_MIN_TOKENS = 5  # <|promise|> topic <|promise_tokens|> digit <|promise_end|>
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The tokens that would cause one kind of malformed event."""
+
+    kind: str
+    forbidden: torch.Tensor  # [V] bool
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A thread's legal next tokens and the rules that forbid the others."""
+
+    rules: tuple[Rule, ...]
+    allowed: torch.Tensor  # [V] bool
+
+    @classmethod
+    def of(cls, *rules: Rule) -> Constraint:
+        forbidden = torch.zeros_like(rules[0].forbidden)
+        for rule in rules:
+            forbidden |= rule.forbidden
+        return cls(rules, ~forbidden)
+
+    def violation(self, token_id: int) -> str:
+        """The kind of the first rule that forbids `token_id` (a token `allowed` excludes)."""
+        return next(rule.kind for rule in self.rules if bool(rule.forbidden[token_id]))
+
+
+class Grammar:
+    """Token classes of one vocabulary and the constraints of each thread state."""
+
+    def __init__(self, token_texts: list[str], tag_ids: TagIds, eos_ids: set[int], num_logits: int,
+                 device: torch.device | str):
+        self.device = device
+        texts = token_texts[:num_logits] + [""] * (num_logits - len(token_texts))  # rows past the vocabulary
+        self.num_chars = [len(text) for text in texts]
+        self._num_chars = torch.tensor(self.num_chars, device=device)  # [V]
+        self._ids_by_text: dict[str, list[int]] = {}
+        for token_id, text in enumerate(texts):
+            self._ids_by_text.setdefault(text, []).append(token_id)
+
+        def mask(flags) -> torch.Tensor:
+            return torch.tensor(flags, dtype=torch.bool, device=device)
+
+        tags = self.tags = tag_ids
+        tag_mask = self._ids_mask(tags.all)
+        eos = self._ids_mask(eos_ids)
+        self._bad_topic_token = mask([not text or any(c in '"<>' or ord(c) < 32 for c in text) for text in texts])
+        self._blank = mask([not text.strip() for text in texts])
+        self._digit = mask([text.isascii() and text.isdigit() for text in texts])
+        self._leading_zero = self._digit & mask([text.startswith("0") for text in texts])
+        self._text = ~tag_mask & ~eos  # tokens that are neither a tag nor eos
+
+        self._in_topic_escape = Rule("unclosed_promise", eos | (tag_mask & ~self._ids_mask(
+            [tags.promise_tokens, tags.promise_end])))
+        self._count_escape = Rule("unclosed_promise", eos | (tag_mask & ~self._ids_mask([tags.promise_end])))
+        async_tags = Rule("async_tag_in_main", self._ids_mask([tags.async_start, tags.async_body, tags.async_end]))
+        stray = Rule("stray_promise_tag", self._ids_mask([tags.promise_tokens, tags.promise_end]))
+        self._main_text = Constraint.of(async_tags, stray)
+        self._main_text_short = Constraint.of(async_tags, stray,
+                                              Rule("unclosed_promise", self._ids_mask([tags.promise])))
+        close = self._ids_mask([tags.async_end])
+        chunk_rules = (Rule("tag_in_chunk", tag_mask & ~close), Rule("eos_in_chunk", eos))
+        self._chunk = Constraint.of(*chunk_rules)
+        self._chunk_empty = Constraint.of(*chunk_rules, Rule("empty_chunk", close))
+        self._chunk_empty_last_text = Constraint.of(*chunk_rules, Rule("empty_chunk", close | self._blank))
+        self._chunk_last = Constraint.of(Rule("chunk_cap", ~close))
+
+    def _ids_mask(self, ids) -> torch.Tensor:
+        flags = torch.zeros(len(self.num_chars), dtype=torch.bool, device=self.device)
+        flags[list(ids)] = True
+        return flags
+
+    def main_text(self, budget: int) -> Constraint:
+        return self._main_text if budget >= PROMISE_MIN_TOKENS else self._main_text_short
+
+    def topic(self, topic_ids: list[int], topic: str, group_topics: set[str], budget: int) -> Constraint:
+        """In a promise's topic: `topic` is `topic_ids` decoded; `group_topics` the topics this group promised."""
+        tags = self.tags
+        num_chars = sum(self.num_chars[i] for i in topic_ids)
+        too_long = self._num_chars > MAX_TOPIC_CHARS - num_chars
+        bad = self._bad_topic_token | too_long | (self._blank if not topic_ids else torch.zeros_like(too_long))
+        rules = [self._in_topic_escape, Rule("bad_count", self._ids_mask([tags.promise_end])),
+                 Rule("bad_topic", bad & self._text)]
+        closing_kind = ("bad_topic" if not topic_ids or validate_topic(topic) else
+                        "duplicate_topic" if topic in group_topics else
+                        "unclosed_promise" if budget < 3 else None)
+        if closing_kind:
+            rules.append(Rule(closing_kind, self._ids_mask([tags.promise_tokens])))
+        if budget < 4:
+            rules.append(Rule("unclosed_promise", self._text))
+        # A token that completes a promised topic is fine while the topic can still grow past it; where it could
+        # not (no budget, or no characters left), <|promise_tokens|> would be the only way on, and it is forbidden.
+        stuck = [
+            token_id
+            for other in group_topics
+            if other.startswith(topic) and (budget <= 4 or len(other) >= MAX_TOPIC_CHARS)
+            for token_id in self._ids_by_text.get(other[len(topic) :], [])
+        ]
+        if stuck:
+            rules.append(Rule("duplicate_topic", self._ids_mask(stuck)))
+        return Constraint.of(*rules)
+
+    def count(self, count_ids: list[int], count: str, budget: int) -> Constraint:
+        """In a promise's count: `count` is `count_ids` decoded."""
+        rules = [self._count_escape, Rule("bad_count", self._text & ~self._digit)]
+        if not count_ids:
+            rules.append(Rule("bad_count", self._leading_zero))
+        if len(count_ids) >= MAX_COUNT_TOKENS:
+            rules.append(Rule("bad_count", self._digit))
+        if budget < 2:
+            rules.append(Rule("unclosed_promise", self._digit))
+        raw = count.strip()
+        if not (raw.isascii() and raw.isdigit() and int(raw) > 0):
+            rules.append(Rule("bad_count", self._ids_mask([self.tags.promise_end])))
+        return Constraint.of(*rules)
+
+    def chunk(self, has_text: bool, num_left: int) -> Constraint:
+        """In a chunk that has written visible text or not, with `num_left` tokens before max_chunk_tokens."""
+        if num_left <= 1:
+            return self._chunk_last
+        if has_text:
+            return self._chunk
+        return self._chunk_empty_last_text if num_left == 2 else self._chunk_empty
+
+
+_GRAMMARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def grammar_for(tokenizer, tag_ids: TagIds, eos_ids: set[int], num_logits: int,
+                device: torch.device | str) -> Grammar:
+    """The grammar of `tokenizer` for logits of width `num_logits`, built once per vocabulary, eos ids and device."""
+    key = (len(tokenizer), tag_ids, frozenset(eos_ids), num_logits, str(device))
+    built = _GRAMMARS.setdefault(tokenizer, {})
+    if key not in built:
+        # Each token's text as the interpreter decodes it (pasta.decoding.text.text_decoder: special tokens dropped),
+        # read after an anchor token: a SentencePiece vocabulary drops the leading space of a token that stands alone.
+        anchor = encode_text(tokenizer, "a")[:1]
+        prefix = len(tokenizer.decode(anchor, skip_special_tokens=True, clean_up_tokenization_spaces=False))
+        texts = [text[prefix:] for text in tokenizer.batch_decode(
+            [[*anchor, i] for i in range(len(tokenizer))], skip_special_tokens=True,
+            clean_up_tokenization_spaces=False)]
+        built[key] = Grammar(texts, tag_ids, eos_ids, num_logits, device)
+    return built[key]

@@ -1,0 +1,115 @@
+"""Constrained decoding (`decode.constrain`) with a model that writes random tokens: never malformed, counted.
+
+`RandomLogits` runs the real tiny model (so the decoder's cache, masks and steps are exercised) and replaces its
+logits with seeded random ones, raising the tokens PASTA-LANG is made of (tags, eos, digits, quotes, brackets,
+newlines, blanks) so that every rule of the grammar comes up within a few dozen tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens, encode_text, parse, serialize
+from pasta.models import build_tiny_model, encode_prompt
+
+
+@pytest.fixture(scope="module")
+def tagged(tiny_model_and_tokenizer):
+    """A private tiny model and tokenizer with the tag tokens added."""
+    _, tokenizer = tiny_model_and_tokenizer
+    tokenizer = copy.deepcopy(tokenizer)
+    model = build_tiny_model(tokenizer)
+    add_tag_tokens(tokenizer, model)
+    return model.eval(), tokenizer
+
+
+class RandomLogits(torch.nn.Module):
+    """The wrapped model's forward, with its logits replaced by N(0, 1) noise plus `boost` on `boosted_ids`."""
+
+    def __init__(self, model, boosted_ids: list[int], boost: float, seed: int):
+        super().__init__()
+        self.model = model
+        self.config = model.config
+        self.generation_config = model.generation_config
+        self.boosted_ids = boosted_ids
+        self.boost = boost
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def device(self):
+        return self.model.device
+
+    @property
+    def dtype(self):
+        return self.model.dtype
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def forward(self, input_ids, **kwargs):
+        out = self.model(input_ids=input_ids, **kwargs)
+        noise = torch.randn(out.logits.shape, generator=self.generator)
+        noise[..., self.boosted_ids] += self.boost
+        out.logits.copy_(noise)
+        return out
+
+
+def structural_ids(tokenizer) -> list[int]:
+    pieces = [*"0123456789", '"', "<", ">", "\n", " ", " the", " topic"]
+    return sorted({*TagIds.from_tokenizer(tokenizer).all, tokenizer.eos_token_id,
+                   *(i for p in pieces for i in encode_text(tokenizer, p))})
+
+
+def decode_random(tagged, seed: int, boost: float, config: DecodeConfig):
+    model, tokenizer = tagged
+    fake = RandomLogits(model, structural_ids(tokenizer), boost, seed)
+    return decode_async(fake, tokenizer, [encode_prompt(tokenizer, "Tips")], config, ReservationPolicy())[0]
+
+
+def assert_well_formed(result, tokenizer):
+    tags = TagIds.from_tokenizer(tokenizer)
+    assert result.stats.malformed == {}
+    # Nothing the model sampled in the main thread was cleaned away: the structure is the sampled ids.
+    assert result.token_doc.main_ids == result.token_ids
+    for chunk in result.token_doc.chunks:
+        assert chunk.body_ids[-1] == tags.async_end and not set(chunk.body_ids[:-1]) & tags.all
+    assert serialize(parse(result.annotated, require_tokens=True)) == result.annotated
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**31),
+    boost=st.floats(1.5, 7.0),
+    max_new_tokens=st.integers(1, 40),
+    max_chunk_tokens=st.integers(2, 12),
+    max_threads=st.integers(1, 3),
+    temperature=st.sampled_from([0.0, 1.0]),
+)
+def test_constrained_decoding_of_random_logits_is_never_malformed(tagged, seed, boost, max_new_tokens,
+                                                                  max_chunk_tokens, max_threads, temperature):
+    config = DecodeConfig(max_new_tokens=max_new_tokens, max_chunk_tokens=max_chunk_tokens, max_threads=max_threads,
+                          sampling=SamplingConfig(temperature=temperature, top_k=50, seed=seed))
+    assert_well_formed(decode_random(tagged, seed, boost, config), tagged[1])
+
+
+def test_constraint_masks_every_kind_of_event_that_random_logits_cause_unconstrained(tagged):
+    masked, malformed, forked = Counter(), Counter(), 0
+    for seed in range(8):
+        config = DecodeConfig(max_new_tokens=40, max_chunk_tokens=6)
+        constrained = decode_random(tagged, seed, 4.0, config)
+        assert_well_formed(constrained, tagged[1])
+        masked.update(constrained.stats.masked)
+        forked += constrained.stats.num_threads
+        free = decode_random(tagged, seed, 4.0, DecodeConfig(max_new_tokens=40, max_chunk_tokens=6, constrain=False))
+        assert free.stats.masked == {}
+        malformed.update(free.stats.malformed)
+    assert forked > 0
+    assert set(malformed) >= {"async_tag_in_main", "stray_promise_tag", "unclosed_promise", "bad_count"}
+    assert set(masked) >= set(malformed) - {"duplicate_topic"}, (masked, malformed)
