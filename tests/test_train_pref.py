@@ -56,6 +56,14 @@ def test_tied_candidates_make_no_pair_and_equal_scores_take_the_earliest():
     )
 
 
+def test_a_malformed_candidate_is_never_chosen_and_is_rejected_first():
+    # The garbled fork scores highest on speed; the clean fork is chosen, and the garbled one is the rejected side
+    # although the plain answer scores lower.
+    candidates = [Scored(1.0, 0.5), Scored(2.5, 0.5, num_malformed=1), Scored(1.6, 0.5)]
+    assert best_and_worst(candidates, 1.0) == (2, 1)
+    assert best_and_worst([Scored(2.0, 0.5, 1), Scored(1.5, 0.5, 2)], 1.0) is None
+
+
 def scored_entry(key, qualities, speedups=None, status="scored"):
     speedups = speedups or [1.0] * len(qualities)
     return {
@@ -385,3 +393,98 @@ def test_baseline_reference_is_decoded_once_and_reused(sft_folder, tmp_path, mon
 
     monkeypatch.setattr(pref, "load_model", no_model)
     assert pref.reference_answers(records, settings, cfg, out) == answers
+
+
+# --- the stage optimises its reward ---------------------------------------------------------------------------
+
+
+TIPS_ANNOTATED = (
+    'Tips: <promise topic="water"/><promise topic="sleep"/><async topic="water">Drink water.</async>'
+    '<async topic="sleep">Sleep well.</async><sync/> Done.'
+)
+
+
+@pytest.fixture
+def sometimes_forking(tagged, tmp_path) -> tuple[Path, Path]:
+    """A tiny model taught one prompt answered once with promises and twice without (a data file of the three),
+    so its greedy answer is plain while about one sample in five forks: what a speed reward can act on."""
+    from pasta.lang import parse, plain_text
+    from pasta.training.collator import LayoutCollator
+
+    model, tokenizer = tagged
+    model = copy.deepcopy(model)
+    plain = plain_text(parse(TIPS_ANNOTATED))
+    records = [
+        {"instruction": "Two tips?", "input": "", "output": plain, "annotated": answer}
+        for answer in (TIPS_ANNOTATED, plain, plain)
+    ]
+    data = tmp_path / "tips.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    examples, _ = build_sft_examples(records, tokenizer, strip_annotations=False, max_length=256, too_long="skip")
+    collator = LayoutCollator(
+        tag_ids=add_tag_tokens(tokenizer), pad_id=tokenizer.pad_token_id, policy=ReservationPolicy(), max_length=256
+    )
+    batch = collator(examples)
+    inputs = {k: batch[k] for k in ("input_ids", "position_ids", "attention_mask")}
+    # A plain loop rather than the SFT stage: the fixture needs the model in this state, quickly (the stage's
+    # own tests cover the stage).
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
+    model.train()
+    for _ in range(80):
+        logits = model(**inputs).logits  # [B, S, V]
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), batch["shift_labels"].flatten(), ignore_index=IGNORE_INDEX
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    folder = tmp_path / "sometimes-forking"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder, data
+
+
+class ConstantJudge:
+    name = "fake:constant"
+
+    def score(self, items):
+        return [0.5] * len(items)
+
+
+def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_path, monkeypatch):
+    # lambda = 0 and a constant judge: the reward is the theoretical speedup alone, so the round's pair is a
+    # (well-formed, constrained) fork against a plain answer, and the held-out check must see the greedy answer
+    # of the trained policy fork where the starting policy's did not: the reward went up, not only the weights.
+    folder, data = sometimes_forking
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: ConstantJudge())
+    cfg = pref_cfg(
+        tmp_path / "pref",
+        f"model.path={folder}",
+        "model.random_init=null",
+        f"data.path={data}",
+        f"stage.heldout_path={data}",
+        "stage.heldout_limit=1",
+        "stage.quality_weight=0",
+        "stage.prompts_per_round=1",
+        "stage.num_samples=16",
+        "stage.max_new_tokens=40",
+        "stage.finetune=full",
+        "stage.batch_size=1",
+        "stage.max_steps=12",
+        "stage.learning_rate=1e-3",
+    )
+    run_pref(cfg)
+    out = tmp_path / "pref"
+    (pair,) = read_jsonl(out / "round-1" / "pairs.jsonl")
+    assert pair["chosen"]["speedup"] > 1.0 == pair["rejected"]["speedup"]
+    assert pair["chosen"]["num_malformed"] == 0
+    before = json.loads((out / "round-0" / "heldout.json").read_text())
+    after = json.loads((out / "round-1" / "heldout.json").read_text())
+    assert before["fork_share"] == 0.0 and before["mean_speedup"] == 1.0
+    assert after["fork_share"] == 1.0 and after["mean_speedup"] > 1.0
+    (answer,) = read_jsonl(out / "round-1" / "heldout.jsonl")
+    assert "<promise" in answer["annotated"] and answer["num_malformed"] == 0
+    info = json.loads((out / "train_info.json").read_text())
+    assert info["heldout_start"] == before and info["rounds"][0]["heldout"] == after
+    assert info["rounds"][0]["train"]["margin_history"][-1] > 0

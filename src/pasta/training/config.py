@@ -188,6 +188,15 @@ class PrefSettings(OptimSettings):
             "help": "re-asks of the judge for candidates it could not score; then the prompt is skipped"
         },
     )
+    heldout_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "prompts no round samples (.jsonl/.json with instruction and reference output), decoded "
+            "greedily by the starting policy and after each round; null = no held-out check"
+        },
+    )
+    heldout_limit: int = field(default=32, metadata={"help": "held-out prompts (a seeded shuffle of the file)"})
+    heldout_seed: int = field(default=0, metadata={"help": "seed of the held-out prompts' shuffle"})
 
     def validate(self) -> None:
         super().validate()
@@ -201,6 +210,8 @@ class PrefSettings(OptimSettings):
             raise PastaError(f"stage.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
         if self.reference not in ("output", "baseline"):
             raise PastaError(f"stage.reference={self.reference} is not one of output, baseline")
+        if self.heldout_limit < 1:
+            raise PastaError(f"stage.heldout_limit={self.heldout_limit} must be >= 1")
         if self.reference == "baseline" and not self.baseline_model:
             raise PastaError(
                 "stage.reference=baseline needs stage.baseline_model=/path/to/baseline-sft/final"

@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+
 from pasta.lang.tokens import TagIds
 from pasta.training.config import LoraSettings, OptimSettings
 
@@ -132,3 +134,8 @@ def check_sharding(trainer, settings: OptimSettings) -> None:
     sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
     if sharded and settings.finetune == "lora" and settings.merge_lora:
         raise PastaError("LoRA under FSDP/DeepSpeed saves the adapter only: set stage.merge_lora=false")
+
+
+def model_at(model_cfg: DictConfig, path: str | Path) -> DictConfig:
+    """The model config `model_cfg` pointed at a trained folder (weights from the folder, never a random init)."""
+    return OmegaConf.merge(model_cfg, {"path": str(path), "random_init": None})

@@ -26,6 +26,7 @@ import math
 import statistics
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,8 @@ from pasta.models import encode_prompt, load_model
 from pasta.training.collator import PairCollator
 from pasta.training.config import PrefSettings, settings_from_cfg
 from pasta.training.examples import example_from_doc, loader_config, with_min_promises
-from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
+from pasta.training.heldout import HeldoutCheck, HeldoutSummary
+from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
 from pasta.training.pairs import Scored, best_and_worst, combined_score
 from pasta.training.runs import checkpoint_to_resume, resolve_output_dir, write_train_info
 
@@ -59,11 +61,6 @@ ROUND_METRICS = "metrics.json"
 def json_number(value: float) -> float | str:
     """inf as the string "inf": JSON has no infinity."""
     return "inf" if math.isinf(value) else value
-
-
-def model_at(model_cfg: DictConfig, path: str | Path) -> DictConfig:
-    """The model config `model_cfg` pointed at a trained folder (weights from the folder, never a random init)."""
-    return OmegaConf.merge(model_cfg, {"path": str(path), "random_init": None})
 
 
 def round_prompts(
@@ -195,6 +192,7 @@ def sample_and_score(
                             "num_tokens": result.stats.num_tokens,
                             "num_steps": result.stats.num_steps,
                             "finish_reason": result.stats.finish_reason,
+                            "malformed": result.stats.malformed,
                             "tokens": thread_ids(result.token_doc),
                         }
                     )
@@ -215,13 +213,20 @@ def sample_and_score(
     return [done[prompt_key(r)] for r in prompts]
 
 
+def scored_of(candidate: dict[str, Any]) -> Scored:
+    # Scores written before candidates recorded their malformed events count as well-formed.
+    num_malformed = sum(candidate.get("malformed", {}).values())
+    return Scored(candidate["speedup"], candidate["quality"], num_malformed)
+
+
 def pair_side(candidate: dict[str, Any], index: int, quality_weight: float) -> dict[str, Any]:
     """One side of a pair: the candidate's scores (with the judge's name), its text and its thread ids."""
-    scored = Scored(candidate["speedup"], candidate["quality"])
+    scored = scored_of(candidate)
     keys = ("speedup", "quality", "judge", "text", "annotated", "tokens")
     return {
         "index": index,
         "score": combined_score(scored, quality_weight),
+        "num_malformed": scored.num_malformed,
         **{k: candidate[k] for k in keys},
     }
 
@@ -234,10 +239,10 @@ def make_pairs(scored: list[dict[str, Any]], quality_weight: float) -> tuple[lis
         if entry["status"] != "scored":
             skipped[entry["status"]] += 1
             continue
-        candidates = [Scored(c["speedup"], c["quality"]) for c in entry["candidates"]]
+        candidates = [scored_of(c) for c in entry["candidates"]]
         chosen = best_and_worst(candidates, quality_weight)
         if chosen is None:
-            skipped["tie"] += 1
+            skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
             continue
 
         pairs.append(
@@ -325,6 +330,9 @@ def train_round(
     return {
         **result.metrics,
         "loss_history": [entry["loss"] for entry in logged],
+        # TRL's implicit reward margin (beta * chosen-minus-rejected log-ratio) per logged step: it rising is
+        # the round learning its pairs, which is not yet the policy's greedy answers improving (heldout.json).
+        "margin_history": [entry["rewards/margins"] for entry in logged if "rewards/margins" in entry],
         "last_log": logged[-1] if logged else {},
     }
 
@@ -346,8 +354,10 @@ def summarize(
         "mean_speedup": mean([c["speedup"] for c in samples]),
         "mean_quality": mean([c["quality"] for c in samples]),
         "mean_score": mean(
-            [combined_score(Scored(c["speedup"], c["quality"]), quality_weight) for c in samples]
+            [combined_score(scored_of(c), quality_weight) for c in samples]
         ),
+        "num_samples_malformed": sum(scored_of(c).num_malformed > 0 for c in samples),
+        "num_rejected_malformed": sum(p["rejected"]["num_malformed"] > 0 for p in pairs),
         "chosen_mean_speedup": mean([p["chosen"]["speedup"] for p in pairs]),
         "chosen_mean_quality": mean([p["chosen"]["quality"] for p in pairs]),
         "rejected_mean_speedup": mean([p["rejected"]["speedup"] for p in pairs]),
@@ -427,6 +437,8 @@ def run_pref(cfg: DictConfig) -> Path:
         )
     judge = build_judge(cfg.judge)
     write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name)
+    heldout = HeldoutCheck(cfg, settings, judge, policy)
+    start = heldout.run(None, output_dir / "round-0")
     rounds = []
     policy_path: Path | None = None
     for round_index in range(1, settings.rounds + 1):
@@ -436,8 +448,13 @@ def run_pref(cfg: DictConfig) -> Path:
             log.info("round %d already done: %s", round_index, round_dir)
         else:
             run_round(cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir)
-        rounds.append(json.loads(metrics_path.read_text(encoding="utf-8")))
         policy_path = round_dir / "final"
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+        summary = heldout.run(policy_path, round_dir)
+        if summary is not None:
+            metrics["heldout"] = asdict(summary)
+        log.info("round %d: %s", round_index, round_line(metrics, start, summary))
+        rounds.append(metrics)
     write_train_info(
         output_dir,
         cfg,
@@ -446,5 +463,22 @@ def run_pref(cfg: DictConfig) -> Path:
         judge=judge.name,
         final_dir=str(policy_path),
         rounds=rounds,
+        **({"heldout_start": asdict(start)} if start is not None else {}),
     )
     return policy_path
+
+
+def round_line(metrics: dict[str, Any], start: HeldoutSummary | None, heldout: HeldoutSummary | None) -> str:
+    """What a round did to its reward, in one log line: samples, pairs, and (when checked) held-out answers."""
+
+    def number(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    margins = metrics["train"].get("margin_history") or [None]
+    line = (
+        f"sample reward {number(metrics['mean_score'])}, chosen-minus-rejected score "
+        f"{number(metrics['mean_score_margin'])}, IPO margin at the end {number(margins[-1])}"
+    )
+    if heldout is not None and start is not None:
+        line += f"; {heldout.line()} (start: speedup {start.mean_speedup:.3f}, proxy {number(start.quality_proxy)})"
+    return line

@@ -1,0 +1,113 @@
+"""The CPU study's plot and table: speedup against the quality proxy, one line per lambda across rounds.
+
+    python scripts/study_plot.py outputs/study/eval outputs/study/report/study.png
+
+Reads the evaluation runs that scripts/cpu_study.sh names (`baseline-sft`, `pasta-sft`, `pasta-lambda<L>-round<R>`)
+from their `summary.json`. Each lambda's line starts at the SFT model (round 0) and follows its rounds. The left
+panel is the theoretical speedup and the right one the wall-clock speedup against Baseline-SFT, both against
+the embedding similarity to the eval set's reference answers. That similarity is an offline proxy, labelled as one,
+not a judge's win rate. The markdown table goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from pasta.evaluation.report import load_summaries
+
+NAME = re.compile(r"^pasta-lambda(?P<lam>[^-]+)-round(?P<round>\d+)$")
+PROXY = "emb-sim to reference (proxy)"
+
+
+def point(summary: dict[str, Any]) -> dict[str, Any]:
+    structure = summary.get("structure") or {}
+    proxies = summary.get("proxies") or {}
+    return {
+        "name": summary.get("generator"),
+        "theoretical": structure.get("theoretical_speedup"),
+        "wall": structure.get("wall_speedup"),
+        "fork_share": structure.get("fork_share"),
+        "malformed": structure.get("malformed_per_answer"),
+        "proxy": proxies.get("embedding_similarity"),
+    }
+
+
+def sweep_lines(points: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """lambda -> its points in round order, the SFT model first (round 0)."""
+    lines: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    for name, p in points.items():
+        match = NAME.match(name or "")
+        if match:
+            lines[match["lam"]].append((int(match["round"]), p))
+    start = points.get("pasta-sft")
+    return {
+        lam: ([start] if start else []) + [p for _, p in sorted(rounds, key=lambda item: item[0])]
+        for lam, rounds in sorted(lines.items())
+    }
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(points: dict[str, dict[str, Any]]) -> str:
+    header = ["run", "theoretical speedup", "wall speedup", "forks", "malformed / answer", PROXY]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for p in points.values():
+        share = "-" if p["fork_share"] is None else f"{100 * p['fork_share']:.0f}%"
+        rows.append(
+            f"| {p['name']} | {fmt(p['theoretical'])}x | {fmt(p['wall'])}x | {share} | {fmt(p['malformed'])} "
+            f"| {fmt(p['proxy'], 3)} |"
+        )
+    return "\n".join(rows)
+
+
+def plot(points: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    baseline = points.get("baseline-sft")
+    for ax, key, label in ((axes[0], "theoretical", "theoretical"), (axes[1], "wall", "wall-clock")):
+        for lam, line in sweep_lines(points).items():
+            drawn = [p for p in line if p[key] is not None and p["proxy"] is not None]
+            ax.plot([p[key] for p in drawn], [p["proxy"] for p in drawn], "o-", label=f"lambda={lam}")
+            for index, p in enumerate(drawn):
+                ax.annotate(f"r{index}", (p[key], p["proxy"]), textcoords="offset points", xytext=(4, 4))
+        if baseline and baseline["proxy"] is not None:
+            ax.plot([1.0], [baseline["proxy"]], "ks", label="Baseline-SFT")
+        ax.set_xlabel(f"{label} speedup vs Baseline-SFT")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(PROXY)
+    axes[0].legend()
+    fig.suptitle("PASTA preference rounds: speed vs quality proxy (r0 = SFT)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("eval_dir", type=Path, help="folder holding the study's evaluation runs")
+    parser.add_argument("plot", type=Path, help="where to write the PNG")
+    args = parser.parse_args(argv)
+    summaries = load_summaries([str(args.eval_dir / "*")])
+    points = {str(s.get("generator")): point(s) for s in summaries}
+    if "pasta-sft" not in points:
+        print(f"error: {args.eval_dir} holds no pasta-sft run: run scripts/cpu_study.sh first", file=sys.stderr)
+        return 2
+    print(table(points))
+    plot(points, args.plot)
+    print(f"\nplot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The preference stage's held-out check: greedy answers of a policy on prompts no round samples.
+
+A round's own numbers (the reward of its samples, TRL's chosen-minus-rejected margin) say that it learned its
+pairs; they do not say that the policy got faster at equal quality. So, with `stage.heldout_path` set, the starting
+policy (`round-0/`) and each round's final policy (`round-<r>/`) decode the same `stage.heldout_limit` prompts
+greedily with the asynchronous decoder, and `heldout.json` keeps what PASTA is about, per policy:
+- the mean theoretical speedup (tokens / forward steps) and the share of answers that fork;
+- malformed-output events per answer;
+- the quality proxy: the stage's judge scoring each plain answer against the record's reference answer (with the
+  default embedding judge, cosine similarity to e.g. the GPT-4 Turbo answer of AlpacaEval). A proxy, labelled with
+  the judge's name, not a win rate.
+Answers go to `heldout.jsonl` one line per prompt as they are decoded, so a killed check resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from pasta.config import resolve_device
+from pasta.data import JsonlAppender, load_instructions, read_jsonl, record_id, write_json_atomic
+from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+from pasta.judges import JudgeItem
+from pasta.lang import ReservationPolicy, add_tag_tokens
+from pasta.models import encode_prompt, load_model
+from pasta.training.config import PrefSettings
+from pasta.training.modeling import model_at
+
+ANSWERS = "heldout.jsonl"
+SUMMARY = "heldout.json"
+
+
+@dataclass(frozen=True)
+class HeldoutSummary:
+    """One policy's greedy answers on the held-out prompts, in numbers."""
+
+    num_prompts: int
+    mean_speedup: float  # theoretical: tokens / forward steps, averaged over answers
+    fork_share: float  # answers that forked at least one chunk
+    malformed_per_answer: float
+    quality_proxy: float | None  # mean judge score against the reference; None if the judge scored nothing
+    judge: str  # whose scores quality_proxy averages
+
+    def line(self) -> str:
+        proxy = "n/a" if self.quality_proxy is None else f"{self.quality_proxy:.3f}"
+        return (
+            f"held-out speedup {self.mean_speedup:.3f}, forks {self.fork_share:.0%}, malformed/answer "
+            f"{self.malformed_per_answer:.2f}, quality proxy ({self.judge}) {proxy} over {self.num_prompts} prompts"
+        )
+
+
+def heldout_records(path: str, limit: int, seed: int) -> list[dict[str, Any]]:
+    """`limit` records of the file at `path`, shuffled with `seed`: the same prompts for every policy."""
+    return load_instructions({"name": "heldout", "path": path, "shuffle": True, "seed": seed, "limit": limit})
+
+
+def check_policy(
+    model,
+    tokenizer,
+    records: list[dict[str, Any]],
+    judge,
+    policy: ReservationPolicy,
+    max_new_tokens: int,
+    batch_size: int,
+    out_dir: Path,
+) -> HeldoutSummary:
+    """Decode `records` greedily (resuming from `out_dir/heldout.jsonl`), judge them, write `heldout.json`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    answers_path = out_dir / ANSWERS
+    done = {a["id"] for a in read_jsonl(answers_path)} if answers_path.is_file() else set()
+    todo = [r for r in records if record_id(r) not in done]
+    config = DecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=0.0))
+    model.eval()
+    with JsonlAppender(answers_path) as out:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for r in batch]
+            with torch.inference_mode():
+                results = decode_async(model, tokenizer, prompt_ids, config, policy)
+            qualities = judge.score(
+                [JudgeItem(r["instruction"], res.text, r["output"]) for r, res in zip(batch, results, strict=True)]
+            )
+            for record, result, quality in zip(batch, results, qualities, strict=True):
+                out.append(
+                    {
+                        "id": record_id(record),
+                        "instruction": record["instruction"],
+                        "annotated": result.annotated,
+                        "speedup": result.stats.theoretical_speedup,
+                        "num_threads": result.stats.num_threads,
+                        "num_malformed": sum(result.stats.malformed.values()),
+                        "quality": quality,
+                        "judge": judge.name,
+                    }
+                )
+    wanted = {record_id(r) for r in records}
+    answers = [a for a in read_jsonl(answers_path) if a["id"] in wanted]
+    qualities = [a["quality"] for a in answers if a["quality"] is not None]
+    summary = HeldoutSummary(
+        num_prompts=len(answers),
+        mean_speedup=statistics.fmean(a["speedup"] for a in answers),
+        fork_share=sum(a["num_threads"] > 0 for a in answers) / len(answers),
+        malformed_per_answer=statistics.fmean(a["num_malformed"] for a in answers),
+        quality_proxy=statistics.fmean(qualities) if qualities else None,
+        judge=judge.name,
+    )
+    write_json_atomic(out_dir / SUMMARY, asdict(summary))
+    return summary
+
+
+def read_summary(out_dir: Path) -> HeldoutSummary | None:
+    """The summary a finished check wrote in `out_dir`, or None."""
+    path = out_dir / SUMMARY
+    if not path.is_file():
+        return None
+    return HeldoutSummary(**json.loads(path.read_text(encoding="utf-8")))
+
+
+class HeldoutCheck:
+    """The held-out check of one policy folder (None: the stage's starting model), when `stage.heldout_path` is
+    set; a check that finished before a crash is read back, not redone."""
+
+    def __init__(self, cfg: DictConfig, settings: PrefSettings, judge, policy: ReservationPolicy):
+        self.cfg, self.settings, self.judge, self.policy = cfg, settings, judge, policy
+        path = settings.heldout_path
+        self.records = (
+            heldout_records(path, settings.heldout_limit, settings.heldout_seed) if path is not None else []
+        )
+
+    def run(self, policy_path: Path | None, out_dir: Path) -> HeldoutSummary | None:
+        if not self.records:
+            return None
+        summary = read_summary(out_dir)
+        if summary is not None:
+            return summary
+        model_cfg = self.cfg.model if policy_path is None else model_at(self.cfg.model, policy_path)
+        model, tokenizer = load_model(model_cfg, device=resolve_device(self.cfg.get("device", "auto")))
+        add_tag_tokens(tokenizer, model)
+        return check_policy(
+            model,
+            tokenizer,
+            self.records,
+            self.judge,
+            self.policy,
+            self.settings.max_new_tokens,
+            self.settings.sample_batch_size,
+            out_dir,
+        )

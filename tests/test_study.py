@@ -1,0 +1,59 @@
+"""The CPU study (scripts/cpu_study.sh) end to end on the tiny random model at the smallest sizes, and its resume:
+annotate -> SFT -> Baseline-SFT -> a lambda sweep x 2 rounds -> every model on the same held-out prompts -> report
+and study plot."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def study_env(out: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PASTA_VENV": str(Path(sys.executable).parent.parent),
+        "PASTA_STUDY_DIR": str(out),
+        "PASTA_STUDY_MODEL": "tiny",
+        "PASTA_STUDY_DATA": "sample",
+        "PASTA_STUDY_EVAL_DATA": "sample",
+        "PASTA_STUDY_RECORDS": "12",
+        "PASTA_STUDY_SFT_ARGS": "stage.max_steps=2 stage.max_length=192",
+        "PASTA_STUDY_LAMBDAS": "1 inf",
+        "PASTA_STUDY_ROUNDS": "2",
+        "PASTA_STUDY_PREF_PROMPTS": "2",
+        "PASTA_STUDY_SAMPLES": "2",
+        "PASTA_STUDY_PREF_ARGS": "stage.max_steps=1 stage.max_length=192",
+        "PASTA_STUDY_EVAL_PROMPTS": "2",
+        "PASTA_STUDY_MAX_NEW_TOKENS": "12",
+    }
+
+
+@pytest.mark.slow
+def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resumes(tmp_path):
+    out = tmp_path / "study"
+    script = ["bash", str(ROOT / "scripts" / "cpu_study.sh")]
+    done = subprocess.run(script, env=study_env(out), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    names = ["baseline-sft", "pasta-sft"] + [
+        f"pasta-lambda{lam}-round{r}" for lam in ("1", "inf") for r in (1, 2)
+    ]
+    prompts = {}
+    for name in names:
+        outputs = json.loads((out / "eval" / name / "model_outputs.json").read_text())
+        prompts[name] = [o["instruction"] for o in outputs]
+    assert len(prompts["pasta-sft"]) == 2 and all(p == prompts["pasta-sft"] for p in prompts.values())
+    # Each lambda's second round starts from its first.
+    metrics = json.loads((out / "pref-lambdainf" / "round-2" / "metrics.json").read_text())
+    assert metrics["policy"] == str(out / "pref-lambdainf" / "round-1" / "final")
+    assert metrics["quality_weight"] == "inf"
+    assert "| pasta-lambda1-round2 |" in done.stdout and "(proxy)" in done.stdout
+    assert (out / "report" / "study.png").stat().st_size > 0
+
+    again = subprocess.run(script, env=study_env(out), capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.count("already done") == 2 + 2  # SFT, Baseline-SFT, and each lambda's last round
