@@ -6,7 +6,10 @@
 The gathered report writes report.json, report.md (also printed) and pareto.png: speedup (geometric mean of
 per-prompt wall-clock speedups, or the theoretical speedup where a run has no sequential run to compare with) against
 win rate, with the Pareto frontier of the runs and the paper's two published end points for reference (PASTA on
-Gemma-7B, H100, against Baseline-SFT: 1.21x at +2.2 LC win rate, 1.93x at -7.1).
+Gemma-7B, H100, against Baseline-SFT: 1.21x at +2.2 LC win rate, 1.93x at -7.1). Below the main table, for the runs
+whose summaries have them: the structure table (pasta.evaluation.structure: forks, promises, malformed output,
+predicted vs actual chunk lengths, overruns, speedups) and the quality guards (pasta.evaluation.proxies), every
+guard labelled "(proxy)".
 """
 
 from __future__ import annotations
@@ -128,6 +131,24 @@ def run_markdown(summary: dict[str, Any]) -> str:
                          "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
     else:
         lines.append("- no per-prompt stats")
+    structure = summary.get("structure")
+    if structure:
+        lines += ["", "## Structure", "",
+                  f"- answers that forked: {structure['num_forked']} of {structure['num_answers']}; promises per "
+                  f"answer {_fmt(structure['promises_per_answer'])}; per answer, malformed-output events "
+                  f"{_fmt(structure['malformed_per_answer'])} and duplicate topics "
+                  f"{_fmt(structure['duplicate_topics_per_answer'])}",
+                  f"- chunk length, predicted vs actual ({structure['num_chunks']} chunks): Spearman "
+                  f"{_fmt(structure['length_spearman'])}, mean absolute error {_fmt(structure['length_mae'], 1)} "
+                  f"tokens; {structure['num_overruns']} chunks overran their reservation"]
+    proxies = summary.get("proxies")
+    if proxies:
+        lines += ["", "## Quality guards (offline proxies)", "",
+                  f"- emb-sim (proxy): {_fmt(proxies['embedding_similarity'], 3)} with {proxies['reference']}'s "
+                  f"answers ({proxies['embedding_model']})",
+                  f"- distinct-2 (proxy): {_fmt(proxies['distinct_2'], 3)}; distinct-3 (proxy): "
+                  f"{_fmt(proxies['distinct_3'], 3)}",
+                  f"- length ratio (proxy): {_fmt(proxies['length_ratio'])} against {proxies['baseline'] or '-'}"]
     lines += ["", f"Headline: {row['win_rate_kind']} win rate {_fmt(row['win_rate'])}, "
               f"{row['speedup_kind'] or 'no'} speedup {_fmt(row['speedup'])}x", ""]
     return "\n".join(lines)
@@ -219,6 +240,77 @@ def report_markdown(rows: Sequence[dict[str, Any]], warnings: Sequence[str]) -> 
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------- structure, proxies
+
+
+def structure_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The structure table: each run with a structure record, its theoretical and wall-clock speedups beside it."""
+    rows = []
+    for summary in summaries:
+        if not summary.get("structure"):
+            continue
+        speed = summary.get("speed") or {}
+        rows.append({
+            "name": summary.get("generator"), "decode": summary.get("decode"), **summary["structure"],
+            "theoretical_speedup": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
+            "wall_speedup": (speed.get("wall_speedup_geomean") or {}).get("value"),
+            "sequential_run": speed.get("sequential_run"),
+        })
+    return rows
+
+
+def proxy_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The quality-guard table: each run with a proxies record."""
+    return [{"name": summary.get("generator"), **summary["proxies"]} for summary in summaries if summary.get("proxies")]
+
+
+def _names(rows: Sequence[dict[str, Any]], key: str) -> str:
+    return ", ".join(sorted({str(row[key]) for row in rows if row.get(key) is not None})) or "-"
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |" for cells in body]
+    return lines
+
+
+def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The structure table and what its columns mean."""
+    header = ["run", "decode", "answers", "forked", "promises/answer", "malformed/answer", "dup-topic/answer",
+              "chunks", "length Spearman", "length MAE", "overruns", "theor. speedup", "wall speedup"]
+    body = [
+        [row["name"], row["decode"] or "-", row["num_answers"],
+         f"{row['num_forked']} ({100 * row['fork_share']:.0f}%)", _fmt(row["promises_per_answer"]),
+         _fmt(row["malformed_per_answer"]), _fmt(row["duplicate_topics_per_answer"]), row["num_chunks"],
+         _fmt(row["length_spearman"]), _fmt(row["length_mae"], 1), row["num_overruns"],
+         _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row["wall_speedup"], suffix="x")]
+        for row in rows
+    ]
+    policies = sorted({", ".join(f"{k}={v}" for k, v in row["reservation"].items())
+                       for row in rows if row.get("reservation")})
+    lines = ["## Structure", "", *_table(header, body), "",
+             "Length: each promise's `tokens=` against the tokens its chunk took (student's tokenizer), Spearman and "
+             "mean absolute error in tokens; '-' = undefined (under two chunks, or one length predicted for all). "
+             f"Overruns: chunks longer than the positions reserved for them ({'; '.join(policies) or '-'}). "
+             f"Speedups: geometric means; wall-clock against {_names(rows, 'sequential_run')}."]
+    unparsed = [f"{row['name']} {row['num_unparsed']}" for row in rows if row.get("num_unparsed")]
+    if unparsed:
+        lines.append(f"Answers without a valid PASTA-LANG form (left out of the chunk columns): {', '.join(unparsed)}.")
+    return "\n".join(lines) + "\n"
+
+
+def proxies_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The quality-guard table, every number labelled as a proxy."""
+    header = ["run", "answers", "emb-sim (proxy)", "distinct-2 (proxy)", "distinct-3 (proxy)", "length ratio (proxy)"]
+    body = [[row["name"], row["num_answers"], _fmt(row["embedding_similarity"], 3), _fmt(row["distinct_2"], 3),
+             _fmt(row["distinct_3"], 3), _fmt(row["length_ratio"])] for row in rows]
+    lines = ["## Quality guards (offline proxies, not quality judgements)", "", *_table(header, body), "",
+             f"emb-sim (proxy): mean cosine similarity ({_names(rows, 'embedding_model')}) of the plain answer with "
+             f"{_names(rows, 'reference')}'s answer; distinct-n (proxy): share of distinct word n-grams per answer; "
+             f"length ratio (proxy): characters against {_names(rows, 'baseline')}'s answers."]
+    return "\n".join(lines) + "\n"
+
+
 def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, title: str = "Speedup vs quality") -> None:
     """pareto.png: each run, the frontier of the runs, parity lines, and the paper's points."""
     import matplotlib
@@ -268,10 +360,16 @@ def gather(patterns: Sequence[str], output_dir: Path) -> dict[str, Any]:
     """Gather the runs into output_dir: report.json, report.md and pareto.png; returns the report."""
     summaries = load_summaries(patterns)
     rows, warnings = report_rows(summaries)
+    structure, proxies = structure_rows(summaries), proxy_rows(summaries)
     output_dir.mkdir(parents=True, exist_ok=True)
-    report = {"runs": rows, "warnings": warnings, "paper_points": list(PAPER_POINTS), "paper_label": PAPER_LABEL}
+    report = {"runs": rows, "warnings": warnings, "paper_points": list(PAPER_POINTS), "paper_label": PAPER_LABEL,
+              "structure": structure, "proxies": proxies}
     write_json_atomic(output_dir / REPORT_JSON, report)
     markdown = report_markdown(rows, warnings)
+    if structure:
+        markdown += "\n" + structure_markdown(structure)
+    if proxies:
+        markdown += "\n" + proxies_markdown(proxies)
     write_text_atomic(output_dir / REPORT_MD, markdown)
     plot_pareto(rows, output_dir / PARETO_PNG)
     report["markdown"] = markdown
