@@ -83,6 +83,7 @@ def test_scored_subset_runs_report_structure_and_proxies_labelled_as_proxies(tmp
                                f"eval.reference={base}", f"eval.sequential={base}", "eval.bootstrap.num_resamples=50",
                                *openai_judge_overrides(base_url)])
         summary = evaluate(cfg)["summary"]
+    assert summary["subset"] == {"size": 2, "seed": 0}
     structure, proxies = summary["structure"], summary["proxies"]
     assert structure["num_answers"] == proxies["num_answers"] == 2
     assert structure["reservation"]["policy"] == "scale"

@@ -69,6 +69,8 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         "annotator": quality.get("annotator"),
         "reference": quality.get("reference"),
         "device": summary.get("device"),
+        "eval_data": summary.get("eval_data"),
+        "subset": summary.get("subset"),
     }
 
 
@@ -206,7 +208,8 @@ def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any
     """Table rows and warnings about what makes the runs incomparable (other judges, references, devices)."""
     rows = [{**headline(summary), "run_dir": summary.get("run_dir")} for summary in summaries]
     warnings = []
-    for key, what in (("annotator", "judges"), ("reference", "references"), ("device", "devices")):
+    for key, what in (("annotator", "judges"), ("reference", "references"), ("device", "devices"),
+                      ("eval_data", "eval sets"), ("subset", "prompt subsets (eval.subset)")):
         values = sorted({str(row[key]) for row in rows if row[key] is not None})
         if len(values) > 1:
             warnings.append(f"the runs use different {what} ({', '.join(values)}): their numbers are not comparable")

@@ -24,7 +24,7 @@ from pasta.data import write_json_atomic, write_text_atomic
 from pasta.errors import PastaError
 from pasta.evaluation import quality as quality_lib
 from pasta.evaluation.config import EvalConfig
-from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE, check_same_subset, eval_prompts
+from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE, check_same_subset, eval_prompts, subset_meta
 from pasta.evaluation.proxies import run_proxies
 from pasta.evaluation.report import write_run_summary
 from pasta.evaluation.run_files import (
@@ -168,6 +168,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         "timing": meta.get("timing"),
         "device": meta.get("device"),
         "eval_data": cfg.eval_data.name,
+        "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
         "num_prompts": len(instructions),
         "quality": metrics,
         "speed": speed,
