@@ -82,6 +82,13 @@ def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
     return f"{value}{suffix}"
 
 
+def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
+    """A markdown table; a "|" inside a cell would split it, so it is shown as "/"."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |" for cells in body]
+    return lines
+
+
 def run_markdown(summary: dict[str, Any]) -> str:
     """summary.md: what was evaluated and its numbers, for a person."""
     row = headline(summary)
@@ -205,7 +212,7 @@ def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Table rows and warnings about what makes the runs incomparable (other judges, references, devices)."""
+    """Table rows and warnings about what makes the runs incomparable (other judges, references, devices, prompts)."""
     rows = [{**headline(summary), "run_dir": summary.get("run_dir")} for summary in summaries]
     warnings = []
     for key, what in (("annotator", "judges"), ("reference", "references"), ("device", "devices"),
@@ -225,18 +232,18 @@ def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any
 def report_markdown(rows: Sequence[dict[str, Any]], warnings: Sequence[str]) -> str:
     header = ["run", "decode", "win rate", "kind", "speedup", "95% CI", "kind", "theor.", "forked", "ms/token", "n",
               "judge", "reference"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    body = []
     for row in rows:
         ci = row["speedup_ci"]
-        cells = [
+        body.append([
             row["name"], row["decode"] or "-",
             f"{_fmt(row['win_rate'])} ± {_fmt(row['win_rate_se'])}", row["win_rate_kind"],
             _fmt(row["speedup"], suffix="x"), "-" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]",
             row["speedup_kind"] or "-", _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row["num_with_threads"]),
             _fmt(row["ms_per_token"], 1),
             _fmt(row["num_prompts"]), row["annotator"] or "-", row["reference"] or "-",
-        ]
-        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+        ])
+    lines = _table(header, body)
     lines += ["", f"Paper reference: {PAPER_LABEL}, LC win rate against Baseline-SFT: "
               + ", ".join(f"{p['speedup']}x at {p['win_rate'] - 50:+.1f}" for p in PAPER_POINTS) + "."]
     lines += [f"Warning: {w}." for w in warnings]
@@ -269,12 +276,6 @@ def proxy_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _names(rows: Sequence[dict[str, Any]], key: str) -> str:
     return ", ".join(sorted({str(row[key]) for row in rows if row.get(key) is not None})) or "-"
-
-
-def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |" for cells in body]
-    return lines
 
 
 def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
