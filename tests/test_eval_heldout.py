@@ -74,6 +74,18 @@ def test_subset_runs_decode_the_same_prompts_record_them_and_refuse_another_subs
         evaluate(cfg)
 
 
+def test_a_run_recorded_before_the_reservation_policy_resumes_but_not_under_another_policy(tmp_path):
+    generate(tmp_path, "pasta", "async", "eval.limit=1")
+    meta_path = tmp_path / "pasta" / "run.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({key: value for key, value in meta.items() if key != "reservation"}))
+    generate(tmp_path, "pasta", "async", "eval.limit=2")
+    assert len(stats_instructions(tmp_path / "pasta")) == 2
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(PastaError, match="holds a run with reservation="):
+        generate(tmp_path, "pasta", "async", "eval.limit=2", "lang.reservation.policy=exact")
+
+
 def test_scored_subset_runs_report_structure_and_proxies_labelled_as_proxies(tmp_path, embedding_judge):
     subset = ["eval.subset=2", "eval.subset_seed=0"]
     generate(tmp_path, "base", "sequential", *subset)

@@ -116,6 +116,8 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
 def _check_resumable(run_dir: Path, meta: dict[str, Any]) -> None:
     previous = read_json(run_dir / RUN_META, "run.json")
     for key in RESUME_KEYS:
+        if key == "reservation" and key not in previous:
+            continue  # a run.json from before the policy was recorded: its run used the config's, as this one does
         if previous.get(key) != meta[key]:
             raise PastaError(
                 f"{run_dir} holds a run with {key}={previous.get(key)!r}, not {meta[key]!r}: "
