@@ -1,10 +1,11 @@
-"""Score one evaluated run: quality (pasta.evaluation.quality), speed (pasta.evaluation.speed), and its summary.
+"""Score one evaluated run: quality (pasta.evaluation.quality), speed (pasta.evaluation.speed), structure
+(pasta.evaluation.structure), quality proxies (pasta.evaluation.proxies), and its summary.
 
     python -m pasta.eval eval.mode=score output_dir=outputs/eval/sft-async eval.reference=outputs/eval/base-seq \
         eval.sequential=outputs/eval/base-seq
     python -m pasta.eval eval.annotations=PATH/annotations.json output_dir=outputs/eval/rescored
 
-The evaluated prompts are eval_data's (first eval.limit of them). The run's outputs must answer every one of them
+The evaluated prompts are eval_data's (pasta.evaluation.eval_set: eval.subset, then eval.limit). The run's outputs must answer every one of them
 and come from the run's own model; the reference and the sequential run must cover them; otherwise one line says
 which file lacks what.
 """
