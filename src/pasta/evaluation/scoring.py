@@ -5,9 +5,9 @@
         eval.sequential=outputs/eval/base-seq
     python -m pasta.eval eval.annotations=PATH/annotations.json output_dir=outputs/eval/rescored
 
-The evaluated prompts are eval_data's (pasta.evaluation.eval_set: eval.subset, then eval.limit). The run's outputs must answer every one of them
-and come from the run's own model; the reference and the sequential run must cover them; otherwise one line says
-which file lacks what.
+The evaluated prompts are eval_data's (pasta.evaluation.eval_set: eval.subset, then eval.limit). The run's outputs
+must answer every one of them and come from the run's own model; the reference and the sequential run must cover
+them; otherwise one line says which file lacks what.
 """
 
 from __future__ import annotations
