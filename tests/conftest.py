@@ -1,4 +1,4 @@
-"""Shared test fixtures: the tiny random model, the embedded SmolLM2, and the shared data folder.
+"""Shared test fixtures: the tiny random model, the embedded SmolLM2, the embedding judge, and the shared data folder.
 
 The embedded model is converted from its GGUF into the ordinary cache folder (PASTA_CACHE_DIR, else
 ~/.cache/pasta) at most once per machine, so the first run pays ~25-50 s and later runs load in seconds.
@@ -48,6 +48,14 @@ def tiny_model_and_tokenizer():
     from pasta.models import load_model
 
     return load_model(compose("generate", ["model=tiny"]).model, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def embedding_judge():
+    """The packaged all-MiniLM-L6-v2 embedding judge, loaded once per process (the one evaluation's proxies use)."""
+    from pasta.evaluation.proxies import embedding_judge
+
+    return embedding_judge()
 
 
 @pytest.fixture(scope="session")

@@ -59,6 +59,14 @@ def test_runs_judged_differently_are_flagged_as_not_comparable(tmp_path):
     assert any("different judges" in warning for warning in warnings)
 
 
+def test_runs_decoded_on_other_prompt_subsets_are_flagged():
+    summaries = [{"generator": "a", "eval_data": "alpaca_eval", "subset": {"size": 100, "seed": 0}},
+                 {"generator": "b", "eval_data": "alpaca_eval", "subset": {"size": 100, "seed": 1}}]
+    _, warnings = report_rows(summaries)
+    assert any("different prompt subsets" in warning for warning in warnings)
+    assert report_rows([summaries[0], {**summaries[1], "subset": summaries[0]["subset"]}])[1] == []
+
+
 def test_lc_win_rate_is_the_headline_when_official_and_raw_everywhere_when_mixed():
     lc = {"generator": "a", "quality": {"win_rate": 40.0, "length_controlled_winrate": 45.0, "lc_standard_error": 1.0}}
     raw = {"generator": "b", "quality": {"win_rate": 30.0, "standard_error": 2.0}}

@@ -347,11 +347,6 @@ def test_hf_judge_rejects_a_two_digit_scale(tiny_hf_judge):
 # ---------------------------------------------------------------- embedding judge with the packaged model
 
 
-@pytest.fixture(scope="module")
-def embedding_judge():
-    return build_judge({"kind": "embedding", "device": "cpu"})
-
-
 def test_embedding_judge_scores_identical_text_near_one_and_unrelated_text_clearly_lower(embedding_judge):
     reference = "Drink water regularly, sleep seven to eight hours, and walk every day to stay healthy."
     items = [

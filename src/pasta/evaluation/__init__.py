@@ -3,11 +3,13 @@
 Modules, one job each:
     config      the `eval:` config node (EvalConfig)
     run_files   the files of one evaluated run and their checked loading
-    eval_set    the evaluated prompts (eval_data, eval.limit) and their AlpacaEval positions
+    eval_set    the evaluated prompts (eval_data, a seeded eval.subset, eval.limit) and their AlpacaEval positions
     generation  decode the prompts of a run (async | sequential | sot), resumable
     sot         Skeleton-of-Thought prompting over the sequential decoder
     quality     win rate and length-controlled win rate through alpaca_eval
     speed       per-prompt wall-clock and theoretical speedups, bootstrap intervals
+    structure   how the answers use PASTA-LANG: forks, promises, malformed output, chunk lengths, overruns
+    proxies     offline quality guards: embedding similarity to the reference, distinct-2/3, length ratio
     scoring     score one run (quality + speed) and write its summary
     report      per-run summary files; gather runs into a table and a Pareto plot
 

@@ -46,7 +46,14 @@ class EvalConfig:
     generator: str | None = field(
         default=None, metadata={"help": "name of this run's outputs; null = <checkpoint or model name>-<decode>"}
     )
-    limit: int | None = field(default=None, metadata={"help": "decode only the first N prompts; null = all"})
+    limit: int | None = field(
+        default=None, metadata={"help": "decode only the first N prompts (of the subset, when one is set); null = all"}
+    )
+    subset: int | None = field(
+        default=None,
+        metadata={"help": "a seeded sample of N of eval_data's prompts, the same for every model; null = all"},
+    )
+    subset_seed: int = field(default=0, metadata={"help": "seed of eval.subset"})
     timing: str = field(
         default="wall",
         metadata={"help": "wall: one request at a time after a warm-up (per-prompt latency, the paper's setting) "
@@ -100,6 +107,8 @@ class EvalConfig:
             raise PastaError(f"eval.timing={config.timing} is not one of {', '.join(TIMINGS)}")
         if config.limit is not None and config.limit <= 0:
             raise PastaError(f"eval.limit must be positive, got {config.limit}")
+        if config.subset is not None and config.subset <= 0:
+            raise PastaError(f"eval.subset must be positive, got {config.subset}")
         if config.batch_size <= 0 or config.judge_chunk_size <= 0:
             raise PastaError("eval.batch_size and eval.judge_chunk_size must be positive")
         return config

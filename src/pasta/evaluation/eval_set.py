@@ -1,8 +1,17 @@
-"""The evaluated prompts: eval_data's records (first eval.limit of them), and where each sits in AlpacaEval."""
+"""The evaluated prompts: eval_data's records (a seeded eval.subset of them, then the first eval.limit), and where
+each sits in AlpacaEval.
+
+`eval.subset=N eval.subset_seed=S` picks the same N prompts for every model and decode mode, so that every model of
+a study is decoded on the same unseen prompts; `eval.limit` then keeps the first prompts of that subset (a quick
+check on prompts of the study). run.json records the subset (`subset_meta`), and a run is neither resumed nor
+scored with another one.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -13,7 +22,32 @@ from pasta.errors import PastaError
 ALPACA_EVAL_SIZE = 805
 
 
-def eval_prompts(cfg: DictConfig, limit: int | None) -> tuple[list[dict[str, Any]], list[str], dict[str, int] | None]:
+def subset_meta(subset: int | None, subset_seed: int) -> dict[str, int] | None:
+    """What run.json records of the subset: {"size", "seed"}, or None for every prompt."""
+    return None if subset is None else {"size": subset, "seed": subset_seed}
+
+
+def _subset_key(instruction: str, seed: int) -> str:
+    return hashlib.sha256(f"{seed}\n{instruction}".encode()).hexdigest()
+
+
+def select_subset(records: list[dict[str, Any]], size: int, seed: int) -> list[dict[str, Any]]:
+    """`size` of `records` chosen by `seed`, in their original order.
+
+    Each prompt is ranked by a hash of (seed, instruction) and the `size` lowest are kept. Written out rather than
+    with random.sample or numpy: a hash gives the same prompts on every Python and numpy version (their sampling
+    streams may change), whatever order or offset the data set is read in, and a larger subset with the same seed
+    holds every prompt of a smaller one.
+    """
+    if size > len(records):
+        raise PastaError(f"eval.subset={size} but eval_data selects only {len(records)} prompts")
+    chosen = set(sorted(range(len(records)), key=lambda i: _subset_key(records[i]["instruction"], seed))[:size])
+    return [record for index, record in enumerate(records) if index in chosen]
+
+
+def eval_prompts(
+    cfg: DictConfig, limit: int | None, subset: int | None = None, subset_seed: int = 0
+) -> tuple[list[dict[str, Any]], list[str], dict[str, int] | None]:
     """(evaluated records, every instruction of the data set, AlpacaEval positions or None).
 
     The positions (index in the full 805-prompt set) are what alpaca_eval's LC GLM needs; None when eval_data is
@@ -22,6 +56,8 @@ def eval_prompts(cfg: DictConfig, limit: int | None) -> tuple[list[dict[str, Any
     data_cfg = DataConfig.from_cfg(cfg.eval_data)
     full = load_alpaca_eval(dataclasses.replace(data_cfg, limit=None, offset=0, shuffle=False))
     records = load_alpaca_eval(data_cfg)
+    if subset is not None:
+        records = select_subset(records, subset, subset_seed)
     if limit is not None:
         records = records[:limit]
     if not records:
@@ -32,3 +68,13 @@ def eval_prompts(cfg: DictConfig, limit: int | None) -> tuple[list[dict[str, Any
         if len(full) == ALPACA_EVAL_SIZE else None
     )
     return records, instructions, positions
+
+
+def check_same_subset(meta: dict[str, Any], subset: int | None, subset_seed: int, run_dir: Path) -> None:
+    """Raise PastaError if run.json (`meta`) records another subset than the one asked for."""
+    recorded, asked = meta.get("subset"), subset_meta(subset, subset_seed)
+    if recorded != asked:
+        def describe(value: dict[str, int] | None) -> str:
+            return "every prompt" if value is None else f"eval.subset={value['size']} eval.subset_seed={value['seed']}"
+
+        raise PastaError(f"{run_dir} was decoded on {describe(recorded)}, not {describe(asked)}: give the same subset")

@@ -30,7 +30,7 @@ from pasta.data import JsonlAppender, write_json_atomic
 from pasta.decoding import DecodeConfig, DecodeResult, decode_async, decode_sequential
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig
-from pasta.evaluation.eval_set import eval_prompts
+from pasta.evaluation.eval_set import eval_prompts, subset_meta
 from pasta.evaluation.run_files import MODEL_OUTPUTS, RUN_META, STATS, read_json, read_stats
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 DECODE_MODES = ("async", "sequential", "sot")
 # run.json keys that must match for a rerun to resume into the same directory (the device too: wall times
 # from two machines in one run would make its speedups meaningless).
-RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "decoding", "device")
+RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "decoding", "device", "subset", "reservation")
 
 
 def device_description(device: str) -> str:
@@ -88,6 +88,12 @@ class Decoder:
         return decode_sequential(self.model, self.tokenizer, prompt_ids, self.config)
 
 
+def _reservation_meta(cfg: DictConfig) -> dict[str, Any]:
+    from pasta.lang import ReservationPolicy
+
+    return dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation))
+
+
 def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, device: str) -> dict[str, Any]:
     return {
         "generator": generator,
@@ -98,6 +104,9 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
         # Through JSON, so that it compares equal to what a rerun reads back from run.json.
         "decoding": json.loads(json.dumps(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decode)))),
         "eval_data": str(cfg.eval_data.name),
+        "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
+        # The positions an async run reserved for its chunks: the report counts the chunks that overran them.
+        "reservation": _reservation_meta(cfg) if mode == "async" else None,
         "device": device_description(device),
         "torch": torch.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -107,6 +116,8 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
 def _check_resumable(run_dir: Path, meta: dict[str, Any]) -> None:
     previous = read_json(run_dir / RUN_META, "run.json")
     for key in RESUME_KEYS:
+        if key == "reservation" and key not in previous:
+            continue  # a run.json from before the policy was recorded: its run used the config's, as this one does
         if previous.get(key) != meta[key]:
             raise PastaError(
                 f"{run_dir} holds a run with {key}={previous.get(key)!r}, not {meta[key]!r}: "
@@ -144,7 +155,7 @@ def generate_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path, generator: st
     from pasta.config import resolve_device
 
     mode = decode_mode(cfg)
-    records, _, _ = eval_prompts(cfg, ecfg.limit)
+    records, _, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     device = resolve_device(str(cfg.device))
     meta = _run_meta(cfg, ecfg, generator, mode, device)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,10 @@
 The gathered report writes report.json, report.md (also printed) and pareto.png: speedup (geometric mean of
 per-prompt wall-clock speedups, or the theoretical speedup where a run has no sequential run to compare with) against
 win rate, with the Pareto frontier of the runs and the paper's two published end points for reference (PASTA on
-Gemma-7B, H100, against Baseline-SFT: 1.21x at +2.2 LC win rate, 1.93x at -7.1).
+Gemma-7B, H100, against Baseline-SFT: 1.21x at +2.2 LC win rate, 1.93x at -7.1). Below the main table, for the runs
+whose summaries have them: the structure table (pasta.evaluation.structure: forks, promises, malformed output,
+predicted vs actual chunk lengths, overruns, speedups) and the quality guards (pasta.evaluation.proxies), every
+guard labelled "(proxy)".
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
         "annotator": quality.get("annotator"),
         "reference": quality.get("reference"),
         "device": summary.get("device"),
+        "eval_data": summary.get("eval_data"),
+        "subset": summary.get("subset"),
     }
 
 
@@ -75,6 +80,13 @@ def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}{suffix}"
     return f"{value}{suffix}"
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
+    """A markdown table; a "|" inside a cell would split it, so it is shown as "/"."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |" for cells in body]
+    return lines
 
 
 def run_markdown(summary: dict[str, Any]) -> str:
@@ -128,6 +140,24 @@ def run_markdown(summary: dict[str, Any]) -> str:
                          "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
     else:
         lines.append("- no per-prompt stats")
+    structure = summary.get("structure")
+    if structure:
+        lines += ["", "## Structure", "",
+                  f"- answers that forked: {structure['num_forked']} of {structure['num_answers']}; promises per "
+                  f"answer {_fmt(structure['promises_per_answer'])}; per answer, malformed-output events "
+                  f"{_fmt(structure['malformed_per_answer'])} and duplicate topics "
+                  f"{_fmt(structure['duplicate_topics_per_answer'])}",
+                  f"- chunk length, predicted vs actual ({structure['num_chunks']} chunks): Spearman "
+                  f"{_fmt(structure['length_spearman'])}, mean absolute error {_fmt(structure['length_mae'], 1)} "
+                  f"tokens; {structure['num_overruns']} chunks overran their reservation"]
+    proxies = summary.get("proxies")
+    if proxies:
+        lines += ["", "## Quality guards (offline proxies)", "",
+                  f"- emb-sim (proxy): {_fmt(proxies['embedding_similarity'], 3)} with {proxies['reference']}'s "
+                  f"answers ({proxies['embedding_model']})",
+                  f"- distinct-2 (proxy): {_fmt(proxies['distinct_2'], 3)}; distinct-3 (proxy): "
+                  f"{_fmt(proxies['distinct_3'], 3)}",
+                  f"- length ratio (proxy): {_fmt(proxies['length_ratio'])} against {proxies['baseline'] or '-'}"]
     lines += ["", f"Headline: {row['win_rate_kind']} win rate {_fmt(row['win_rate'])}, "
               f"{row['speedup_kind'] or 'no'} speedup {_fmt(row['speedup'])}x", ""]
     return "\n".join(lines)
@@ -182,10 +212,11 @@ def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Table rows and warnings about what makes the runs incomparable (other judges, references, devices)."""
+    """Table rows and warnings about what makes the runs incomparable (other judges, references, devices, prompts)."""
     rows = [{**headline(summary), "run_dir": summary.get("run_dir")} for summary in summaries]
     warnings = []
-    for key, what in (("annotator", "judges"), ("reference", "references"), ("device", "devices")):
+    for key, what in (("annotator", "judges"), ("reference", "references"), ("device", "devices"),
+                      ("eval_data", "eval sets"), ("subset", "prompt subsets (eval.subset)")):
         values = sorted({str(row[key]) for row in rows if row[key] is not None})
         if len(values) > 1:
             warnings.append(f"the runs use different {what} ({', '.join(values)}): their numbers are not comparable")
@@ -201,21 +232,86 @@ def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any
 def report_markdown(rows: Sequence[dict[str, Any]], warnings: Sequence[str]) -> str:
     header = ["run", "decode", "win rate", "kind", "speedup", "95% CI", "kind", "theor.", "forked", "ms/token", "n",
               "judge", "reference"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    body = []
     for row in rows:
         ci = row["speedup_ci"]
-        cells = [
+        body.append([
             row["name"], row["decode"] or "-",
             f"{_fmt(row['win_rate'])} ± {_fmt(row['win_rate_se'])}", row["win_rate_kind"],
             _fmt(row["speedup"], suffix="x"), "-" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]",
             row["speedup_kind"] or "-", _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row["num_with_threads"]),
             _fmt(row["ms_per_token"], 1),
             _fmt(row["num_prompts"]), row["annotator"] or "-", row["reference"] or "-",
-        ]
-        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+        ])
+    lines = _table(header, body)
     lines += ["", f"Paper reference: {PAPER_LABEL}, LC win rate against Baseline-SFT: "
               + ", ".join(f"{p['speedup']}x at {p['win_rate'] - 50:+.1f}" for p in PAPER_POINTS) + "."]
     lines += [f"Warning: {w}." for w in warnings]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------- structure, proxies
+
+
+def structure_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The structure table: each run with a structure record, its theoretical and wall-clock speedups beside it."""
+    rows = []
+    for summary in summaries:
+        if not summary.get("structure"):
+            continue
+        speed = summary.get("speed") or {}
+        rows.append({
+            "name": summary.get("generator"), "decode": summary.get("decode"), **summary["structure"],
+            "theoretical_speedup": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
+            "wall_speedup": (speed.get("wall_speedup_geomean") or {}).get("value"),
+            "sequential_run": speed.get("sequential_run"),
+        })
+    return rows
+
+
+def proxy_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The quality-guard table: each run with a proxies record."""
+    return [{"name": summary.get("generator"), **summary["proxies"]} for summary in summaries if summary.get("proxies")]
+
+
+def _names(rows: Sequence[dict[str, Any]], key: str) -> str:
+    return ", ".join(sorted({str(row[key]) for row in rows if row.get(key) is not None})) or "-"
+
+
+def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The structure table and what its columns mean."""
+    header = ["run", "decode", "answers", "forked", "promises/answer", "malformed/answer", "dup-topic/answer",
+              "chunks", "length Spearman", "length MAE", "overruns", "theor. speedup", "wall speedup"]
+    body = [
+        [row["name"], row["decode"] or "-", row["num_answers"],
+         f"{row['num_forked']} ({100 * row['fork_share']:.0f}%)", _fmt(row["promises_per_answer"]),
+         _fmt(row["malformed_per_answer"]), _fmt(row["duplicate_topics_per_answer"]), row["num_chunks"],
+         _fmt(row["length_spearman"]), _fmt(row["length_mae"], 1), row["num_overruns"],
+         _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row["wall_speedup"], suffix="x")]
+        for row in rows
+    ]
+    policies = sorted({", ".join(f"{k}={v}" for k, v in row["reservation"].items())
+                       for row in rows if row.get("reservation")})
+    lines = ["## Structure", "", *_table(header, body), "",
+             "Length: each promise's `tokens=` against the tokens its chunk took (student's tokenizer), Spearman and "
+             "mean absolute error in tokens; '-' = undefined (under two chunks, or one length predicted for all). "
+             f"Overruns: chunks longer than the positions reserved for them ({'; '.join(policies) or '-'}). "
+             f"Speedups: geometric means; wall-clock against {_names(rows, 'sequential_run')}."]
+    unparsed = [f"{row['name']} {row['num_unparsed']}" for row in rows if row.get("num_unparsed")]
+    if unparsed:
+        lines.append(f"Answers without a valid PASTA-LANG form (left out of the chunk columns): {', '.join(unparsed)}.")
+    return "\n".join(lines) + "\n"
+
+
+def proxies_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The quality-guard table, every number labelled as a proxy."""
+    header = ["run", "answers", "emb-sim (proxy)", "distinct-2 (proxy)", "distinct-3 (proxy)", "length ratio (proxy)"]
+    body = [[row["name"], row["num_answers"], _fmt(row["embedding_similarity"], 3), _fmt(row["distinct_2"], 3),
+             _fmt(row["distinct_3"], 3), _fmt(row["length_ratio"])] for row in rows]
+    lines = ["## Quality guards (offline proxies, not quality judgements)", "", *_table(header, body), "",
+             f"emb-sim (proxy): mean cosine similarity ({_names(rows, 'embedding_model')}) of the plain answer with "
+             f"{_names(rows, 'reference')}'s answer; distinct-n (proxy): share of distinct word n-grams per answer; "
+             f"length ratio (proxy): characters against {_names(rows, 'baseline')}'s answers."]
     return "\n".join(lines) + "\n"
 
 
@@ -268,10 +364,16 @@ def gather(patterns: Sequence[str], output_dir: Path) -> dict[str, Any]:
     """Gather the runs into output_dir: report.json, report.md and pareto.png; returns the report."""
     summaries = load_summaries(patterns)
     rows, warnings = report_rows(summaries)
+    structure, proxies = structure_rows(summaries), proxy_rows(summaries)
     output_dir.mkdir(parents=True, exist_ok=True)
-    report = {"runs": rows, "warnings": warnings, "paper_points": list(PAPER_POINTS), "paper_label": PAPER_LABEL}
+    report = {"runs": rows, "warnings": warnings, "paper_points": list(PAPER_POINTS), "paper_label": PAPER_LABEL,
+              "structure": structure, "proxies": proxies}
     write_json_atomic(output_dir / REPORT_JSON, report)
     markdown = report_markdown(rows, warnings)
+    if structure:
+        markdown += "\n" + structure_markdown(structure)
+    if proxies:
+        markdown += "\n" + proxies_markdown(proxies)
     write_text_atomic(output_dir / REPORT_MD, markdown)
     plot_pareto(rows, output_dir / PARETO_PNG)
     report["markdown"] = markdown

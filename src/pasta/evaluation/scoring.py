@@ -1,12 +1,13 @@
-"""Score one evaluated run: quality (pasta.evaluation.quality), speed (pasta.evaluation.speed), and its summary.
+"""Score one evaluated run: quality (pasta.evaluation.quality), speed (pasta.evaluation.speed), structure
+(pasta.evaluation.structure), quality proxies (pasta.evaluation.proxies), and its summary.
 
     python -m pasta.eval eval.mode=score output_dir=outputs/eval/sft-async eval.reference=outputs/eval/base-seq \
         eval.sequential=outputs/eval/base-seq
     python -m pasta.eval eval.annotations=PATH/annotations.json output_dir=outputs/eval/rescored
 
-The evaluated prompts are eval_data's (first eval.limit of them). The run's outputs must answer every one of them
-and come from the run's own model; the reference and the sequential run must cover them; otherwise one line says
-which file lacks what.
+The evaluated prompts are eval_data's (pasta.evaluation.eval_set: eval.subset, then eval.limit). The run's outputs
+must answer every one of them and come from the run's own model; the reference and the sequential run must cover
+them; otherwise one line says which file lacks what.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pasta.data import write_json_atomic, write_text_atomic
 from pasta.errors import PastaError
 from pasta.evaluation import quality as quality_lib
 from pasta.evaluation.config import EvalConfig
-from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE, eval_prompts
+from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE, check_same_subset, eval_prompts, subset_meta
+from pasta.evaluation.proxies import run_proxies
 from pasta.evaluation.report import write_run_summary
 from pasta.evaluation.run_files import (
     ANNOTATIONS,
@@ -42,6 +44,7 @@ from pasta.evaluation.run_files import (
     read_stats,
 )
 from pasta.evaluation.speed import speed_metrics
+from pasta.evaluation.structure import run_dir_structure
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +114,11 @@ def _speed(
 
 def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any]:
     """Score the run in `run_dir` (or saved annotations, eval.annotations) and write its summary; returns it."""
-    records, all_instructions, positions = eval_prompts(cfg, ecfg.limit)
+    records, all_instructions, positions = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     metric_fn = quality_lib.make_metric_fn(positions, ecfg.length_controlled)
     meta = read_run_meta(run_dir) if (run_dir / RUN_META).is_file() else {}
+    if meta:
+        check_same_subset(meta, ecfg.subset, ecfg.subset_seed, run_dir)
     if ecfg.annotations is not None:
         metrics, annotations = quality_lib.rescore_annotations(Path(ecfg.annotations), metric_fn)
         generator = str(annotations["generator_2"].iloc[0])
@@ -121,6 +126,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         metrics["annotations"] = str(ecfg.annotations)
         instructions = list(annotations["instruction"])
         saved_annotations = None  # the user's file stays where it is; quality.json names it
+        proxies = None  # re-scoring saved verdicts computes nothing new
     else:
         outputs_file = outputs_path(Path(ecfg.outputs)) if ecfg.outputs else run_dir / MODEL_OUTPUTS
         if not outputs_file.is_file() and ecfg.outputs is None:
@@ -148,12 +154,14 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         metrics["reference"] = references[0]["generator"]
         metrics["outputs"] = str(outputs_file)
         saved_annotations = pd.DataFrame(annotation_records)
+        proxies = run_proxies(model_outputs, records, ecfg.sequential)
     metrics["generator"] = generator
     metrics["comparable_with_leaderboard"] = _comparable(metrics)
     _write_quality(run_dir / quality_lib.annotator_slug(metrics["annotator"]), metrics, saved_annotations)
     speed = _speed(ecfg, run_dir, meta, instructions)
     if speed is not None:
         write_json_atomic(run_dir / SPEED, speed)
+    structure = run_dir_structure(run_dir, meta, instructions, cfg.model, cfg.lang)
     summary = {
         "generator": generator,
         "model": meta.get("model"),
@@ -161,9 +169,12 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         "timing": meta.get("timing"),
         "device": meta.get("device"),
         "eval_data": cfg.eval_data.name,
+        "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
         "num_prompts": len(instructions),
         "quality": metrics,
         "speed": speed,
+        "structure": None if structure is None else structure.to_dict(),
+        "proxies": None if proxies is None else proxies.to_dict(),
         "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     write_run_summary(run_dir, summary)
