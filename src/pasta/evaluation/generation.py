@@ -31,14 +31,25 @@ from pasta.decoding import DecodeConfig, DecodeResult, decode_async, decode_sequ
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig
 from pasta.evaluation.eval_set import eval_prompts
-from pasta.evaluation.run_files import MODEL_OUTPUTS, RUN_META, STATS, read_json, read_stats
+from pasta.evaluation.run_files import (
+    MODEL_OUTPUTS,
+    RUN_META,
+    STATS,
+    check_unique_instructions,
+    read_json,
+    read_stats,
+)
+from pasta.lang import ReservationPolicy
 
 log = logging.getLogger(__name__)
 
 DECODE_MODES = ("async", "sequential", "sot")
-# run.json keys that must match for a rerun to resume into the same directory (the device too: wall times
-# from two machines in one run would make its speedups meaningless).
-RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "decoding", "device")
+# run.json keys that must match for a rerun to resume into the same directory: every setting that changes the
+# tokens (model, decode mode and settings, reservation policy, seed, Skeleton-of-Thought prompts), and the device
+# (wall times from two machines in one run would make its speedups meaningless).
+RESUME_KEYS = (
+    "generator", "model", "decode", "timing", "eval_data", "decoding", "reservation", "seed", "sot", "device"
+)
 
 
 def device_description(device: str) -> str:
@@ -68,7 +79,7 @@ class Decoder:
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
         self.config = DecodeConfig.from_cfg(cfg.decode)
         if mode == "async":
-            from pasta.lang import ReservationPolicy, add_tag_tokens
+            from pasta.lang import add_tag_tokens
 
             # A PASTA checkpoint already carries the tag tokens; a plain model gets them (untrained rows).
             add_tag_tokens(tokenizer, model)
@@ -88,6 +99,11 @@ class Decoder:
         return decode_sequential(self.model, self.tokenizer, prompt_ids, self.config)
 
 
+def _as_json(value: Any) -> Any:
+    # Through JSON, so that it compares equal to what a rerun reads back from run.json.
+    return json.loads(json.dumps(value))
+
+
 def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, device: str) -> dict[str, Any]:
     return {
         "generator": generator,
@@ -95,8 +111,13 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
         "decode": mode,
         "timing": ecfg.timing,
         "batch_size": 1 if ecfg.timing == "wall" else ecfg.batch_size,
-        # Through JSON, so that it compares equal to what a rerun reads back from run.json.
-        "decoding": json.loads(json.dumps(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decode)))),
+        "decoding": _as_json(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decode))),
+        "reservation": (
+            _as_json(dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation)))
+            if mode == "async" else None
+        ),
+        "seed": cfg.get("seed"),
+        "sot": _as_json(dataclasses.asdict(ecfg.sot)) if mode == "sot" else None,
         "eval_data": str(cfg.eval_data.name),
         "device": device_description(device),
         "torch": torch.__version__,
@@ -145,6 +166,7 @@ def generate_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path, generator: st
 
     mode = decode_mode(cfg)
     records, _, _ = eval_prompts(cfg, ecfg.limit)
+    check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
     device = resolve_device(str(cfg.device))
     meta = _run_meta(cfg, ecfg, generator, mode, device)
     run_dir.mkdir(parents=True, exist_ok=True)

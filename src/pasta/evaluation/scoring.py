@@ -120,6 +120,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         metrics["reference"] = str(annotations["generator_1"].iloc[0])
         metrics["annotations"] = str(ecfg.annotations)
         instructions = list(annotations["instruction"])
+        check_known([{"instruction": i} for i in instructions], all_instructions, str(ecfg.annotations))
         saved_annotations = None  # the user's file stays where it is; quality.json names it
     else:
         outputs_file = outputs_path(Path(ecfg.outputs)) if ecfg.outputs else run_dir / MODEL_OUTPUTS
