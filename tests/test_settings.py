@@ -145,3 +145,27 @@ def test_only_the_free_text_keys_are_quoted():
     assert literal_overrides(["prompt=a,b", "++input=${x}", "seed=1", "-m"], ("prompt", "input")) == [
         "prompt='a,b'", "++input='\\${x}'", "seed=1", "-m"
     ]
+
+
+def test_models_complete_takes_the_readme_form_plus_an_override(capsys):
+    from pasta.models.__main__ import main
+
+    main(["complete", "--prompt", "Name a fruit.", "model=tiny", "device=cpu", "--max-new-tokens", "2"])
+    assert capsys.readouterr().out.startswith("user: Name a fruit.\nassistant:")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["complete", "model=tiny", "--max-new-tokens", "0"], "error: --max-new-tokens: must be >= 1, got 0\n"),
+        (["complete", "model=bogus"], "error: model: no option 'bogus' (choose from "),
+        (["complete", "model=tiny", "lang.reservation.multiple=0"], "error: lang.reservation.multiple: must be "),
+    ],
+)
+def test_models_complete_mistakes_are_one_line(capsys, argv, message):
+    from pasta.models.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(message) and err.count("\n") == 1
