@@ -100,3 +100,12 @@ def test_an_alpaca_eval_annotator_whose_endpoint_echoes_the_key_is_one_line_with
                          annotators_config="alpaca_eval_gpt4_turbo_fn")
     assert str(error.value).startswith("annotator alpaca_eval_gpt4_turbo_fn: AuthenticationError: ")
     assert_no_key_anywhere(tmp_path, str(error.value))
+
+
+def test_environment_variables_named_like_keys_are_masked(monkeypatch):
+    from pasta.errors import register_env_secrets
+
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "value-of-a-service-key")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM_HINT", "a-long-ordinary-value")
+    register_env_secrets()
+    assert redact("got value-of-a-service-key and a-long-ordinary-value") == f"got {MASK} and a-long-ordinary-value"

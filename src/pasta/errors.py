@@ -20,7 +20,7 @@ import threading
 MASK = "***"
 # Shorter values would mask ordinary words; real keys are far longer.
 _MIN_SECRET_CHARS = 8
-_SECRET_ENV_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+_SECRET_ENV_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 _SECRET_SHAPES = re.compile(
     r"(?P<prefix>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}"
     r"|\bsk-[A-Za-z0-9_-]{8,}"
@@ -44,7 +44,8 @@ def register_secret(value: str | None) -> None:
 
 
 def register_env_secrets() -> None:
-    """Register the values of environment variables named like keys (OPENAI_API_KEY, HF_TOKEN, ...).
+    """Register the values of environment variables named like keys: names ending in API_KEY, APIKEY, TOKEN,
+    SECRET or PASSWORD (OPENAI_API_KEY, HF_TOKEN, ...).
 
     alpaca_eval's annotators read their keys from the environment themselves; this covers them.
     """
