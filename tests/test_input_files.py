@@ -109,6 +109,8 @@ READERS = {
     "train/annotate data (json)": ("data.json", lambda p: load_instructions({"name": "x", "path": str(p)})),
     "train/annotate data, skipping": (
         "data.jsonl", lambda p: load_instructions({"name": "x", "path": str(p), "on_error": "skip"})),
+    "annotate data (rejects invalid Unicode itself)": (
+        "data.jsonl", lambda p: load_instructions({"name": "x", "path": str(p)}, check_unicode=False)),
     "eval data": ("eval.jsonl", lambda p: load_alpaca_eval({"name": "x", "path": str(p)})),
     "eval outputs / reference": ("model_outputs.json", lambda p: load_model_outputs(p)),
     "eval annotations": ("annotations.json", load_annotations),
