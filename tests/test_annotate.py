@@ -147,8 +147,8 @@ def test_non_utf8_input_is_a_one_line_error(tmp_path):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("on_reject=ignore", "on_reject=ignore is not one of drop, keep_unannotated"),
-        ("max_response_chars=0", "max_response_chars=0 must be >= 1"),
+        ("on_reject=ignore", "on_reject: 'ignore' is not one of drop, keep_unannotated"),
+        ("max_response_chars=0", "max_response_chars: must be >= 1 or null, got 0"),
         ("+teacher.min_wrds=3", "unknown key.*min_wrds"),
     ],
 )

@@ -184,7 +184,7 @@ def test_shuffle_offset_and_limit_select_disjoint_reproducible_windows(tmp_path)
 
 def test_negative_limit_is_rejected(tmp_path):
     path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
-    with pytest.raises(PastaError, match="offset and limit must be >= 0"):
+    with pytest.raises(PastaError, match=r"^data.limit: must be an integer >= 0, got -1"):
         load_instructions(_data_cfg(path, limit=-1))
 
 

@@ -76,7 +76,7 @@ def test_annotations_file_that_is_not_alpaca_eval_annotations_is_a_clear_error(t
     bad = tmp_path / "annotations.json"
     bad.write_text(json.dumps([{"instruction": "x", "output": "y"}]))
     cfg = compose("eval", [f"eval.annotations={bad}", f"output_dir={tmp_path / 'out'}"])
-    with pytest.raises(PastaError, match="not alpaca_eval annotations .missing output_1"):
+    with pytest.raises(PastaError, match="row 1: not an alpaca_eval annotation .missing output_1"):
         evaluate(cfg)
 
 
@@ -190,7 +190,7 @@ def make_run(run_dir: Path, generator: str, answers: dict[str, str], decode: str
     with (run_dir / "stats.jsonl").open("w") as handle:
         for n, instruction in enumerate(answers):
             steps = 50 if decode == "async" else 100
-            record = {"instruction": instruction, "wall_s": 0.5 + 0.1 * n if decode == "async" else 1.0 + 0.1 * n,
+            record = {"instruction": instruction, "output": answers[instruction], "wall_s": 0.5 + 0.1 * n if decode == "async" else 1.0 + 0.1 * n,
                       "num_tokens": 100, "num_steps": steps, "theoretical_speedup": 100 / steps}
             handle.write(json.dumps(record) + "\n")
     return run_dir

@@ -120,7 +120,7 @@ def test_openai_judge_scores_scripted_ratings_in_order(tmp_path, monkeypatch):
         "rules": [{"contains": "primary colour", "reply": "Rating: 8"}, {"contains": "fruit", "reply": "10"}]
     }
     with start_chat_server(tmp_path, rules=rules) as (base_url, _):
-        judge = openai_judge(base_url, monkeypatch, max_concurrency=2)
+        judge = openai_judge(base_url, monkeypatch, concurrency=2)
         assert judge.name == "openai:judge-model"
         assert judge.score(ITEMS) == pytest.approx([7 / 9, 1.0])
 
@@ -129,23 +129,23 @@ def test_openai_judge_keeps_item_order_under_concurrency(tmp_path, monkeypatch):
     items = [JudgeItem(f"question-{i}:", "answer", "reference") for i in range(1, 10)]
     rules = {"rules": [{"contains": f"question-{i}:", "reply": str(i)} for i in range(1, 10)]}
     with start_chat_server(tmp_path, rules=rules, delay=0.05) as (base_url, _):
-        scores = openai_judge(base_url, monkeypatch, max_concurrency=4).score(items)
+        scores = openai_judge(base_url, monkeypatch, concurrency=4).score(items)
     assert scores == pytest.approx([(i - 1) / 9 for i in range(1, 10)])
 
 
 def test_openai_judge_survives_a_429_through_the_clients_retry(tmp_path, monkeypatch):
     with start_chat_server(tmp_path, rules={"default": "6"}, fail_first=1, fail_status=429) as (base_url, _):
-        scores = openai_judge(base_url, monkeypatch, max_concurrency=1).score(ITEMS[:1])
+        scores = openai_judge(base_url, monkeypatch, concurrency=1).score(ITEMS[:1])
         stats = server_stats(base_url)
     assert scores == pytest.approx([5 / 9])
     assert (stats["chat_requests"], stats["failed"]) == (2, 1)
 
 
-def test_openai_judge_gives_none_when_5xx_outlast_the_retries(tmp_path, monkeypatch):
-    with start_chat_server(tmp_path, rules={"default": "6"}, fail_first=3, fail_status=500) as (base_url, _):
-        scores = openai_judge(base_url, monkeypatch, max_retries=2, max_concurrency=1).score(ITEMS[:1])
+def test_openai_judge_stops_with_the_reason_when_5xx_outlast_the_retries(tmp_path, monkeypatch):
+    stops = pytest.raises(PastaError, match=r"judge judge-model at .*: 500 injected failure \(500\) after 2 retries")
+    with start_chat_server(tmp_path, rules={"default": "6"}, fail_first=3, fail_status=500) as (base_url, _), stops:
+        openai_judge(base_url, monkeypatch, max_retries=2, concurrency=1).score(ITEMS[:1])
         assert server_stats(base_url)["chat_requests"] == 3
-    assert scores == [None]
 
 
 def test_garbage_reply_is_asked_again_then_none_never_zero(tmp_path, monkeypatch):
@@ -160,10 +160,20 @@ def test_unparseable_first_reply_then_parseable_retry_is_used(tmp_path, monkeypa
         assert openai_judge(base_url, monkeypatch, parse_retries=1).score(ITEMS[:1]) == pytest.approx([8 / 9])
 
 
-def test_openai_judge_timeout_gives_none(tmp_path, monkeypatch):
+def test_openai_judge_stops_with_the_reason_on_a_timeout(tmp_path, monkeypatch):
     with start_chat_server(tmp_path, rules={"default": "5"}, delay=2.0) as (base_url, _):
         judge = openai_judge(base_url, monkeypatch, timeout_s=0.3, max_retries=0, parse_retries=0)
-        assert judge.score(ITEMS[:1]) == [None]
+        with pytest.raises(PastaError, match=r"no answer within judge\.timeout_s=0\.3 after 0 retries"):
+            judge.score(ITEMS[:1])
+
+
+def test_openai_judge_gives_none_for_a_rejected_request_and_stops_after_too_many_in_a_row(tmp_path, monkeypatch):
+    rules = {"rules": [{"contains": "fruit", "reply": "7"}]}  # any other request: 400, no rule matched
+    with start_chat_server(tmp_path, rules=rules) as (base_url, _):
+        judge = openai_judge(base_url, monkeypatch, concurrency=1, max_consecutive_errors=2)
+        assert judge.score([ITEMS[0], ITEMS[1]]) == [None, pytest.approx(6 / 9)]
+        with pytest.raises(PastaError, match="rejected 2 requests in a row .*HTTP 400: no scripted rule matched"):
+            judge.score([ITEMS[0], ITEMS[0]])
 
 
 # The good answer first -> "1", the bad answer first -> "2", so the judge always prefers GOOD.
@@ -214,12 +224,13 @@ def test_compare_fails_the_item_when_one_order_gives_no_verdict(tmp_path, monkey
         assert judge.compare([JudgeItem("Q", "GOOD answer", "BAD answer")]) == [None]
 
 
-def test_rejected_api_key_stops_with_one_line_without_the_key(tmp_path, monkeypatch):
-    with start_chat_server(tmp_path, rules={"default": "5"}, fail_first=1, fail_status=401) as (base_url, _):
+def test_rejected_api_key_stops_with_one_line_without_the_key(tmp_path, monkeypatch, caplog):
+    server = start_chat_server(tmp_path, rules={"default": "5"}, fail_first=1, fail_status=401, echo_auth=True)
+    with server as (base_url, _):
         judge = openai_judge(base_url, monkeypatch)
-        with pytest.raises(PastaError, match="refused the request") as error:
+        with pytest.raises(PastaError, match="401 injected failure.*Authorization: Bearer \\*\\*\\*.*check the key"):
             judge.score(ITEMS[:1])
-    assert "\n" not in str(error.value) and "sk-test-secret" not in str(error.value)
+    assert "sk-test-secret" not in caplog.text
 
 
 def test_missing_api_key_variable_is_a_clear_error(monkeypatch):
@@ -233,7 +244,7 @@ def test_unreachable_endpoint_is_a_clear_error(monkeypatch):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     judge = openai_judge(f"http://127.0.0.1:{port}/v1", monkeypatch, max_retries=0)
-    with pytest.raises(PastaError, match="cannot reach judge endpoint"):
+    with pytest.raises(PastaError, match=r"judge judge-model at .* is unreachable after 0 retries"):
         judge.score(ITEMS[:1])
 
 
@@ -241,7 +252,7 @@ def test_unreachable_endpoint_is_a_clear_error(monkeypatch):
 
 
 def test_unknown_judge_kind_is_rejected():
-    with pytest.raises(PastaError, match="unknown judge kind 'gpt'"):
+    with pytest.raises(PastaError, match="judge.kind: 'gpt' is not one of embedding, openai, hf"):
         build_judge({"kind": "gpt"})
 
 

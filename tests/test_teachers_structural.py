@@ -223,7 +223,7 @@ def test_unknown_teacher_key_is_a_one_line_error():
 
     with pytest.raises(PastaError, match="unknown key.*min_wrds"):
         build_teacher({"name": "structural", "min_wrds": 3})
-    with pytest.raises(PastaError, match="teacher.name='gpt' is not one of structural, hf, openai"):
+    with pytest.raises(PastaError, match="teacher.name: 'gpt' is not one of structural, hf, openai"):
         build_teacher({"name": "gpt"})
 
 

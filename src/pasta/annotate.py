@@ -78,9 +78,11 @@ class AnnotateConfig:
             **{k: OmegaConf.to_container(cfg, resolve=True)[k] for k in cls.__dataclass_fields__ if k in cfg}
         )
         if stage.on_reject not in ON_REJECT:
-            raise PastaError(f"on_reject={stage.on_reject} is not one of {', '.join(ON_REJECT)}")
+            raise PastaError(f"on_reject: {stage.on_reject!r} is not one of {', '.join(ON_REJECT)}")
         if stage.max_response_chars is not None and stage.max_response_chars < 1:
-            raise PastaError(f"max_response_chars={stage.max_response_chars} must be >= 1 or null")
+            raise PastaError(f"max_response_chars: must be >= 1 or null, got {stage.max_response_chars}")
+        if stage.keep_teacher_output_chars < 0:
+            raise PastaError(f"keep_teacher_output_chars: must be >= 0, got {stage.keep_teacher_output_chars}")
         return stage
 
 
@@ -123,6 +125,8 @@ class _RunCounts:
     num_written: int = 0
     num_accepted: int = 0
     num_failed_requests: int = 0
+    num_requests: int = 0
+    last_error: str | None = None
     started: float = field(default_factory=time.monotonic)
 
     def as_dict(self, num_todo: int, num_already_done: int, num_duplicates: int) -> dict[str, Any]:
@@ -171,22 +175,12 @@ class _Progress:
         self.bar.close()
 
 
-def _load_records(data_cfg: DictConfig) -> list[dict[str, Any]]:
-    try:
-        return load_instructions(data_cfg)
-    except UnicodeDecodeError as exc:
-        raise PastaError(
-            f"data {data_cfg.get('name')}: {data_cfg.get('path')} is not valid UTF-8 (byte {exc.start}: {exc.reason}); "
-            "re-encode the file as UTF-8"
-        ) from None
-
-
 def annotate(cfg: DictConfig) -> dict[str, Any]:
     """Annotate `cfg.data` with `cfg.teacher` into `cfg.output` (resuming); returns the summary it writes."""
     stage = AnnotateConfig.from_cfg(cfg)
     output = Path(stage.output)
     rejects_path, summary_path = companion_paths(output)
-    records = _load_records(cfg.data)
+    records = load_instructions(cfg.data, check_unicode=False)  # rejected below as invalid_unicode, with a count
     tokenizer = load_tokenizer(cfg.model)
     add_tag_tokens(tokenizer)  # tokens="N" and the schedule count tags as the student will see them
     teacher = build_teacher(cfg.teacher, device=cfg.get("device", "auto"))
@@ -215,6 +209,11 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
             raise TeacherError(f"{exc} ({_resume_hint(counts, output)})") from None
         except KeyboardInterrupt:
             raise PastaError(f"interrupted ({_resume_hint(counts, output)})") from None
+    if counts.num_requests and counts.num_failed_requests == counts.num_requests:
+        raise TeacherError(
+            f"the teacher failed all {counts.num_requests} requests of this run (last: {counts.last_error}); "
+            "check teacher.model and the endpoint, then rerun to resume"
+        )
     all_records = [r for path in (output, rejects_path) for _, r in iter_numbered_jsonl(path)]
     summary = {
         "output": str(output),
@@ -279,6 +278,7 @@ def _run(
                 )
                 continue
             queue.append(_Pending(rid, source))
+            counts.num_requests += 1
             yield TeacherRequest(rid, source["instruction"], source["input"], source["output"])
 
     def write(line: dict[str, Any]) -> None:
@@ -316,6 +316,7 @@ def _run(
                 )
             if reply.error is not None:
                 counts.num_failed_requests += 1  # not an answer: nothing written, a rerun asks again
+                counts.last_error = reply.error
                 progress.update()
                 continue
             write(answer(pending, reply))

@@ -8,15 +8,20 @@ A stage module is a plain function plus one line (pyproject.toml's console scrip
         cli()
 
 The returned function runs `@hydra.main` with the absolute `conf_dir()`, so `--help`, `--cfg job` and overrides
-work from any directory. Before the task it applies `seed` and `num_threads` (pasta.config.setup_runtime). A user's mistake
-(PastaError, a missing file, Ctrl-C) is printed as `error: <one line>` on stderr with exit code 2, no traceback;
-Hydra reports its own config errors (unknown group option, bad override) the same way with exit code 1.
-Run directories come from conf/hydra/default.yaml only.
+work from any directory. Before Hydra starts (and creates the run directory) it composes the config once and checks
+every setting (pasta.settings), so Hydra's own errors (an unknown group option such as `model=bogus`, a bad
+override) and a bad value give one `error: <key>: <why>` line and exit code 2, with nothing written. Free-text keys
+(`literal_keys`, e.g. generate's `prompt`) are taken literally: `prompt=What does ${x} mean, then?` is quoted and
+escaped for Hydra here, so neither `${...}` nor a comma is interpreted. Before the task it applies `seed` and
+`num_threads` (pasta.config.setup_runtime) and puts `pasta.errors.redact` on every log handler. A user's mistake
+(PastaError, a missing file, Ctrl-C) is printed as `error: <one line>` on stderr, redacted, with exit code 2, no
+traceback. Run directories come from conf/hydra/default.yaml only.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,8 +29,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from pasta.config import conf_dir, setup_runtime
-from pasta.errors import PastaError
+from pasta.config import compose, conf_dir, setup_runtime
+from pasta.errors import PastaError, install_log_redaction, one_line, register_env_secrets
 
 EXIT_USER_ERROR = 2
 
@@ -35,16 +40,70 @@ def _one_line(exc: BaseException) -> str:
         return f"file not found: {exc.filename}"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return one_line(str(exc)) or type(exc).__name__
 
 
 def fail(exc: BaseException) -> None:
-    """Print `error: <one line>` to stderr and exit with code 2."""
+    """Print `error: <one line>` (redacted) to stderr and exit with code 2."""
     print(f"error: {_one_line(exc)}", file=sys.stderr, flush=True)
     sys.exit(EXIT_USER_ERROR)
 
 
-def run_entry(task_fn: Callable[[DictConfig], Any], config_name: str) -> Callable[[], None]:
+def quote_literal(value: str) -> str:
+    """`value` as a Hydra quoted string that OmegaConf reads back unchanged: no interpolation, commas allowed."""
+    # In a quoted Hydra value a backslash escapes only a quote or the backslashes right before a quote, and `\${`
+    # stops the interpolation; OmegaConf then reads `\${` back as a literal `${`.
+    escaped = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+    escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", escaped)
+    escaped = re.sub(r"(\\+)\Z", lambda m: m.group(1) * 2, escaped)
+    return f"'{escaped}'"
+
+
+def literal_overrides(overrides: list[str], literal_keys: tuple[str, ...]) -> list[str]:
+    """The command-line overrides with the values of `literal_keys` (`key=`, `+key=`, `++key=`) quoted literally."""
+    quoted = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key.lstrip("+") in literal_keys:
+            override = f"{key}={quote_literal(value)}"
+        quoted.append(override)
+    return quoted
+
+
+# Hydra flags after which no task runs (help, config printing, shell completion), or that change which config is
+# composed: the check is left to Hydra then.
+_UNCHECKED_FLAGS = {
+    "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--config-path",
+    "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--package", "-p", "--experimental-rerun",
+}
+_MULTIRUN_FLAGS = {"--multirun", "-m"}
+
+
+def check_command_line(config_name: str, argv: list[str]) -> None:
+    """Compose the config the command line asks for and check its settings; PastaError on the first problem.
+
+    A multirun's sweeps (`a=1,2`) are not a single config: its overrides are only parsed.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from pasta.settings import check_settings
+
+    if any(arg.split("=")[0] in _UNCHECKED_FLAGS for arg in argv):
+        return
+    overrides = [arg for arg in argv if not arg.startswith("-")]
+    if any(arg in _MULTIRUN_FLAGS for arg in argv):
+        try:
+            OverridesParser.create().parse_overrides(overrides)
+        except HydraException as exc:
+            raise PastaError(one_line(str(exc))) from None
+        return
+    check_settings(compose(config_name, overrides), config_name)
+
+
+def run_entry(
+    task_fn: Callable[[DictConfig], Any], config_name: str, literal_keys: tuple[str, ...] = ()
+) -> Callable[[], None]:
     """Wrap `task_fn(cfg)` into a `main()` for `python -m ...` and console scripts (see the module docstring)."""
 
     # functools.wraps keeps task_fn's module and file, from which Hydra names the job (and so the run dir).
@@ -52,12 +111,19 @@ def run_entry(task_fn: Callable[[DictConfig], Any], config_name: str) -> Callabl
     def task(cfg: DictConfig) -> None:
         # Caught here, inside Hydra: errors that escape reach Hydra's reporter, which prints a traceback.
         try:
+            install_log_redaction()
             setup_runtime(cfg)
             task_fn(cfg)
         except (PastaError, FileNotFoundError, KeyboardInterrupt) as exc:
             fail(exc)
 
     def main() -> None:
+        try:
+            register_env_secrets()
+            sys.argv[1:] = literal_overrides(sys.argv[1:], literal_keys)
+            check_command_line(config_name, sys.argv[1:])
+        except (PastaError, KeyboardInterrupt) as exc:
+            fail(exc)
         try:
             hydra.main(version_base=None, config_path=str(conf_dir()), config_name=config_name)(task)()
         except (PastaError, KeyboardInterrupt) as exc:  # raised while Hydra sets up, e.g. conf_dir() missing

@@ -72,20 +72,36 @@ register_resolvers()
 def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
     """Compose a primary config (e.g. "train") with command-line style overrides, as the entry point would.
 
-    Works inside a running Hydra app too: the global Hydra state is saved and restored around the call.
+    Works inside a running Hydra app too: the global Hydra state is saved and restored around the call. Hydra's
+    own errors (an unknown group option, a bad override) are a one-line PastaError.
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException, MissingConfigException
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
+    from omegaconf.errors import OmegaConfBaseException
 
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name=config_name):
             return hydra_compose(config_name=config_name, overrides=list(overrides))
+    except MissingConfigException as exc:
+        raise PastaError(_missing_config_message(exc)) from None
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise PastaError(" ".join(str(exc).split())) from None
     finally:
         restore_gh_from_backup(backup)
+
+
+def _missing_config_message(exc) -> str:
+    """`model: no option 'bogus' (choose from a, b, c)` from Hydra's multi-line message."""
+    missing = str(exc.missing_cfg_file or "")
+    if exc.options and "/" in missing:
+        group, name = missing.rsplit("/", 1)
+        return f"{group.replace('/', '.')}: no option {name!r} (choose from {', '.join(exc.options)})"
+    return str(exc).split("\n")[0]
 
 
 def resolve_device(device: str = "auto") -> str:

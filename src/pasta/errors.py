@@ -1,9 +1,95 @@
-"""The one exception type for a user's mistake (bad path, malformed file, unknown name).
+"""The one exception type for a user's mistake, and the one redaction of secrets in what pasta prints or logs.
 
-Entry points print it as ``error: <message>`` on one line, without a traceback, and exit with code 2
+`PastaError`: entry points print it as ``error: <message>`` on one line, without a traceback, and exit with code 2
 (see ``pasta.cli``). Raise it with one clear line that says what is wrong and how to fix it.
+
+`redact(text)`: every error message and log line that can carry an endpoint's text goes through it (the teacher,
+the judges, alpaca_eval's annotators, the server). An endpoint may echo the request's `Authorization` header in its
+error body; redaction masks the values of the secrets pasta knows (keys read through `register_secret`, and every
+environment variable whose name says it holds a key or token) and anything shaped like a bearer token or an
+`sk-...` key. `RedactingFilter` applies it to log records; `pasta.cli` installs it on the root logger's handlers.
 """
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+
+MASK = "***"
+# Shorter values would mask ordinary words; real keys are far longer.
+_MIN_SECRET_CHARS = 8
+_SECRET_ENV_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+_SECRET_SHAPES = re.compile(
+    r"(?P<prefix>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}"
+    r"|\bsk-[A-Za-z0-9_-]{8,}"
+    r"|(?P<field>\b(?:api[_-]?key|x-api-key|authorization|access_token)[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9._~+/-]{8,}",
+    re.IGNORECASE,
+)
+
+_secrets: set[str] = set()
+_lock = threading.Lock()
 
 
 class PastaError(Exception):
     """A user's mistake: printed as one line by the entry points, exit code 2."""
+
+
+def register_secret(value: str | None) -> None:
+    """Mask `value` wherever it appears from now on (an API key as it is read)."""
+    if value and len(value) >= _MIN_SECRET_CHARS:
+        with _lock:
+            _secrets.add(value)
+
+
+def register_env_secrets() -> None:
+    """Register the values of environment variables named like keys: names ending in API_KEY, APIKEY, TOKEN,
+    SECRET or PASSWORD (OPENAI_API_KEY, HF_TOKEN, ...).
+
+    alpaca_eval's annotators read their keys from the environment themselves; this covers them.
+    """
+    for name, value in os.environ.items():
+        if _SECRET_ENV_NAME.search(name):
+            register_secret(value)
+
+
+def _mask_shape(match: re.Match[str]) -> str:
+    return (match.group("prefix") or match.group("field") or "") + MASK
+
+
+def redact(text: str) -> str:
+    """`text` with every known secret and every key-shaped string replaced by ***."""
+    with _lock:
+        secrets = sorted(_secrets, key=len, reverse=True)  # a key that contains another is masked whole
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return _SECRET_SHAPES.sub(_mask_shape, text)
+
+
+def one_line(text: str) -> str:
+    """`text` redacted, on one line (whitespace runs collapsed)."""
+    return " ".join(redact(text).split())
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter that redacts each record's message and traceback text before it is written."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+def install_log_redaction() -> None:
+    """Put a RedactingFilter on every handler of the root logger (idempotent; call after logging is set up)."""
+    handlers = logging.getLogger().handlers
+    for handler in handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

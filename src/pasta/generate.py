@@ -82,7 +82,7 @@ def generate(cfg: DictConfig) -> DecodeResult:
     return result
 
 
-cli = run_entry(generate, "generate")
+cli = run_entry(generate, "generate", literal_keys=("prompt", "input"))
 
 if __name__ == "__main__":
     cli()

@@ -29,6 +29,7 @@ def start_chat_server(
     fail_first: int = 0,
     fail_status: int = 429,
     delay: float = 0.0,
+    echo_auth: bool = False,
     model: str = "test-model",
     startup_timeout_s: float = 120.0,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
@@ -43,6 +44,7 @@ def start_chat_server(
         rules_path.write_text(json.dumps(rules or {}), encoding="utf-8")
         cmd += ["--rules", str(rules_path)]
     cmd += ["--fail-first", str(fail_first), "--fail-status", str(fail_status), "--delay", str(delay)]
+    cmd += ["--echo-auth"] if echo_auth else []
     log_path = tmp_path / "chat_server.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with open(log_path, "w") as log:

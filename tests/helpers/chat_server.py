@@ -18,7 +18,8 @@ Modes:
 
 Fault injection: the first --fail-first N chat requests answer --fail-status with an OpenAI-style JSON error body
 and a `retry-after-ms` header (the openai client honours it, which keeps retry tests fast); --delay S sleeps before
-every chat answer.
+every chat answer; --echo-auth puts the request's Authorization header into every error message, as some servers
+do (tests check that the key never reaches pasta's errors, logs or files).
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ class ChatHandler(BaseHTTPRequestHandler):
         if fail:
             status = self.server.args.fail_status
             kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status, "server_error")
+            kind = {400: "invalid_request_error"}.get(status, kind)
             self._error(status, f"injected failure ({status})", kind)
             return
         self._answer(body)
@@ -246,6 +248,8 @@ class ChatHandler(BaseHTTPRequestHandler):
             self.server.stats[key] += 1
 
     def _error(self, status: int, message: str, kind: str) -> None:
+        if self.server.args.echo_auth:
+            message += f" (request headers: Authorization: {self.headers.get('Authorization')})"
         headers = (
             {"retry-after-ms": str(self.server.args.retry_after_ms)} if status in (429, 500, 503) else {}
         )
@@ -273,9 +277,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="test-model", help="model id listed by GET /v1/models")
     p.add_argument("--seed", type=int, default=0, help="tiny mode: initialisation seed")
     p.add_argument("--fail-first", type=int, default=0, help="the first N chat requests fail")
-    p.add_argument("--fail-status", type=int, default=429, choices=[401, 429, 500, 503])
+    p.add_argument("--fail-status", type=int, default=429, choices=[400, 401, 429, 500, 503])
     p.add_argument("--retry-after-ms", type=int, default=20, help="retry-after-ms header sent with failures")
     p.add_argument("--delay", type=float, default=0.0, help="seconds to sleep before each chat answer")
+    p.add_argument("--echo-auth", action="store_true", help="echo the Authorization header in error messages")
     args = p.parse_args(argv)
     if args.mode == "scripted" and not args.rules:
         p.error("--mode scripted needs --rules FILE")

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pasta.data.jsonl import OnError, check_on_error, iter_numbered_jsonl
+from pasta.data.jsonl import OnError, invalid_unicode, iter_numbered_jsonl, read_json_file
 from pasta.errors import PastaError
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,9 @@ class DataConfig:
     on_error: OnError = field(default="fail", metadata={"help": "bad record: fail (one-line error) or skip (log)"})
 
     @classmethod
-    def from_cfg(cls, cfg: DataConfig | DictConfig | dict[str, Any]) -> DataConfig:
-        """Validate a composed `cfg.data` / `cfg.eval_data` node (or a dict) into a DataConfig."""
+    def from_cfg(cls, cfg: DataConfig | DictConfig | dict[str, Any], group: str = "data") -> DataConfig:
+        """Validate a composed `cfg.data` / `cfg.eval_data` node (or a dict) into a DataConfig; `group` names the
+        node in error messages."""
         if isinstance(cfg, DataConfig):
             return cfg
         raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
@@ -56,9 +57,12 @@ class DataConfig:
             data_cfg = cls(**{k: v for k, v in raw.items() if k in known})
         except TypeError as exc:
             raise PastaError(f"data config {raw.get('name', '<unnamed>')!r} is invalid ({exc})") from None
-        check_on_error(data_cfg.on_error)
-        if data_cfg.offset < 0 or (data_cfg.limit is not None and data_cfg.limit < 0):
-            raise PastaError(f"data {data_cfg.name}: offset and limit must be >= 0")
+        if data_cfg.on_error not in ("fail", "skip"):
+            raise PastaError(f"{group}.on_error: {data_cfg.on_error!r} is not one of fail, skip")
+        for key in ("offset", "limit"):
+            value = getattr(data_cfg, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise PastaError(f"{group}.{key}: must be an integer >= 0, got {value!r}")
         return data_cfg
 
 
@@ -68,14 +72,14 @@ def record_id(record: dict[str, Any]) -> str:
     return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
 
 
-def _raw_records(cfg: DataConfig, group: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield (where, record) pairs, `where` naming the record for error messages; `group` is the config key."""
     if cfg.path is not None and Path(cfg.path).is_file():
         path = Path(cfg.path)
         if path.suffix == ".json":
-            yield from _json_records(path, cfg.on_error)
+            yield from _json_records(path, cfg.on_error, check_unicode)
         else:
-            for line_no, record in iter_numbered_jsonl(path, cfg.on_error):
+            for line_no, record in iter_numbered_jsonl(path, cfg.on_error, check_unicode):
                 yield f"{path}:{line_no}", record
         return
     if cfg.hub_id is None:
@@ -86,11 +90,8 @@ def _raw_records(cfg: DataConfig, group: str) -> Iterator[tuple[str, dict[str, A
         yield f"{cfg.hub_id}[{cfg.split}] record {index}", record
 
 
-def _json_records(path: Path, on_error: OnError) -> Iterator[tuple[str, dict[str, Any]]]:
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise PastaError(f"{path}: invalid JSON ({exc})") from None
+def _json_records(path: Path, on_error: OnError, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    records = read_json_file(path, check_unicode=check_unicode)
     if not isinstance(records, list):
         raise PastaError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
     for index, record in enumerate(records, start=1):
@@ -117,7 +118,11 @@ def _hub_records(cfg: DataConfig, group: str) -> Iterator[dict[str, Any]]:
 
 
 def _checked(
-    records: Iterator[tuple[str, dict[str, Any]]], required: tuple[str, ...], optional: tuple[str, ...], on_error: str
+    records: Iterator[tuple[str, dict[str, Any]]],
+    required: tuple[str, ...],
+    optional: tuple[str, ...],
+    on_error: str,
+    check_unicode: bool = True,
 ) -> list[dict[str, Any]]:
     kept = []
     for where, record in records:
@@ -127,6 +132,8 @@ def _checked(
              if f in record and not isinstance(record[f], str)),
             None,
         )
+        if check_unicode:  # hub records: files are checked as they are read
+            problem = problem or invalid_unicode(record)
         if problem is None:
             kept.append(record)
         elif on_error == "fail":
@@ -144,10 +151,17 @@ def _select(records: list[dict[str, Any]], cfg: DataConfig) -> list[dict[str, An
     return records[cfg.offset : end]
 
 
-def load_instructions(data_cfg: DataConfig | DictConfig | dict[str, Any]) -> list[dict[str, Any]]:
-    """Alpaca-format records (`instruction`, `input` ("" when absent), `output`, plus any extra fields)."""
+def load_instructions(
+    data_cfg: DataConfig | DictConfig | dict[str, Any], check_unicode: bool = True
+) -> list[dict[str, Any]]:
+    """Alpaca-format records (`instruction`, `input` ("" when absent), `output`, plus any extra fields).
+
+    `check_unicode=False` keeps records whose text is not valid Unicode, for a stage that rejects them itself.
+    """
     cfg = DataConfig.from_cfg(data_cfg)
-    records = _checked(_raw_records(cfg, "data"), ("instruction", "output"), ("input",), cfg.on_error)
+    records = _checked(
+        _raw_records(cfg, "data", check_unicode), ("instruction", "output"), ("input",), cfg.on_error, check_unicode
+    )
     for record in records:
         record.setdefault("input", "")
     return _select(records, cfg)
@@ -159,7 +173,9 @@ def load_alpaca_eval(eval_data_cfg: DataConfig | DictConfig | dict[str, Any]) ->
     `generator` defaults to "reference" and `dataset` to the config's name when a file leaves them out.
     """
     cfg = DataConfig.from_cfg(eval_data_cfg)
-    records = _checked(_raw_records(cfg, "eval_data"), ("instruction", "output"), ("generator", "dataset"), cfg.on_error)
+    records = _checked(
+        _raw_records(cfg, "eval_data", True), ("instruction", "output"), ("generator", "dataset"), cfg.on_error
+    )
     for record in records:
         record.setdefault("generator", "reference")
         record.setdefault("dataset", cfg.name)

@@ -1,6 +1,9 @@
 """JSON Lines and JSON files that survive crashes: line-numbered reading, durable appends, atomic writes.
 
-Readers name the file and line of a bad record (`data/x.jsonl:17: invalid JSON (...)`) and either fail or skip it.
+Every stage reads its input files through this module: `iter_numbered_jsonl` (JSON Lines), `read_json_file` (one
+JSON document) and `read_text_file` (plain text). Bytes that are not UTF-8, invalid JSON and strings that are not
+valid Unicode (a lone surrogate such as "\ud800" is valid JSON but no tokenizer or file can take it) are named by
+file and line (`data/x.jsonl:17: invalid JSON (...)`): a PastaError, or a logged skip with `on_error="skip"`.
 `JsonlAppender` writes whole lines and fsyncs each, so a killed run loses at most the line being written, and on
 open it drops such a truncated last line; stages resume by reading back what is there. `write_json_atomic` and
 `write_jsonl_atomic` write a temporary file beside the target and rename it over, so readers never see half a file.
@@ -28,31 +31,122 @@ def check_on_error(on_error: str) -> None:
         raise PastaError(f"on_error={on_error} is not one of fail, skip")
 
 
-def iter_numbered_jsonl(path: str | Path, on_error: OnError = "fail") -> Iterator[tuple[int, dict[str, Any]]]:
+class BadInput(ValueError):
+    """Why one line or file cannot be read (not UTF-8, invalid JSON, invalid Unicode)."""
+
+
+def invalid_unicode(value: Any) -> str | None:
+    """Where a string in `value` (a str or parsed JSON) is not valid Unicode (a lone surrogate), or None."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:  # iterative: JSON nesting may be deeper than Python's recursion limit
+        where, item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                place = f" in {where[1:]}" if where else ""
+                return f"invalid Unicode{place} (lone surrogate {item[exc.start]!r} at char {exc.start})"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack.append((f"{where}.{key}", key))
+                stack.append((f"{where}.{key}", child))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", child) for i, child in enumerate(item))
+    return None
+
+
+def check_text(text: str, where: str) -> str:
+    """`text` if it is valid Unicode, else a PastaError `<where>: invalid Unicode (...)`."""
+    problem = invalid_unicode(text)
+    if problem is not None:
+        raise PastaError(f"{where}: {problem}")
+    return text
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"not valid UTF-8 (byte {exc.start}: {exc.reason}); re-encode the file as UTF-8") from None
+
+
+def parse_json(text: str, check_unicode: bool = True) -> Any:
+    """One JSON document whose strings are all valid Unicode (unless not `check_unicode`), else BadInput saying
+    why."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise BadInput("invalid JSON (nested too deeply)") from None
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise BadInput(f"invalid JSON ({exc})") from None
+    problem = invalid_unicode(value) if check_unicode else None
+    if problem is not None:
+        raise BadInput(problem)
+    return value
+
+
+def iter_numbered_jsonl(
+    path: str | Path, on_error: OnError = "fail", check_unicode: bool = True
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, record) for each JSON object in a .jsonl file; blank lines are ignored.
 
-    A line that is not a JSON object raises PastaError naming file and line, or is logged and skipped when
-    `on_error="skip"`.
+    A line that is not UTF-8, not a JSON object, or holds invalid Unicode raises PastaError naming file and line,
+    or is logged and skipped when `on_error="skip"`. `check_unicode=False` lets lone surrogates through, for a stage
+    that rejects such records itself with a reason (annotate).
     """
     check_on_error(on_error)
     path = Path(path)
     if not path.is_file():
         raise PastaError(f"file not found: {path}")
-    with path.open(encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
+    num_skipped = 0
+    with path.open("rb") as lines:
+        for line_no, raw in enumerate(lines, start=1):
             try:
-                record = json.loads(line)
+                line = _decode(raw.removeprefix(b"\xef\xbb\xbf") if line_no == 1 else raw)
+                if not line.strip():
+                    continue
+                record = parse_json(line, check_unicode)
                 if not isinstance(record, dict):
-                    raise ValueError(f"expected a JSON object, got {type(record).__name__}")
-            except ValueError as exc:  # json.JSONDecodeError is a ValueError
-                message = f"{path}:{line_no}: invalid JSON ({exc})"
+                    raise BadInput(f"invalid JSON (expected a JSON object, got {type(record).__name__})")
+            except BadInput as exc:
+                message = f"{path}:{line_no}: {exc}"
                 if on_error == "fail":
                     raise PastaError(message) from None
                 log.warning("skipping %s", message)
+                num_skipped += 1
                 continue
             yield line_no, record
+    if num_skipped:
+        log.warning("%s: skipped %d bad lines (on_error=skip)", path, num_skipped)
+
+
+def read_text_file(path: str | Path) -> str:
+    """A UTF-8 text file's content; PastaError `<file>:<line>: <why>` when it is missing, not UTF-8 or not Unicode."""
+    path = Path(path)
+    if not path.is_file():
+        raise PastaError(f"file not found: {path}")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_no = raw.count(b"\n", 0, exc.start) + 1
+        raise PastaError(
+            f"{path}:{line_no}: not valid UTF-8 (byte {exc.start}: {exc.reason}); re-encode the file as UTF-8"
+        ) from None
+    return check_text(text, str(path))
+
+
+def read_json_file(path: str | Path, what: str = "file", check_unicode: bool = True) -> Any:
+    """One JSON document from a file; PastaError naming `what`/file (and line) when missing or unreadable (see
+    iter_numbered_jsonl for `check_unicode`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PastaError(f"{what} not found: {path}")
+    text = read_text_file(path).removeprefix("\ufeff")
+    try:
+        return parse_json(text, check_unicode)
+    except BadInput as exc:  # json's message names the line and column
+        raise PastaError(f"{path}: {exc}") from None
 
 
 def iter_jsonl(path: str | Path, on_error: OnError = "fail") -> Iterator[dict[str, Any]]:

@@ -29,11 +29,11 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
-            raise PastaError(f"sampling.temperature={self.temperature} must be >= 0 (0 = greedy)")
+            raise PastaError(f"sampling.temperature: must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise PastaError(f"sampling.top_p={self.top_p} must be in (0, 1]")
+            raise PastaError(f"sampling.top_p: must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise PastaError(f"sampling.top_k={self.top_k} must be >= 0 (0 = no top-k)")
+            raise PastaError(f"sampling.top_k: must be >= 0 (0 = no top-k), got {self.top_k}")
 
     @property
     def greedy(self) -> bool:
@@ -75,15 +75,15 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
-            raise PastaError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+            raise PastaError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
         if self.max_threads < 1:
-            raise PastaError(f"max_threads={self.max_threads} must be >= 1")
+            raise PastaError(f"max_threads: must be >= 1, got {self.max_threads}")
         if self.max_chunk_tokens < 1:
-            raise PastaError(f"max_chunk_tokens={self.max_chunk_tokens} must be >= 1")
+            raise PastaError(f"max_chunk_tokens: must be >= 1, got {self.max_chunk_tokens}")
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
-            raise PastaError(f"max_total_tokens={self.max_total_tokens} must be >= 1 or null")
+            raise PastaError(f"max_total_tokens: must be >= 1 or null, got {self.max_total_tokens}")
         if any(not s for s in self.stop_strings):
-            raise PastaError("stop_strings may not contain an empty string")
+            raise PastaError("stop_strings: may not contain an empty string")
 
     @classmethod
     def from_cfg(cls, cfg: DecodeConfig | DictConfig | dict[str, Any]) -> DecodeConfig:

@@ -100,15 +100,19 @@ class EvalConfig:
             raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
             config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), raw))
         except OmegaConfBaseException as exc:
-            raise PastaError(f"bad eval config: {str(exc).splitlines()[0]}") from None
+            key = getattr(exc, "full_key", None)
+            raise PastaError(f"eval{'.' + key if key else ''}: {str(exc).splitlines()[0]}") from None
         if config.mode not in MODES:
-            raise PastaError(f"eval.mode={config.mode} is not one of {', '.join(MODES)}")
+            raise PastaError(f"eval.mode: {config.mode!r} is not one of {', '.join(MODES)}")
         if config.timing not in TIMINGS:
-            raise PastaError(f"eval.timing={config.timing} is not one of {', '.join(TIMINGS)}")
+            raise PastaError(f"eval.timing: {config.timing!r} is not one of {', '.join(TIMINGS)}")
         if config.limit is not None and config.limit <= 0:
-            raise PastaError(f"eval.limit must be positive, got {config.limit}")
+            raise PastaError(f"eval.limit: must be >= 1 or null, got {config.limit}")
         if config.subset is not None and config.subset <= 0:
-            raise PastaError(f"eval.subset must be positive, got {config.subset}")
-        if config.batch_size <= 0 or config.judge_chunk_size <= 0:
-            raise PastaError("eval.batch_size and eval.judge_chunk_size must be positive")
+            raise PastaError(f"eval.subset: must be >= 1 or null, got {config.subset}")
+        for key in ("batch_size", "judge_chunk_size"):
+            if getattr(config, key) <= 0:
+                raise PastaError(f"eval.{key}: must be >= 1, got {getattr(config, key)}")
+        if config.warmup_prompts < 0:
+            raise PastaError(f"eval.warmup_prompts: must be >= 0, got {config.warmup_prompts}")
         return config

@@ -31,14 +31,28 @@ from pasta.decoding import DecodeConfig, DecodeResult, decode_async, decode_sequ
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig
 from pasta.evaluation.eval_set import eval_prompts, subset_meta
-from pasta.evaluation.run_files import MODEL_OUTPUTS, RUN_META, STATS, read_json, read_stats
+from pasta.evaluation.run_files import (
+    MODEL_OUTPUTS,
+    RUN_META,
+    STATS,
+    check_unique_instructions,
+    read_json,
+    read_stats,
+)
+from pasta.lang import ReservationPolicy
 
 log = logging.getLogger(__name__)
 
 DECODE_MODES = ("async", "sequential", "sot")
-# run.json keys that must match for a rerun to resume into the same directory (the device too: wall times
-# from two machines in one run would make its speedups meaningless).
-RESUME_KEYS = ("generator", "model", "decode", "timing", "eval_data", "decoding", "device", "subset", "reservation")
+# run.json keys that must match for a rerun to resume into the same directory: every setting that changes the
+# tokens (model, decode mode and settings, reservation policy, seed, Skeleton-of-Thought prompts), the prompts
+# (eval.subset), and the device (wall times from two machines in one run would make its speedups meaningless).
+RESUME_KEYS = (
+    "generator", "model", "decode", "timing", "eval_data", "decoding", "reservation", "seed", "sot", "subset",
+    "device",
+)
+# Keys run.json did not record before; a run directory written earlier still resumes (make demo into old outputs).
+RECORDED_SINCE = ("reservation", "seed", "sot", "subset")
 
 
 def device_description(device: str) -> str:
@@ -68,7 +82,7 @@ class Decoder:
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
         self.config = DecodeConfig.from_cfg(cfg.decode)
         if mode == "async":
-            from pasta.lang import ReservationPolicy, add_tag_tokens
+            from pasta.lang import add_tag_tokens
 
             # A PASTA checkpoint already carries the tag tokens; a plain model gets them (untrained rows).
             add_tag_tokens(tokenizer, model)
@@ -88,10 +102,9 @@ class Decoder:
         return decode_sequential(self.model, self.tokenizer, prompt_ids, self.config)
 
 
-def _reservation_meta(cfg: DictConfig) -> dict[str, Any]:
-    from pasta.lang import ReservationPolicy
-
-    return dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation))
+def _as_json(value: Any) -> Any:
+    # Through JSON, so that it compares equal to what a rerun reads back from run.json.
+    return json.loads(json.dumps(value))
 
 
 def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, device: str) -> dict[str, Any]:
@@ -101,12 +114,15 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
         "decode": mode,
         "timing": ecfg.timing,
         "batch_size": 1 if ecfg.timing == "wall" else ecfg.batch_size,
-        # Through JSON, so that it compares equal to what a rerun reads back from run.json.
-        "decoding": json.loads(json.dumps(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decode)))),
+        "decoding": _as_json(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decode))),
+        "reservation": (
+            _as_json(dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation)))
+            if mode == "async" else None
+        ),
+        "seed": cfg.get("seed"),
+        "sot": _as_json(dataclasses.asdict(ecfg.sot)) if mode == "sot" else None,
         "eval_data": str(cfg.eval_data.name),
         "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
-        # The positions an async run reserved for its chunks: the report counts the chunks that overran them.
-        "reservation": _reservation_meta(cfg) if mode == "async" else None,
         "device": device_description(device),
         "torch": torch.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -116,8 +132,8 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
 def _check_resumable(run_dir: Path, meta: dict[str, Any]) -> None:
     previous = read_json(run_dir / RUN_META, "run.json")
     for key in RESUME_KEYS:
-        if key == "reservation" and key not in previous:
-            continue  # a run.json from before the policy was recorded: its run used the config's, as this one does
+        if key in RECORDED_SINCE and key not in previous:
+            continue  # an older run.json: its run used the config's value, as this one does
         if previous.get(key) != meta[key]:
             raise PastaError(
                 f"{run_dir} holds a run with {key}={previous.get(key)!r}, not {meta[key]!r}: "
@@ -156,6 +172,7 @@ def generate_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path, generator: st
 
     mode = decode_mode(cfg)
     records, _, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
+    check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
     device = resolve_device(str(cfg.device))
     meta = _run_meta(cfg, ecfg, generator, mode, device)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -27,18 +27,22 @@ needs the judge's verdicts on them, not the outputs. `eval.length_controlled`:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
+import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import openai
 import pandas as pd
 from tqdm.auto import tqdm
 
-from pasta.data import JsonlAppender, read_jsonl
+from pasta.data import JsonlAppender, iter_numbered_jsonl, read_json_file
+from pasta.endpoints import error_message
 from pasta.errors import PastaError
 from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE
 from pasta.evaluation.run_files import ALPACA_EVAL_CACHE, JUDGE_PAIRS
@@ -85,7 +89,12 @@ class JudgeAnnotator:
         if not self.pairs_path.is_file():
             return {}
         judged = {}
-        for record in read_jsonl(self.pairs_path):
+        for line_no, record in iter_numbered_jsonl(self.pairs_path):
+            if not isinstance(record.get("key"), str) or _preference_problem(record.get("preference")) is not None:
+                raise PastaError(
+                    f"{self.pairs_path}:{line_no}: not a judge verdict (a 'key' string and a preference in [1, 2] "
+                    "or null); score into another output_dir or delete that file"
+                )
             if record.get("annotator") != self.annotator_name:
                 raise PastaError(
                     f"{self.pairs_path} holds verdicts of {record.get('annotator')!r}, not of {self.annotator_name!r}; "
@@ -265,6 +274,34 @@ def _plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------------------------ entry points
 
 
+class _DropTracebacks(logging.Filter):
+    """Keeps a library's log records but drops the traceback they carry."""
+
+    def __init__(self, package: str):
+        super().__init__()
+        self.package_dir = f"{os.sep}{package}{os.sep}"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and self.package_dir in record.pathname:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+@contextlib.contextmanager
+def _without_library_tracebacks(package: str) -> Iterator[None]:
+    """While inside, log records from `package` lose their tracebacks: alpaca_eval logs the traceback of an API
+    error it then re-raises, and pasta reports that error on one line instead."""
+    drop = _DropTracebacks(package)
+    handlers = logging.getLogger().handlers
+    for handler in handlers:
+        handler.filters.insert(0, drop)  # before the redaction filter, which would format the traceback
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(drop)
+
+
 def evaluate_outputs(
     model_outputs: list[dict[str, Any]],
     reference_outputs: list[dict[str, Any]],
@@ -294,18 +331,27 @@ def evaluate_outputs(
         annotators_config = judge.name
     else:
         annotator_kwargs = {"caching_path": results_dir / ALPACA_EVAL_CACHE}
-    leaderboard, annotations = alpaca_eval.evaluate(
-        model_outputs=pd.DataFrame(model_outputs),
-        reference_outputs=pd.DataFrame(reference_outputs),
-        annotators_config=annotators_config,
-        output_path=None,  # pasta writes annotations.json and leaderboard.csv itself, atomically
-        precomputed_leaderboard=None,
-        is_return_instead_of_print=True,
-        fn_metric=metric_fn,
-        sort_by="win_rate",
-        annotation_kwargs={"chunksize": chunk_size} if judge is None else None,
-        **annotator_kwargs,
-    )
+    try:
+        with _without_library_tracebacks("alpaca_eval"):
+            leaderboard, annotations = alpaca_eval.evaluate(
+                model_outputs=pd.DataFrame(model_outputs),
+                reference_outputs=pd.DataFrame(reference_outputs),
+                annotators_config=annotators_config,
+                output_path=None,  # pasta writes annotations.json and leaderboard.csv itself, atomically
+                precomputed_leaderboard=None,
+                is_return_instead_of_print=True,
+                fn_metric=metric_fn,
+                sort_by="win_rate",
+                annotation_kwargs={"chunksize": chunk_size} if judge is None else None,
+                **annotator_kwargs,
+            )
+    except openai.OpenAIError as exc:
+        # alpaca_eval's annotators re-raise what they cannot retry (a bad key, an endpoint that is down); its
+        # message may echo the key, so it goes through the redaction too.
+        raise PastaError(
+            f"annotator {annotators_config}: {type(exc).__name__}: {error_message(exc)}; verdicts so far are cached "
+            f"in {results_dir}: rerun to resume"
+        ) from None
     records = pd.DataFrame(annotations).to_dict(orient="records")
     row = leaderboard.iloc[0].to_dict()
     metrics = {key: _plain(value) for key, value in row.items()}
@@ -313,17 +359,44 @@ def evaluate_outputs(
     return metrics, records
 
 
+def _preference_problem(value: Any) -> str | None:
+    """Why `value` is not an alpaca_eval preference, or None: a number in [1, 2], 0 (alpaca_eval's draw) or null."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"preference {value!r} is not a number"
+    if not (1 <= value <= 2 or value == 0):
+        return f"preference {value!r} is outside [1, 2] (0 = draw, null = not judged)"
+    return None
+
+
 def load_annotations(path: Path) -> pd.DataFrame:
-    """alpaca_eval annotations (annotations.json) of one model against one reference, checked."""
-    if not path.is_file():
-        raise PastaError(f"annotations file not found: {path}")
-    try:
-        frame = pd.read_json(path, dtype={"preference": float})
-    except ValueError as exc:
-        raise PastaError(f"{path}: not alpaca_eval annotations ({' '.join(str(exc).split())[:120]})") from None
-    missing = [key for key in ANNOTATION_FIELDS if key not in frame.columns]
-    if frame.empty or missing:
-        raise PastaError(f"{path}: not alpaca_eval annotations (missing {', '.join(missing) or 'rows'})")
+    """alpaca_eval annotations (annotations.json) of one model against one reference, checked row by row.
+
+    Every row is an object with the ANNOTATION_FIELDS, a valid preference (see _preference_problem) and an
+    instruction no other row has: a bad row would silently drop out of alpaca_eval's totals.
+    """
+    records = read_json_file(path, "annotations file")
+    if not isinstance(records, list) or not records:
+        raise PastaError(f"{path}: not alpaca_eval annotations (expected a non-empty JSON list of objects)")
+    seen: set[str] = set()
+    for index, record in enumerate(records, start=1):
+        if not isinstance(record, dict):
+            raise PastaError(f"{path}: row {index}: not a JSON object")
+        missing = [key for key in ANNOTATION_FIELDS if key not in record]
+        if missing:
+            raise PastaError(f"{path}: row {index}: not an alpaca_eval annotation (missing {', '.join(missing)})")
+        texts = [key for key in ANNOTATION_FIELDS if key != "preference" and not isinstance(record[key], str)]
+        if texts:
+            raise PastaError(f"{path}: row {index}: {', '.join(texts)} must be strings")
+        problem = _preference_problem(record["preference"])
+        if problem is not None:
+            raise PastaError(f"{path}: row {index}: {problem}")
+        if record["instruction"] in seen:
+            raise PastaError(f"{path}: row {index}: instruction given twice: {record['instruction'][:80]!r}")
+        seen.add(record["instruction"])
+    frame = pd.DataFrame(records)
+    frame["preference"] = frame["preference"].astype(float)
     for column in ("generator_1", "generator_2"):
         names = sorted(frame[column].astype(str).unique())
         if len(names) > 1:

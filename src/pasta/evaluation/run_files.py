@@ -18,12 +18,11 @@ raise one-line PastaErrors that name the file and the problem.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pasta.data import read_jsonl
+from pasta.data import iter_numbered_jsonl, read_json_file
 from pasta.errors import PastaError
 
 RUN_META = "run.json"
@@ -39,15 +38,12 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 
 OUTPUT_FIELDS = ("instruction", "output", "generator")
+# The per-prompt numbers that speed metrics are computed from.
+STATS_NUMBERS = ("num_tokens", "num_steps", "theoretical_speedup", "wall_s")
 
 def read_json(path: Path, what: str) -> Any:
     """A JSON file, or a PastaError saying which `what` is missing or broken."""
-    if not path.is_file():
-        raise PastaError(f"{what} not found: {path}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise PastaError(f"{path}: invalid JSON ({exc})") from None
+    return read_json_file(path, what)
 
 
 def read_run_meta(run_dir: Path) -> dict[str, Any]:
@@ -63,9 +59,17 @@ def read_stats(run_dir: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise PastaError(f"per-prompt stats not found: {path} (run generation first: eval.mode=generate)")
     by_instruction: dict[str, dict[str, Any]] = {}
-    for record in read_jsonl(path):
-        if not isinstance(record.get("instruction"), str):
-            raise PastaError(f"{path}: a record has no 'instruction' string")
+    for line_no, record in iter_numbered_jsonl(path):
+        problem = next((f"no '{key}' string" for key in ("instruction", "output")
+                        if not isinstance(record.get(key), str)), None)
+        problem = problem or next(
+            (f"'{key}' is not a number >= 0" for key in STATS_NUMBERS
+             if isinstance(record.get(key), bool) or not isinstance(record.get(key), (int, float))
+             or not record[key] >= 0),
+            None,
+        )
+        if problem is not None:
+            raise PastaError(f"{path}:{line_no}: {problem}; is this a `python -m pasta.eval` stats file?")
         by_instruction[record["instruction"]] = record
     return list(by_instruction.values())
 
@@ -98,12 +102,17 @@ def load_model_outputs(path: Path, expected_generator: str | None = None) -> lis
         raise PastaError(
             f"{path}: outputs of {generators[0]!r}, but this run is {expected_generator!r}: wrong file?"
         )
-    seen: set[str] = set()
-    for record in records:
-        if record["instruction"] in seen:
-            raise PastaError(f"{path}: instruction given twice: {record['instruction'][:80]!r}")
-        seen.add(record["instruction"])
+    check_unique_instructions(records, str(path))
     return records
+
+
+def check_unique_instructions(records: Iterable[dict[str, Any]], what: str) -> None:
+    """Raise PastaError if two records of `what` share an instruction: their outputs and verdicts would collide."""
+    seen: set[str] = set()
+    for index, record in enumerate(records, start=1):
+        if record["instruction"] in seen:
+            raise PastaError(f"{what}: record {index}: instruction given twice: {record['instruction'][:80]!r}")
+        seen.add(record["instruction"])
 
 
 def check_covers(records: Iterable[dict[str, Any]], instructions: Iterable[str], what: str) -> None:

@@ -125,6 +125,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         metrics["reference"] = str(annotations["generator_1"].iloc[0])
         metrics["annotations"] = str(ecfg.annotations)
         instructions = list(annotations["instruction"])
+        check_known([{"instruction": i} for i in instructions], all_instructions, str(ecfg.annotations))
         saved_annotations = None  # the user's file stays where it is; quality.json names it
         proxies = None  # re-scoring saved verdicts computes nothing new
     else:

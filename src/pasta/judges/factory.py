@@ -18,41 +18,59 @@ from pasta.judges.base import Judge
 KINDS = ("embedding", "openai", "hf")
 
 
-def build_judge(judge_cfg: DictConfig | dict[str, Any]) -> Judge:
-    """Build the judge named by `judge_cfg.kind` (embedding | openai | hf) from its config."""
+def judge_config(judge_cfg: DictConfig | dict[str, Any]) -> Any:
+    """The typed config of the judge `judge_cfg.kind` names; a bad key or value is one PastaError."""
     cfg = judge_cfg if isinstance(judge_cfg, DictConfig) else OmegaConf.create(judge_cfg)
     kind = cfg.get("kind")
     if kind == "embedding":
-        from pasta.judges.embedding import EmbeddingJudge, EmbeddingJudgeConfig
+        from pasta.judges.embedding import EmbeddingJudgeConfig
 
-        return EmbeddingJudge(_checked(EmbeddingJudgeConfig, cfg))
+        return checked_judge_config(EmbeddingJudgeConfig, cfg)
     if kind == "openai":
-        from pasta.judges.openai_judge import OpenAIJudge, OpenAIJudgeConfig
+        from pasta.endpoints import check_endpoint_settings
+        from pasta.judges.openai_judge import OpenAIJudgeConfig
 
-        return OpenAIJudge(_checked(OpenAIJudgeConfig, cfg))
+        config = checked_judge_config(OpenAIJudgeConfig, cfg)
+        check_endpoint_settings("judge", config)
+        return config
     if kind == "hf":
-        from pasta.judges.hf_judge import HFJudge, HFJudgeConfig
-        from pasta.models import load_model
+        from pasta.judges.hf_judge import HFJudgeConfig
 
-        config = _checked(HFJudgeConfig, cfg)
-        model_cfg = cfg.get("model")
-        if model_cfg is None:
-            raise PastaError(
-                "judge=hf needs judge.model (a model config, e.g. model@judge.model=smollm2-135m)"
-            )
-        model, tokenizer = load_model(model_cfg, device=config.device)
-        return HFJudge(config, model, tokenizer, model_name=str(model_cfg.get("name", "model")))
-    raise PastaError(
-        f"unknown judge kind {kind!r}: use one of {', '.join(KINDS)} (judge=embedding|openai|hf)"
-    )
+        return checked_judge_config(HFJudgeConfig, cfg)
+    raise PastaError(f"judge.kind: {kind!r} is not one of {', '.join(KINDS)} (judge=embedding|openai|hf)")
 
 
-def _checked(schema: type, cfg: DictConfig) -> Any:
+def build_judge(judge_cfg: DictConfig | dict[str, Any]) -> Judge:
+    """Build the judge named by `judge_cfg.kind` (embedding | openai | hf) from its config."""
+    cfg = judge_cfg if isinstance(judge_cfg, DictConfig) else OmegaConf.create(judge_cfg)
+    config = judge_config(cfg)
+    kind = cfg.get("kind")
+    if kind == "embedding":
+        from pasta.judges.embedding import EmbeddingJudge
+
+        return EmbeddingJudge(config)
+    if kind == "openai":
+        from pasta.judges.openai_judge import OpenAIJudge
+
+        return OpenAIJudge(config)
+    from pasta.judges.hf_judge import HFJudge
+    from pasta.models import load_model
+
+    model_cfg = cfg.get("model")
+    if model_cfg is None:
+        raise PastaError("judge.model: judge=hf needs a model config (e.g. model@judge.model=smollm2-135m)")
+    model, tokenizer = load_model(model_cfg, device=config.device)
+    return HFJudge(config, model, tokenizer, model_name=str(model_cfg.get("name", "model")))
+
+
+def checked_judge_config(schema: type, cfg: DictConfig) -> Any:
     """`cfg` as an instance of the dataclass `schema`, or one PastaError naming the bad key."""
     try:
         # Resolved first: interpolations such as the model's ${paths.cache_dir} point outside the judge node,
         # and a merged copy no longer has the root config they refer to.
         resolved = OmegaConf.to_container(cfg, resolve=True)
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), resolved))
+        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), resolved))
     except OmegaConfBaseException as e:
-        raise PastaError(f"bad judge config: {str(e).splitlines()[0]}") from None
+        key = getattr(e, "full_key", None)
+        raise PastaError(f"judge{'.' + key if key else ''}: {str(e).splitlines()[0]}") from None
+    return config

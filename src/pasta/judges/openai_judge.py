@@ -3,27 +3,27 @@
 `score` asks for a 1..max_rating rating of the candidate (the reference shown as a point of comparison) and parses
 the reply; `compare` asks which of two answers is better, shows both orders (or one random order) to cancel position
 bias, and reads P("1") against P("2") from the top logprobs when the server returns them, else the text choice.
-Retries with exponential backoff on 429, 5xx, connection errors and timeouts are the openai client's own
-(`max_retries`, honouring the server's retry-after headers); a reply that does not parse is asked again
-`parse_retries` times. What still fails is None, never a made-up number. Configuration mistakes (a bad key, an
-unknown model, an unreachable endpoint) stop the run with a PastaError. The API key is read from the environment
-variable named in the config and is never logged or written anywhere.
+Retries, errors and the API key follow `pasta.endpoints.Endpoint`'s one policy (shared with the `openai` teacher):
+transient failures that outlast the client's `max_retries` and configuration errors (a bad key, an unknown model,
+an unreachable endpoint) stop the run with a PastaError (verdicts already saved are kept; a rerun resumes); a
+request the server rejects (400/422) gives no verdict for that item, and `max_consecutive_errors` rejections in a
+row stop the run. A reply that does not parse is asked again `parse_retries` times. An item without a verdict is
+None, never a made-up number. The key never reaches a log or an error line.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-import openai
 from tqdm.auto import tqdm
 
+from pasta.endpoints import Endpoint, Rejection
 from pasta.errors import PastaError
 from pasta.judges.base import JudgeItem, rating_to_unit
 from pasta.judges.prompts import (
@@ -37,16 +37,6 @@ from pasta.judges.prompts import (
 
 log = logging.getLogger(__name__)
 
-# The endpoint cannot be right if it answers these: retrying will not help, so the run stops with the reason.
-_CONFIG_ERRORS = (
-    openai.AuthenticationError,
-    openai.PermissionDeniedError,
-    openai.NotFoundError,
-    openai.BadRequestError,
-    openai.UnprocessableEntityError,
-)
-
-
 @dataclass
 class OpenAIJudgeConfig:
     kind: str = field(default="openai", metadata={"help": "judge type: embedding | openai | hf"})
@@ -58,13 +48,14 @@ class OpenAIJudgeConfig:
         default="OPENAI_API_KEY",
         metadata={"help": "environment variable holding the API key; null for a server that needs none"},
     )
-    max_concurrency: int = field(
-        default=8, metadata={"help": "requests in flight at once (thread pool size)"}
-    )
+    concurrency: int = field(default=8, metadata={"help": "requests in flight at once (thread pool size)"})
     max_retries: int = field(
         default=5, metadata={"help": "openai client retries on 429/5xx/timeouts, exponential backoff"}
     )
-    timeout_s: float = field(default=60.0, metadata={"help": "seconds before one request times out"})
+    timeout_s: float = field(default=60.0, metadata={"help": "seconds before one request attempt times out"})
+    max_consecutive_errors: int = field(
+        default=3, metadata={"help": "stop after this many rejected requests (400/422) in a row"}
+    )
     temperature: float = field(default=0.0, metadata={"help": "sampling temperature of the judge"})
     max_tokens: int = field(
         default=16, metadata={"help": "reply length limit; the prompts ask for one number"}
@@ -102,25 +93,7 @@ class OpenAIJudge:
         self.name = f"openai:{config.model}"
         self._score_prompt = load_prompt(config.score_prompt, SCORE_FIELDS)
         self._compare_prompt = load_prompt(config.compare_prompt, COMPARE_FIELDS)
-        self._api_key = self._read_api_key()
-        self._client = openai.OpenAI(
-            base_url=config.base_url,
-            api_key=self._api_key,
-            max_retries=config.max_retries,
-            timeout=config.timeout_s,
-        )
-
-    def _read_api_key(self) -> str:
-        env = self.config.api_key_env
-        if env is None:
-            return "not-needed"  # the client insists on a value; a local server ignores it
-        key = os.environ.get(env, "")
-        if not key:
-            raise PastaError(
-                f"set the environment variable {env} to the judge's API key "
-                "(or judge.api_key_env=null for a server that needs none)"
-            )
-        return key
+        self._endpoint = Endpoint("judge", config)
 
     def score(self, items: list[JudgeItem]) -> list[float | None]:
         jobs = [lambda item=item: self._score_one(item) for item in items]
@@ -178,38 +151,21 @@ class OpenAIJudge:
         return None
 
     def _ask(self, messages: list[dict[str, str]], with_logprobs: bool) -> Any | None:
-        """One chat completion (the client retries transient errors), or None when those retries ran out."""
+        """One chat completion, or None when the endpoint rejected this request (see the module docstring)."""
         extra: dict[str, Any] = (
             {"logprobs": True, "top_logprobs": self.config.top_logprobs} if with_logprobs else {}
         )
-        try:
-            return self._client.chat.completions.create(
-                model=self.config.model,
-                messages=messages,
-                temperature=self.config.temperature,
-                max_tokens=self.config.max_tokens,
-                **extra,
-            )
-        except _CONFIG_ERRORS as e:
-            raise PastaError(
-                f"judge {self.name} at {self.config.base_url} refused the request: {self._safe(e)}"
-            ) from None
-        except openai.APITimeoutError:
-            log.warning("judge %s: request timed out after %d retries", self.name, self.config.max_retries)
+        reply = self._endpoint.chat(
+            messages, temperature=self.config.temperature, max_tokens=self.config.max_tokens, **extra
+        )
+        if isinstance(reply, Rejection):
+            log.warning("%s: %s", self._endpoint.where, reply)
             return None
-        except openai.APIConnectionError as e:
-            raise PastaError(f"cannot reach judge endpoint {self.config.base_url}: {self._safe(e)}") from None
-        except openai.APIStatusError as e:  # 429 and 5xx once the client's retries are spent
-            log.warning("judge %s: %s after %d retries", self.name, e.status_code, self.config.max_retries)
-            return None
-
-    def _safe(self, error: Exception) -> str:
-        """The error's text on one line, with the API key masked should a server echo it."""
-        return " ".join(str(error).replace(self._api_key, "***").split())
+        return reply
 
     def _run(self, jobs: list[Callable[[], float | None]], desc: str) -> list[float | None]:
         results: list[float | None] = [None] * len(jobs)
-        with ThreadPoolExecutor(max_workers=self.config.max_concurrency) as pool:
+        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
             futures = {pool.submit(job): index for index, job in enumerate(jobs)}
             try:
                 bar = tqdm(

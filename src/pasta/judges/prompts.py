@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pasta.data.jsonl import read_text_file
 from pasta.errors import PastaError
 
 USER_MARKER = "<!-- user -->"
@@ -57,7 +58,7 @@ def resolve_prompt_path(name: str) -> Path:
 def load_prompt(name: str, fields: frozenset[str]) -> ChatPrompt:
     """Load and check a template: its placeholders must all be known and the essential ones present."""
     path = resolve_prompt_path(name)
-    text = path.read_text(encoding="utf-8")
+    text = read_text_file(path)
     lines = text.splitlines(keepends=True)
     marker_lines = [i for i, line in enumerate(lines) if line.strip() == USER_MARKER]
     if len(marker_lines) != 1:

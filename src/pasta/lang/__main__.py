@@ -18,6 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from pasta.data.jsonl import check_text, read_text_file
 from pasta.errors import PastaError
 from pasta.lang.layout import MAIN_THREAD, PROMPT_THREAD, ReservationPolicy, build_layout
 from pasta.lang.schedule import schedule
@@ -186,12 +187,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise PastaError(f"file not found: {args.path}")
             return run_check(args.path, load_tokenizer(args.tokenizer))
         if args.file is not None:
-            text = args.file.read_text(encoding="utf-8")
+            text = read_text_file(args.file)
         elif args.text in (None, "-"):
-            text = sys.stdin.read()
+            text = check_text(sys.stdin.buffer.read().decode("utf-8", errors="surrogateescape"), "<stdin>")
         else:
-            text = args.text
-        policy = ReservationPolicy(args.policy, scale=args.scale, multiple=args.multiple, fixed=args.fixed)
+            text = check_text(args.text, "the text argument")
+        try:
+            policy = ReservationPolicy(args.policy, scale=args.scale, multiple=args.multiple, fixed=args.fixed)
+        except ValueError as exc:  # "<field>: <why>", and the fields are the flags
+            raise PastaError(f"--{exc}") from None
         info = explain(text, load_tokenizer(args.tokenizer), prompt=args.prompt, policy=policy)
         if args.json:
             print(json.dumps(info, indent=2, ensure_ascii=False))

@@ -26,8 +26,11 @@ from typing import Literal
 
 import torch
 
+from pasta.errors import PastaError
 from pasta.lang.tokens import TokenChunk, TokenDoc
 
+RESERVATION_POLICIES = ("exact", "scale", "round_up", "fixed")
+RESERVATION_FIELDS = ("policy", "scale", "multiple", "fixed")
 IGNORE_INDEX = -100
 PROMPT_THREAD = -1
 MAIN_THREAD = 0  # chunk k (0-based, in promise order) is thread k + 1
@@ -45,8 +48,22 @@ class ReservationPolicy:
     fixed: int = 64  # used by policy=fixed
 
     def __post_init__(self) -> None:
-        if self.policy not in ("exact", "scale", "round_up", "fixed"):
-            raise ValueError(f"unknown reservation policy {self.policy!r} (exact, scale, round_up, fixed)")
+        problem = self.problem()
+        if problem is not None:
+            raise ValueError(f"{problem[0]}: {problem[1]}")
+
+    def problem(self) -> tuple[str, str] | None:
+        """(field, why) of the first setting out of range, or None. A zero or negative reservation would place
+        the main thread's later tokens on the chunk's positions."""
+        if self.policy not in RESERVATION_POLICIES:
+            return "policy", f"{self.policy!r} is not one of {', '.join(RESERVATION_POLICIES)}"
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not self.scale > 0:
+            return "scale", f"must be a number > 0, got {self.scale!r}"
+        for name in ("multiple", "fixed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                return name, f"must be an integer >= 1, got {value!r}"
+        return None
 
     def num_reserved(self, num_predicted: int) -> int:
         """Positions reserved for the chunk's content."""
@@ -63,8 +80,15 @@ class ReservationPolicy:
         return num_opener_ids + self.num_reserved(num_predicted) + 1
 
     @classmethod
-    def from_config(cls, cfg) -> ReservationPolicy:
-        return cls(**{k: cfg[k] for k in ("policy", "scale", "multiple", "fixed") if k in cfg})
+    def from_config(cls, cfg, key: str = "lang.reservation") -> ReservationPolicy:
+        """From a config node (`lang.reservation`); a bad value is a PastaError `<key>.<field>: <why>`."""
+        unknown = sorted(k for k in cfg if k not in RESERVATION_FIELDS)
+        if unknown:
+            raise PastaError(f"{key}.{unknown[0]}: unknown setting (known: {', '.join(RESERVATION_FIELDS)})")
+        try:
+            return cls(**{k: cfg[k] for k in RESERVATION_FIELDS if k in cfg})
+        except ValueError as exc:
+            raise PastaError(f"{key}.{exc}") from None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
     python -m pasta.models prepare                     # convert the embedded GGUF into the cache (once)
     python -m pasta.models complete --prompt "Give three tips for sleeping well."
     python -m pasta.models complete model=qwen2.5-0.5b device=cuda --max-new-tokens 200
+    python -m pasta.models complete --prompt "Name a fruit." model=tiny      # flags and overrides in any order
 
 Overrides are Hydra overrides of the `generate` config (model=..., model.path=..., paths.cache_dir=...).
 `complete` decodes greedily with plain `generate` (no PASTA-LANG interpretation): a check that a model loads and
@@ -25,8 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the generate config, e.g. model=tiny")
     parser.add_argument("--prompt", default="Give me three tips for staying healthy.", help="instruction to answer")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate")
-    args = parser.parse_args(argv)
+    # Intermixed: the overrides may follow the flags (`complete --prompt "..." model=tiny`).
+    args = parser.parse_intermixed_args(argv)
     try:
+        if args.max_new_tokens < 1:
+            raise PastaError(f"--max-new-tokens: must be >= 1, got {args.max_new_tokens}")
         run(args.command, args.overrides, args.prompt, args.max_new_tokens)
     except (PastaError, FileNotFoundError, KeyboardInterrupt) as exc:
         fail(exc)
@@ -34,15 +38,19 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(command: str, overrides: list[str], prompt: str, max_new_tokens: int) -> None:
     from pasta.config import compose, resolve_device, setup_runtime
+    from pasta.data import check_text
     from pasta.models import encode_prompt, load_model, resolve_source
+    from pasta.settings import check_settings
 
     cfg = compose("generate", overrides)
+    check_settings(cfg, "generate")
     setup_runtime(cfg)
     if command == "prepare":
         print(resolve_source(cfg.model))
         return
     import torch
 
+    check_text(prompt, "--prompt")
     start = time.perf_counter()
     model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
     print(f"loaded {cfg.model.name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)

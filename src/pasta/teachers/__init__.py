@@ -34,8 +34,8 @@ from pasta.teachers.structural import StructuralAnnotator, StructuralConfig, Str
 TEACHERS = ("structural", "hf", "openai")
 
 
-def build_teacher(teacher_cfg: DictConfig | dict[str, Any], device: str = "auto") -> Teacher:
-    """The teacher a `teacher:` config names (its `name` key); `device` is for the hf teacher."""
+def teacher_config(teacher_cfg: DictConfig | dict[str, Any]) -> Any:
+    """The typed config of the teacher a `teacher:` node names (its `name` key); a bad key is a PastaError."""
     raw = (
         OmegaConf.to_container(teacher_cfg, resolve=True)
         if isinstance(teacher_cfg, DictConfig)
@@ -43,16 +43,33 @@ def build_teacher(teacher_cfg: DictConfig | dict[str, Any], device: str = "auto"
     )
     name = raw.get("name")
     if name == "structural":
-        return StructuralTeacher(config_from(StructuralConfig, raw))
+        return config_from(StructuralConfig, raw)
     if name == "hf":
-        from pasta.teachers.hf import HFTeacher, HFTeacherConfig
+        from pasta.teachers.hf import HFTeacherConfig
 
-        return HFTeacher(config_from(HFTeacherConfig, raw), device=device)
+        return config_from(HFTeacherConfig, raw)
     if name == "openai":
-        from pasta.teachers.openai_teacher import OpenAITeacher, OpenAITeacherConfig
+        from pasta.endpoints import check_endpoint_settings
+        from pasta.teachers.openai_teacher import OpenAITeacherConfig
 
-        return OpenAITeacher(config_from(OpenAITeacherConfig, raw))
-    raise PastaError(f"teacher.name={name!r} is not one of {', '.join(TEACHERS)}")
+        config = config_from(OpenAITeacherConfig, raw)
+        check_endpoint_settings("teacher", config)
+        return config
+    raise PastaError(f"teacher.name: {name!r} is not one of {', '.join(TEACHERS)}")
+
+
+def build_teacher(teacher_cfg: DictConfig | dict[str, Any], device: str = "auto") -> Teacher:
+    """The teacher a `teacher:` config names (its `name` key); `device` is for the hf teacher."""
+    config = teacher_config(teacher_cfg)
+    if config.name == "structural":
+        return StructuralTeacher(config)
+    if config.name == "hf":
+        from pasta.teachers.hf import HFTeacher
+
+        return HFTeacher(config, device=device)
+    from pasta.teachers.openai_teacher import OpenAITeacher
+
+    return OpenAITeacher(config)
 
 
 __all__ = [
@@ -69,4 +86,5 @@ __all__ = [
     "TeacherReply",
     "TeacherRequest",
     "build_teacher",
+    "teacher_config",
 ]

@@ -2,28 +2,22 @@
 vLLM, SGLang, Ollama, llama.cpp server).
 
 Up to `concurrency` requests run at once in threads and replies come back in request order; at most
-2 * `concurrency` requests are taken ahead, so a crash loses at most those. Retries with exponential backoff on
-429, 5xx, connection errors and timeouts are the openai client's own (`max_retries`, honouring the server's
-retry-after headers; `timeout_s` per request). What still fails after them stops the run with the reason (a
-`TeacherError`): the endpoint is down or over its limits, and a rerun resumes. A bad key, a forbidden or unknown
-model stop it at once. A request the server rejects on its own (400/422, e.g. a context too long) is left for a later
-run, and `max_consecutive_errors` such failures in a row stop the run, since then the configuration is wrong.
-
-The API key is read from the environment variable named by `api_key_env` and is never logged or written anywhere.
+2 * `concurrency` requests are taken ahead, so a crash loses at most those. Retries, errors and the API key follow
+`pasta.endpoints.Endpoint`'s one policy (shared with the `openai` judge): transient failures that outlast the
+client's `max_retries` and configuration errors stop the run with the reason (a `TeacherError`; a rerun resumes);
+a request the server rejects on its own (400/422, e.g. a context too long) is left for a later run, and
+`max_consecutive_errors` such rejections in a row stop the run. The key never reaches a log or an error line.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import openai
-
-from pasta.errors import PastaError
+from pasta.endpoints import Endpoint, EndpointError, Rejection
 from pasta.teachers.base import (
     EMPTY_REPLY,
     REFUSED,
@@ -36,11 +30,6 @@ from pasta.teachers.base import (
 from pasta.teachers.prompt import TeacherPrompt
 
 log = logging.getLogger(__name__)
-
-# Answers that no retry can change and that say the configuration is wrong.
-_CONFIG_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
-# Answers about this one request.
-_REQUEST_ERRORS = (openai.BadRequestError, openai.UnprocessableEntityError)
 
 
 @dataclass(frozen=True)
@@ -76,40 +65,20 @@ class OpenAITeacherConfig:
     )
 
 
-def read_api_key(api_key_env: str | None) -> str:
-    if api_key_env is None:
-        return "not-needed"  # the client insists on a key; keyless local servers ignore it
-    key = os.environ.get(api_key_env)
-    if not key:
-        raise PastaError(
-            f"teacher.api_key_env={api_key_env}: the environment variable {api_key_env} is not set; export it, "
-            "or set teacher.api_key_env=null for a server that needs no key"
-        )
-    return key
-
-
 class OpenAITeacher(Teacher):
     name = "openai"
 
     def __init__(self, cfg: OpenAITeacherConfig):
-        if cfg.concurrency < 1:
-            raise PastaError(f"teacher.concurrency={cfg.concurrency} must be >= 1")
         self.cfg = cfg
         self.model = cfg.model
         self.prompt = TeacherPrompt.load(cfg.prompt)
-        self._client = openai.OpenAI(
-            base_url=cfg.base_url,
-            api_key=read_api_key(cfg.api_key_env),
-            max_retries=cfg.max_retries,
-            timeout=cfg.timeout_s,
-        )
+        self._endpoint = Endpoint("teacher", cfg)
 
     def annotate(self, requests: Iterable[TeacherRequest]) -> Iterator[TeacherReply]:
         iterator = iter(requests)
         window = 2 * self.cfg.concurrency  # keeps every worker busy while the oldest request is still running
         pending: deque[tuple[TeacherRequest, Future[TeacherReply]]] = deque()
         pool = ThreadPoolExecutor(self.cfg.concurrency, thread_name_prefix="teacher")
-        num_failed_in_a_row = 0
         try:
             exhausted = False
             while True:
@@ -122,13 +91,10 @@ class OpenAITeacher(Teacher):
                 if not pending:
                     return
                 _, future = pending.popleft()
-                reply = future.result()
-                num_failed_in_a_row = num_failed_in_a_row + 1 if reply.error else 0
-                if num_failed_in_a_row >= self.cfg.max_consecutive_errors:
-                    raise TeacherError(
-                        f"teacher {self.cfg.base_url} rejected {num_failed_in_a_row} requests in a row "
-                        f"(last: {reply.error}); check teacher.model and the endpoint"
-                    )
+                try:
+                    reply = future.result()
+                except EndpointError as exc:
+                    raise TeacherError(str(exc)) from None
                 yield reply
         finally:
             for _, future in pending:
@@ -136,35 +102,14 @@ class OpenAITeacher(Teacher):
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _ask(self, request: TeacherRequest) -> TeacherReply:
-        where = f"teacher {self.cfg.model} at {self.cfg.base_url}"
-        try:
-            completion = self._client.chat.completions.create(
-                model=self.cfg.model,
-                messages=self.prompt.messages(request.instruction, request.input, request.response),
-                temperature=self.cfg.temperature,
-                **({"max_tokens": self.cfg.max_tokens} if self.cfg.max_tokens is not None else {}),
-            )
-        except _CONFIG_ERRORS as exc:
-            raise TeacherError(
-                f"{where}: {exc.status_code} {_message(exc)}; check the key, model and base_url"
-            ) from None
-        except _REQUEST_ERRORS as exc:
-            log.warning("record %s: %s answered %s %s", request.id, where, exc.status_code, _message(exc))
-            return TeacherReply(request.id, error=f"HTTP {exc.status_code}: {_message(exc)}")
-        except openai.APITimeoutError:
-            raise TeacherError(
-                f"{where}: no answer within teacher.timeout_s={self.cfg.timeout_s} after "
-                f"{self.cfg.max_retries} retries"
-            ) from None
-        except openai.APIConnectionError as exc:
-            raise TeacherError(
-                f"{where} is unreachable after {self.cfg.max_retries} retries ({exc.__cause__ or exc})"
-            ) from None
-        except openai.APIStatusError as exc:  # 429 and 5xx once the client's retries are spent
-            raise TeacherError(
-                f"{where}: {exc.status_code} {_message(exc)} after {self.cfg.max_retries} retries; rerun later to "
-                "resume, or lower teacher.concurrency"
-            ) from None
+        completion = self._endpoint.chat(
+            self.prompt.messages(request.instruction, request.input, request.response),
+            temperature=self.cfg.temperature,
+            **({"max_tokens": self.cfg.max_tokens} if self.cfg.max_tokens is not None else {}),
+        )
+        if isinstance(completion, Rejection):
+            log.warning("record %s: %s answered %s", request.id, self._endpoint.where, completion)
+            return TeacherReply(request.id, error=str(completion))
         if not completion.choices:
             return TeacherReply(request.id, reject_reason=f"{EMPTY_REPLY}: the answer has no choices")
         choice = completion.choices[0]
@@ -185,13 +130,4 @@ class OpenAITeacher(Teacher):
         return TeacherReply(request.id, text=text)
 
     def close(self) -> None:
-        self._client.close()
-
-
-def _message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            return " ".join(str(error["message"]).split())[:300]
-    return " ".join(str(exc.message).split())[:300]
+        self._endpoint.close()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pasta.config import conf_dir
+from pasta.data.jsonl import read_text_file
 from pasta.errors import PastaError
 
 USER_MARKER = "<!-- user -->"
@@ -30,7 +31,7 @@ class TeacherPrompt:
     def load(cls, prompt: str) -> TeacherPrompt:
         """`prompt` is a file path, or a name of a file in conf/prompts/ (with or without `.md`)."""
         path = resolve_prompt_path(prompt)
-        text = path.read_text(encoding="utf-8")
+        text = read_text_file(path)
         if text.count(USER_MARKER) != 1:
             raise PastaError(f"teacher prompt {path} must contain the line {USER_MARKER} exactly once")
         system, user = text.split(USER_MARKER)

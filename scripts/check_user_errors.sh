@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# A hostile user's mistakes against every entry point (issue 18's examples and their classes): each case must end
+# with one `error:` line and exit code 2, or succeed where the input is valid; never a traceback, and no key that an
+# endpoint echoed back in any output or file. Prints PASS/FAIL per case and "passed N of M".
+#
+#   scripts/check_user_errors.sh              # 50 processes on the tiny model, offline
+#   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+P="${PASTA_VENV:-.venv}/bin/python"
+R=$(mktemp -d); O=$R/out; mkdir -p $O
+trap 'rm -rf "$R"' EXIT
+export OPENAI_API_KEY=sk-test-SECRETKEY1234567890
+# Input files a user might hand in.
+printf '{"instruction": "a", "output": "b\xff\xfe"}\n' > $R/bad_utf8.jsonl
+printf '[{"instruction": "a", "output": "b\xff"}]' > $R/bad_utf8.json
+printf '{"instruction": "a", "output": "b\\ud800", "annotated": "b\\ud800"}\n' > $R/surrogate.jsonl
+printf '{"instruction": "a", "output": "b"}\n{"instruction": "a", "output": "b"}\n' > $R/dup.jsonl
+printf '[{"instruction": "\xff"}]' > $R/ann_bad_utf8.json
+$P - "$R" <<'PY'
+import json, sys
+R = sys.argv[1]
+records = [json.loads(line) for line in open("data/eval_sample.jsonl")]
+def annotations(preferences, instructions=None):
+    return [{"instruction": (instructions or {}).get(i, r["instruction"]), "output_1": r["output"],
+             "output_2": "x" * (i + 1), "generator_1": "ref", "generator_2": "mine", "preference": p, "annotator": "a"}
+            for i, (r, p) in enumerate(zip(records, preferences))]
+def dump(name, rows):
+    json.dump(rows, open(f"{R}/{name}", "w"))
+dump("ann_ok.json", annotations([1.0, 2.0, 1.5]))
+dump("ann_75.json", annotations([1.0, 7.5, 1.5]))
+dump("ann_banana.json", annotations([1.0, "banana", 1.5]))
+dump("ann_dup.json", annotations([1.0, 2.0, 1.5]) + annotations([1.0]))
+dump("ann_unknown.json", annotations([1.0, 2.0, 1.5], {1: "Not in the eval set"}))
+PY
+pass=0; fail=0; n=0
+check() {  # name expect(err|ok) cmd...
+  local name=$1 expect=$2; shift 2; n=$((n+1))
+  "$@" > $O/$n.out 2> $O/$n.err; local rc=$?
+  local lines=$(grep -c "^error:" $O/$n.err); local tb=$(grep -c "Traceback" $O/$n.err $O/$n.out | awk -F: '{s+=$2} END {print s}')
+  local key=$(grep -rl "SECRETKEY" $O 2>/dev/null | wc -l)
+  local ok=0
+  if [ $expect = err ] && [ $rc = 2 ] && [ $lines = 1 ] && [ $tb = 0 ] && [ $key = 0 ]; then ok=1; fi
+  if [ $expect = ok ] && [ $rc = 0 ] && [ $tb = 0 ] && [ $key = 0 ]; then ok=1; fi
+  if [ $ok = 1 ]; then pass=$((pass+1)); s=PASS; else fail=$((fail+1)); s=FAIL; fi
+  echo "$s [$n] $name rc=$rc errlines=$lines tb=$tb key=$key :: $(grep '^error:' $O/$n.err | head -c 200)"
+}
+G="$P -m pasta.generate model=tiny max_new_tokens=4 paths.output_root=$O"
+E="$P -m pasta.eval model=tiny paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=embedding"
+T="$P -m pasta.train stage=sft model=tiny paths.output_root=$O output_dir=$O/sft"
+A="$P -m pasta.annotate model=tiny paths.output_root=$O progress=false"
+# settings
+check "generate reservation policy bogus" err $G prompt=hi lang.reservation.policy=bogus
+check "train reservation policy bogus" err $T lang.reservation.policy=bogus
+check "eval reservation policy bogus" err $E lang.reservation.policy=bogus output_dir=$O/eval_bogus
+[ -e $O/eval_bogus ] && echo "   ^ left $O/eval_bogus behind" && fail=$((fail+1))
+check "train reservation multiple=0" err $T lang.reservation.multiple=0
+check "generate reservation fixed=-1" err $G prompt=hi lang.reservation.fixed=-1
+check "generate reservation scale=-2" err $G prompt=hi lang.reservation.scale=-2
+check "generate model=bogus" err $G prompt=hi model=bogus
+check "generate decode=bogus" err $G prompt=hi decode=bogus
+check "eval decode=bogus" err $E decode=bogus
+check "generate unknown key" err $G prompt=hi bogus=1
+check "generate seed=abc" err $G prompt=hi seed=abc
+check "generate max_new_tokens=0" err $G prompt=hi max_new_tokens=0
+check "generate format=xml" err $G prompt=hi format=xml
+check "annotate teacher.concurrency=0" err $A teacher=openai teacher.concurrency=0
+check "eval judge.concurrency=0" err $E judge=openai judge.concurrency=0
+check "eval eval.limit=-1" err $E eval.limit=-1
+check "generate sampling.temperature=-1" err $G prompt=hi decode.sampling.temperature=-1
+check "train stage.batch_size=0" err $T stage.batch_size=0
+check "eval bad override syntax" err $E 'eval.limit=[1'
+# prompts are text
+check "generate prompt with \${x}" ok $G 'prompt=What does ${x} mean?'
+check "generate prompt with commas" ok $G 'prompt=Apples, pears, plums: which is best?'
+# input files
+check "lang check non-UTF-8" err $P -m pasta.lang check $R/bad_utf8.jsonl
+check "lang check lone surrogate" err $P -m pasta.lang check $R/surrogate.jsonl
+check "lang explain --file non-UTF-8" err $P -m pasta.lang explain --file $R/bad_utf8.json
+check "lang explain --multiple 0" err $P -m pasta.lang explain "hello" --policy round_up --multiple 0
+check "train sft non-UTF-8" err $T data.path=$R/bad_utf8.jsonl
+check "train sft lone surrogate" err $T data.path=$R/surrogate.jsonl
+check "train sft non-UTF-8 .json" err $T data.path=$R/bad_utf8.json
+check "eval non-UTF-8 eval_data" err $E eval_data.path=$R/bad_utf8.jsonl
+check "eval lone surrogate eval_data" err $E eval_data.path=$R/surrogate.jsonl
+check "annotate non-UTF-8" err $A data.path=$R/bad_utf8.jsonl
+check "annotate lone surrogate (rejected as invalid_unicode)" ok $A data.path=$R/surrogate.jsonl
+check "annotate lone surrogate on_error=skip" ok $A data.path=$R/surrogate.jsonl data.on_error=skip output=$O/skip.jsonl
+# evaluation files
+check "eval duplicate prompts refused before decoding" err $E eval_data.path=$R/dup.jsonl output_dir=$O/eval_dup
+check "eval generate (for resume)" ok $E eval.mode=generate output_dir=$O/eval_run
+check "eval resume with another reservation" err $E eval.mode=generate output_dir=$O/eval_run lang.reservation.scale=3
+check "rescore valid annotations" ok $E eval.annotations=$R/ann_ok.json output_dir=$O/rescore_ok eval.length_controlled=off
+check "rescore preference 7.5" err $E eval.annotations=$R/ann_75.json output_dir=$O/rescore1
+check "rescore preference banana" err $E eval.annotations=$R/ann_banana.json output_dir=$O/rescore2
+check "rescore duplicated rows" err $E eval.annotations=$R/ann_dup.json output_dir=$O/rescore3
+check "rescore instruction not in eval set" err $E eval.annotations=$R/ann_unknown.json output_dir=$O/rescore4
+check "rescore non-UTF-8 annotations" err $E eval.annotations=$R/ann_bad_utf8.json output_dir=$O/rescore5
+# keys: a server that echoes the Authorization header
+start_server() {  # status
+  $P tests/helpers/chat_server.py --port 0 --mode scripted --rules $R/rules.json --fail-first 100000 --fail-status $1 --echo-auth > $O/port.txt 2>/dev/null &
+  SERVER=$!; for i in $(seq 50); do [ -s $O/port.txt ] && break; sleep 0.2; done; PORT=$(head -1 $O/port.txt)
+}
+echo '{}' > $R/rules.json
+start_server 401
+check "annotate teacher 401 echoing the key" err $A teacher=openai teacher.base_url=http://127.0.0.1:$PORT/v1 data.limit=3 output=$O/a401.jsonl
+check "eval annotator 401 echoing the key" err env OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 $E eval.mode=score output_dir=$O/eval_run eval.annotators_config=alpaca_eval_gpt4_turbo_fn
+kill $SERVER; wait $SERVER 2>/dev/null
+start_server 400
+check "annotate teacher 400s echoing the key: every request failed" err $A teacher=openai teacher.base_url=http://127.0.0.1:$PORT/v1 data.limit=2 output=$O/a400.jsonl
+check "eval judge=openai 400s echoing the key" err $E eval.mode=score output_dir=$O/eval_run judge=openai judge.base_url=http://127.0.0.1:$PORT/v1
+kill $SERVER; wait $SERVER 2>/dev/null
+check "eval annotator endpoint down" err env OPENAI_BASE_URL=http://127.0.0.1:9/v1 $E eval.mode=score output_dir=$O/eval_run eval.annotators_config=alpaca_eval_gpt4_turbo_fn
+# models complete
+check "models complete README form + override" ok $P -m pasta.models complete --prompt "Name a fruit." model=tiny --max-new-tokens 4
+check "models complete --max-new-tokens 0" err $P -m pasta.models complete model=tiny --max-new-tokens 0
+check "models complete unknown model" err $P -m pasta.models complete model=bogus
+echo "passed $pass of $n ($fail failed)"
+[ $fail = 0 ]

@@ -1,0 +1,149 @@
+"""One OpenAI-compatible chat endpoint, shared by the `openai` teacher and the `openai` judge: settings, key, errors.
+
+Both configs carry the same endpoint settings under the same names (`base_url`, `model`, `api_key_env`,
+`concurrency`, `max_retries`, `timeout_s`, `max_consecutive_errors`) and `Endpoint` applies one error policy:
+
+- 429, 5xx, timeouts and connection errors are retried by the openai client itself (`max_retries`, exponential
+  backoff, honouring retry-after); what still fails stops the run with the reason (`EndpointError`): the endpoint
+  is down or over its limits, and a rerun resumes;
+- 401, 403 and 404 (a bad key, a forbidden or unknown model or URL) stop the run at once: no retry can help;
+- 400 and 422 (the server rejects this one request, e.g. a context too long) fail that request only (`chat`
+  returns a `Rejection`), and `max_consecutive_errors` of them in a row stop the run: then the configuration is
+  wrong, not the request.
+
+The key is read from the environment variable `api_key_env` names and registered with `pasta.errors.redact`, which
+every message built here goes through: an endpoint that echoes the Authorization header never gets the key into an
+error line or a log.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from pasta.errors import PastaError, one_line, register_secret
+
+# Answers that no retry can change and that say the configuration is wrong.
+_CONFIG_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
+# Answers about this one request.
+_REQUEST_ERRORS = (openai.BadRequestError, openai.UnprocessableEntityError)
+
+
+class EndpointError(PastaError):
+    """The endpoint cannot be used now (down, over its limits, misconfigured); the message says why."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The endpoint refused one request (400/422); the run goes on without it."""
+
+    status_code: int
+    message: str  # redacted, one line
+
+    def __str__(self) -> str:
+        return f"HTTP {self.status_code}: {self.message}"
+
+
+def read_api_key(api_key_env: str | None, role: str) -> str:
+    """The key in $`api_key_env` (registered for redaction); a placeholder when `api_key_env` is null."""
+    if api_key_env is None:
+        return "not-needed"  # the client insists on a key; keyless local servers ignore it
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise PastaError(
+            f"{role}.api_key_env: the environment variable {api_key_env} is not set; export it, or set "
+            f"{role}.api_key_env=null for a server that needs no key"
+        )
+    register_secret(key)
+    return key
+
+
+def check_endpoint_settings(role: str, cfg: Any) -> None:
+    """One PastaError `<role>.<key>: <why>` for an endpoint setting of `cfg` out of range."""
+    for key, low in (("concurrency", 1), ("max_retries", 0), ("max_consecutive_errors", 1)):
+        value = getattr(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise PastaError(f"{role}.{key}: must be an integer >= {low}, got {value!r}")
+    if isinstance(cfg.timeout_s, bool) or not isinstance(cfg.timeout_s, (int, float)) or not cfg.timeout_s > 0:
+        raise PastaError(f"{role}.timeout_s: must be a number > 0, got {cfg.timeout_s!r}")
+    for key in ("base_url", "model"):
+        if not isinstance(getattr(cfg, key), str) or not getattr(cfg, key):
+            raise PastaError(f"{role}.{key}: must be a non-empty string, got {getattr(cfg, key)!r}")
+
+
+def error_message(exc: BaseException) -> str:
+    """The server's own message of an API error (or the exception's text), redacted, on one line, at most 300 chars."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return one_line(str(error["message"]))[:300]
+    return one_line(str(getattr(exc, "message", None) or exc))[:300]
+
+
+class Endpoint:
+    """An openai client for `role` ("teacher", "judge") with the module's error policy; thread-safe."""
+
+    def __init__(self, role: str, cfg: Any):
+        """`cfg`: a teacher or judge config dataclass with the endpoint settings as fields."""
+        check_endpoint_settings(role, cfg)
+        self.role, self.base_url, self.model = role, cfg.base_url, cfg.model
+        self.max_retries, self.timeout_s = cfg.max_retries, cfg.timeout_s
+        self.max_consecutive_errors = cfg.max_consecutive_errors
+        self._client = openai.OpenAI(
+            base_url=cfg.base_url, api_key=read_api_key(cfg.api_key_env, role), max_retries=cfg.max_retries,
+            timeout=cfg.timeout_s,
+        )
+        self._lock = threading.Lock()
+        self._num_rejected_in_a_row = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.role} {self.model} at {self.base_url}"
+
+    def chat(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+        """A chat completion, or a `Rejection` for a request the server refused; raises EndpointError to stop."""
+        try:
+            completion = self._client.chat.completions.create(model=self.model, messages=messages, **kwargs)
+        except _CONFIG_ERRORS as exc:
+            raise EndpointError(
+                f"{self.where}: {exc.status_code} {error_message(exc)}; check the key, model and base_url"
+            ) from None
+        except _REQUEST_ERRORS as exc:
+            return self._rejected(Rejection(exc.status_code, error_message(exc)))
+        except openai.APITimeoutError:
+            raise EndpointError(
+                f"{self.where}: no answer within {self.role}.timeout_s={self.timeout_s} after {self.max_retries} "
+                "retries; rerun later to resume"
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise EndpointError(
+                f"{self.where} is unreachable after {self.max_retries} retries "
+                f"({error_message(exc.__cause__ or exc)}); rerun later to resume"
+            ) from None
+        except openai.APIStatusError as exc:  # 429 and 5xx once the client's retries are spent
+            raise EndpointError(
+                f"{self.where}: {exc.status_code} {error_message(exc)} after {self.max_retries} retries; rerun "
+                f"later to resume, or lower {self.role}.concurrency"
+            ) from None
+        with self._lock:
+            self._num_rejected_in_a_row = 0
+        return completion
+
+    def _rejected(self, rejection: Rejection) -> Rejection:
+        with self._lock:
+            self._num_rejected_in_a_row += 1
+            num_in_a_row = self._num_rejected_in_a_row
+        if num_in_a_row >= self.max_consecutive_errors:
+            raise EndpointError(
+                f"{self.where} rejected {num_in_a_row} requests in a row (last: {rejection}); check "
+                f"{self.role}.model and the endpoint"
+            )
+        return rejection
+
+    def close(self) -> None:
+        self._client.close()

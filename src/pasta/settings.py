@@ -1,0 +1,117 @@
+"""Check a composed config's settings before a stage starts: one `<key>: <why>` PastaError for the first bad one.
+
+`pasta.cli.run_entry` calls `check_settings(cfg, config_name)` on the composed config before Hydra creates the run
+directory, so a bad value stops the run before any file is written or any model is loaded. Each group is checked by
+the typed view its stage reads it with (ReservationPolicy, DecodeConfig, DataConfig, ModelConfig, EvalConfig, the
+judge's, teacher's and training stage's dataclasses), so the check and the use cannot disagree; the loose
+top-level keys of the primary configs are checked here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pasta.errors import PastaError
+
+GENERATE_DECODE_MODES = ("async", "sequential")
+EVAL_DECODE_MODES = ("async", "sequential", "sot")
+FORMATS = ("text", "json")
+
+
+def _integer(cfg: DictConfig, key: str, low: int, nullable: bool = True) -> None:
+    value = cfg.get(key)
+    if value is None and nullable:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise PastaError(f"{key}: must be an integer >= {low}{' or null' if nullable else ''}, got {value!r}")
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise PastaError(f"{key}: {value!r} is not one of {', '.join(choices)}")
+
+
+def _runtime(cfg: DictConfig) -> None:
+    """The keys every primary config has (seed, num_threads, device)."""
+    if "seed" in cfg:
+        _integer(cfg, "seed", 0)
+    if "num_threads" in cfg:
+        _integer(cfg, "num_threads", 1)
+    device = cfg.get("device")
+    if device is not None and not (device in ("auto", "cpu", "mps") or str(device).startswith("cuda")):
+        raise PastaError(f"device: {device!r} is not auto, cpu, mps, cuda or cuda:<index>")
+
+
+def _decode(cfg: DictConfig, modes: tuple[str, ...]) -> None:
+    from pasta.decoding import DecodeConfig
+
+    _choice("decode.mode", cfg.decode.get("mode"), modes)
+    try:
+        DecodeConfig.from_cfg(cfg.decode)
+    except PastaError as exc:
+        message = str(exc)
+        raise PastaError(message if message.startswith("decode") else f"decode.{message}") from None
+
+
+def _groups(cfg: DictConfig, config_name: str) -> None:
+    """The config groups a primary config may hold, each through its stage's own typed view."""
+    if "lang" in cfg:
+        from pasta.lang import ReservationPolicy
+
+        ReservationPolicy.from_config(cfg.lang.reservation)
+    if "model" in cfg:
+        from pasta.models.config import ModelConfig
+
+        ModelConfig.from_cfg(cfg.model)
+    for group in ("data", "eval_data"):
+        if group in cfg:
+            from pasta.data import DataConfig
+
+            DataConfig.from_cfg(cfg[group], group)
+    if "decode" in cfg:
+        _decode(cfg, EVAL_DECODE_MODES if config_name == "eval" else GENERATE_DECODE_MODES)
+    if "eval" in cfg:
+        from pasta.evaluation.config import EvalConfig
+
+        EvalConfig.from_cfg(cfg.eval)
+    if "judge" in cfg:
+        from pasta.judges.factory import judge_config
+
+        judge_config(cfg.judge)
+    if "teacher" in cfg:
+        from pasta.teachers import teacher_config
+
+        teacher_config(cfg.teacher)
+    if "stage" in cfg:
+        from pasta.training.config import settings_from_cfg
+
+        settings_from_cfg(cfg.stage)
+
+
+def _generate(cfg: DictConfig) -> None:
+    _choice("format", cfg.get("format"), FORMATS)
+    _integer(cfg, "max_new_tokens", 1)
+
+
+def check_settings(cfg: DictConfig, config_name: str) -> None:
+    """Raise one PastaError `<key>: <why>` for the first setting of `cfg` that its stage would reject."""
+    try:
+        _runtime(cfg)
+        _groups(cfg, config_name)
+        if config_name == "generate":
+            _generate(cfg)
+        if config_name == "annotate":
+            from pasta.annotate import AnnotateConfig
+
+            AnnotateConfig.from_cfg(cfg)
+    except OmegaConfBaseException as exc:  # an interpolation that does not resolve, a missing mandatory value
+        key = getattr(exc, "full_key", None)
+        raise PastaError(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}") from None
+    if config_name == "generate" and not OmegaConf.is_missing(cfg, "prompt"):
+        from pasta.data import check_text
+
+        check_text(str(cfg.prompt), "prompt")
+        check_text(str(cfg.get("input") or ""), "input")

@@ -1,0 +1,111 @@
+"""Keys never reach an error line, a log or a file, even from an endpoint that echoes the Authorization header;
+and a teacher run where every request failed exits non-zero with the reason."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from helpers import start_chat_server
+from pasta.annotate import annotate
+from pasta.config import compose
+from pasta.errors import MASK, PastaError, RedactingFilter, redact, register_secret
+
+KEY_ENV = "PASTA_TEST_ENDPOINT_KEY"
+SECRET = "sk-test-echoed-7d2e5b1c"
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Authorization: Bearer abcdefgh12345678 was rejected", f"Authorization: Bearer {MASK} was rejected"),
+        ("invalid key sk-proj-abcdefghijk", f"invalid key {MASK}"),
+        ('{"api_key": "zyxwvut987654321"}', f'{{"api_key": "{MASK}"}}'),
+        ("x-api-key=zyxwvut987654321", f"x-api-key={MASK}"),
+        ("a plain sentence about keys and tokens", "a plain sentence about keys and tokens"),
+    ],
+)
+def test_key_shaped_strings_are_masked(text, expected):
+    assert redact(text) == expected
+
+
+def test_a_registered_key_is_masked_wherever_it_appears():
+    register_secret("plain-looking-secret-value")
+    assert redact("echo: plain-looking-secret-value!") == f"echo: {MASK}!"
+
+
+def test_log_records_and_their_tracebacks_are_redacted_by_the_filter(caplog):
+    register_secret("another-secret-value-42")
+    handler = logging.StreamHandler()
+    handler.addFilter(RedactingFilter())
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "server said %s", ("another-secret-value-42",), None)
+    try:
+        raise ValueError("boom another-secret-value-42")
+    except ValueError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    assert handler.filter(record)
+    assert record.getMessage() == f"server said {MASK}"
+    assert "another-secret-value-42" not in record.exc_text and MASK in record.exc_text
+
+
+def overrides(base_url: str, tmp_path: Path, limit: int) -> list[str]:
+    return ["teacher=openai", f"teacher.base_url={base_url}", "teacher.model=t", f"teacher.api_key_env={KEY_ENV}",
+            "teacher.max_retries=0", f"data.limit={limit}", f"output={tmp_path / 'ann.jsonl'}", "progress=false"]
+
+
+def assert_no_key_anywhere(tmp_path: Path, *texts: str) -> None:
+    for text in texts:
+        assert SECRET not in text
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(errors="replace"), path
+
+
+@pytest.mark.parametrize("status", [401, 400])
+def test_a_teacher_endpoint_that_echoes_the_key_gets_it_into_no_error_log_or_file(tmp_path, caplog, status):
+    server = start_chat_server(tmp_path, rules={}, fail_first=1000, fail_status=status, echo_auth=True)
+    with server as (base_url, _), pytest.raises(PastaError) as error:
+        annotate(compose("annotate", overrides(base_url, tmp_path, limit=2)))
+    assert "Authorization: Bearer ***" in str(error.value)
+    assert_no_key_anywhere(tmp_path, str(error.value), caplog.text)
+
+
+def test_a_teacher_run_where_every_request_failed_stops_with_the_reason(tmp_path):
+    # Two requests rejected (400) stay under max_consecutive_errors=3, so only the all-failed check can stop it.
+    with start_chat_server(tmp_path, rules={}) as (base_url, _), pytest.raises(PastaError) as error:
+        annotate(compose("annotate", overrides(base_url, tmp_path, limit=2)))
+    assert "the teacher failed all 2 requests of this run (last: HTTP 400: no scripted rule matched" in str(error.value)
+    assert (tmp_path / "ann.jsonl").read_text() == ""
+
+
+def test_an_alpaca_eval_annotator_whose_endpoint_echoes_the_key_is_one_line_without_it(tmp_path, monkeypatch, caplog):
+    from pasta.evaluation.quality import evaluate_outputs, make_metric_fn
+
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    outputs = [{"instruction": "Name a fruit.", "output": "An apple.", "generator": "m", "dataset": "d"}]
+    reference = [{**outputs[0], "output": "A pear.", "generator": "ref"}]
+    server = start_chat_server(tmp_path, rules={}, fail_first=1000, fail_status=401, echo_auth=True)
+    with server as (base_url, _), pytest.raises(PastaError) as error:
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+        evaluate_outputs(outputs, reference, results_dir=tmp_path / "run", metric_fn=make_metric_fn(None, "off"),
+                         annotators_config="alpaca_eval_gpt4_turbo_fn")
+    assert str(error.value).startswith("annotator alpaca_eval_gpt4_turbo_fn: AuthenticationError: ")
+    assert_no_key_anywhere(tmp_path, str(error.value))
+
+
+def test_environment_variables_named_like_keys_are_masked(monkeypatch):
+    from pasta.errors import register_env_secrets
+
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "value-of-a-service-key")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM_HINT", "a-long-ordinary-value")
+    register_env_secrets()
+    assert redact("got value-of-a-service-key and a-long-ordinary-value") == f"got {MASK} and a-long-ordinary-value"
