@@ -42,6 +42,7 @@ class PlainInterpreter:
         self.num_steps = 0
         self.main_ids: list[int] = []
         self.malformed: Counter[str] = Counter()  # tags are plain tokens here: nothing is malformed
+        self.masked: Counter[str] = Counter()  # and nothing is constrained
         self.finish_reason: str | None = None
         self._stop_at: int | None = None
         self._stop_checked_len = 0

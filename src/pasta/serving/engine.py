@@ -84,6 +84,7 @@ class Engine:
         self._decode = text_decoder(tokenizer)
         self._pad_id = pad_token_id(tokenizer)
         self._running = _Group(model, self._pad_id)  # the continuous batch
+        self._newcomers = _Group(model, self._pad_id)  # this turn's admitted requests, until they merge
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -123,15 +124,17 @@ class Engine:
         self._wake.set()
 
     def state(self) -> EngineState:
-        members = list(self._running.members)
-        cache = self._running.batch.cache
+        # Newcomers count as running from their prefill on, before they merge into the batch at the end of the turn.
+        groups = (self._running, self._newcomers)
+        members = [m for g in groups for m in g.members]
+        caches = [g.batch.cache for g in groups if g.members and g.batch.cache is not None]
         return EngineState(
             num_running=len(members),
             num_waiting=self.scheduler.num_waiting,
             num_threads=sum(1 + _num_running_chunks(m.interpreter) for m in members),
             num_tokens_in_flight=self.scheduler.num_tokens_in_flight,
-            num_cache_rows=len(members) if cache is not None else 0,
-            kv_cache_bytes=cache.num_bytes() if cache is not None else 0,
+            num_cache_rows=sum(len(g.members) for g in groups if g.members and g.batch.cache is not None),
+            kv_cache_bytes=sum(cache.num_bytes() for cache in caches),
         )
 
     # --- the engine thread -----------------------------------------------------------------------------------------
@@ -141,7 +144,7 @@ class Engine:
                 multirow_linears(self.model, enabled=self.cpu_multirow_linears):
             while not self._stopping:
                 self._wake.clear()
-                newcomers = self._admit()
+                newcomers = self._newcomers = self._admit()
                 try:
                     self._end(self._running, [(m, None) for m in self._running.members if m.request.cancelled])
                     if not newcomers.members and not self._running.members:
