@@ -357,7 +357,9 @@ def test_a_client_that_disconnects_mid_stream_frees_its_request(speaker):
         with httpx.stream("POST", f"{base_url}/completions", json=body, timeout=30) as reply:
             assert reply.status_code == 200
             # The first event comes from the request's prefill, before it merges into the running batch.
-            assert next(line for line in reply.iter_lines() if line.startswith("data: "))
+            # Held in a name: a line iterator dropped here would close the stream, i.e. disconnect already.
+            lines = reply.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
             assert health(base_url)["num_running"] == 1
         state = wait_idle(base_url)
         metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
