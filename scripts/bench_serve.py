@@ -11,7 +11,10 @@ then the other, interleaved, so both see the same machine. Per mode and concurre
 of the request latency and of the time to first token, the median latency per output token, output tokens/s and
 requests/s over the level's wall time, the mean theoretical speedup (tokens per forward step, from each answer's
 `pasta` stats) and the failed requests; then the ratios: async over sequential at each level (latency, tokens/s)
-and each mode's tokens/s at the highest level over the lowest. Output tokens are `usage.completion_tokens` (every
+and each mode's tokens/s at the highest level over the lowest. At concurrency 1 the same prompts are also decoded
+in this process, with the library's decoders (`decode_async`, `decode_sequential`; greedy, so the very answers the
+servers gave), while both servers idle: the served async-over-sequential latency speedup divided by the direct one
+is the server's cost to the speedup (1.00 = none; the issue's target is within 10%). Output tokens are `usage.completion_tokens` (every
 thread's). The two modes write different answers (sequential decoding writes the tags as plain tokens), so
 compare per-token latency and tokens/s as well as request latency. Timings on a shared machine are noisy: run it
 alone. Results also go to --out as JSON.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -51,6 +55,8 @@ def parse_args(argv=None):
     parser.add_argument("--max-tokens", type=int, default=256, help="max_tokens of every request")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads of each server")
     parser.add_argument("--startup-timeout", type=float, default=600, help="seconds to wait for a server")
+    parser.add_argument("--no-direct", action="store_true",
+                        help="skip decoding the prompts in this process (the server-overhead reference)")
     parser.add_argument("--out", default="outputs/bench/bench_serve.json", help="JSON results file")
     return parser.parse_args(argv)
 
@@ -167,6 +173,49 @@ async def run_level(server: Server, model: str, prompts: list[str], concurrency:
     }
 
 
+def direct_rows(args, prompts: list[str]) -> list[dict]:
+    """Each prompt decoded alone in this process, async then sequential, interleaved: what the servers' c=1 rows
+    would be with no server (same config, chat template, greedy settings)."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from pasta.config import compose
+    from pasta.decoding import DecodeConfig, decode_async, decode_sequential
+    from pasta.lang import ReservationPolicy, add_tag_tokens
+    from pasta.models import load_model
+
+    torch.set_num_threads(args.threads)
+    overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
+    cfg = compose("serve", ["decode=async", *overrides])
+    model, tokenizer = load_model(cfg.model, device="cpu")
+    add_tag_tokens(tokenizer, model)
+    policy = ReservationPolicy.from_config(cfg.lang.reservation)
+    base = DecodeConfig.from_cfg(cfg.decode)
+    config = dataclasses.replace(base, max_new_tokens=args.max_tokens,
+                                 sampling=dataclasses.replace(base.sampling, temperature=0.0, seed=None))
+    latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
+    num_tokens = {mode: 0 for mode in MODES}
+    for prompt in [prompts[0], *prompts]:  # the first one warms up, uncounted
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                             tokenize=False)
+        prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        for mode in MODES:
+            started = time.perf_counter()
+            if mode == "async":
+                result = decode_async(model, tokenizer, [prompt_ids], config, policy)[0]
+            else:
+                result = decode_sequential(model, tokenizer, [prompt_ids], config)[0]
+            latencies[mode].append(time.perf_counter() - started)
+            num_tokens[mode] += result.stats.num_tokens
+    rows = []
+    for mode in MODES:
+        counted = sorted(latencies[mode][1:])
+        rows.append({"mode": mode, "latency_median_s": statistics.median(counted),
+                     "latency_p95_s": percentile(counted, 95), "num_output_tokens": num_tokens[mode],
+                     "wall_s": sum(counted)})
+    return rows
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     rank = max(1, round(q / 100 * len(sorted_values)))
@@ -201,6 +250,18 @@ def ratios(rows: list[dict], levels: list[int]) -> dict:
     return out
 
 
+def server_overhead(rows: list[dict], direct: list[dict]) -> dict:
+    """The async-over-sequential median latency speedup at concurrency 1, served and direct, and their ratio."""
+    served = {r["mode"]: r for r in rows if r["concurrency"] == 1}
+    alone = {r["mode"]: r for r in direct}
+    served_speedup = served["sequential"]["latency_median_s"] / max(served["async"]["latency_median_s"], 1e-9)
+    direct_speedup = alone["sequential"]["latency_median_s"] / max(alone["async"]["latency_median_s"], 1e-9)
+    return {"served_latency_speedup": served_speedup, "direct_latency_speedup": direct_speedup,
+            "served_over_direct": served_speedup / max(direct_speedup, 1e-9),
+            **{f"{mode}_served_over_direct_latency": served[mode]["latency_median_s"]
+               / max(alone[mode]["latency_median_s"], 1e-9) for mode in MODES}}
+
+
 async def main_async(args) -> dict:
     prompts = load_prompts(args.prompts, args.num_prompts, args.seed)
     run_dir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
@@ -209,16 +270,22 @@ async def main_async(args) -> dict:
         names = {mode: await s.wait_ready(args.startup_timeout) for mode, s in servers.items()}
         for mode, server in servers.items():  # warm-up: the first forward pays one-time costs
             await ask(server, names[mode], prompts[0], min(8, args.max_tokens))
-        rows = []
+        rows, direct = [], []
         for concurrency in args.concurrency:
             for mode in MODES:
                 row = await run_level(servers[mode], names[mode], prompts, concurrency, args.max_tokens)
                 rows.append(row)
                 print(f"  {mode} c={concurrency}: {row['wall_s']:.1f} s, {row['num_failed']} failed", flush=True)
+            if concurrency == 1 and not args.no_direct:  # both servers idle: decode the same prompts here
+                direct = direct_rows(args, prompts)
+                print(f"  direct (this process): async {direct[0]['wall_s']:.1f} s, "
+                      f"sequential {direct[1]['wall_s']:.1f} s", flush=True)
     finally:
         for server in servers.values():
             server.stop()
-    return {"rows": rows, "ratios": ratios(rows, args.concurrency), "model": names["async"],
+    overhead = server_overhead(rows, direct) if direct else None
+    return {"rows": rows, "direct": direct, "server_overhead": overhead,
+            "ratios": ratios(rows, args.concurrency), "model": names["async"],
             "num_prompts": len(prompts), "prompts": args.prompts, "max_tokens": args.max_tokens,
             "threads": args.threads, "server_logs": str(run_dir)}
 
@@ -234,6 +301,9 @@ def main(argv=None) -> None:
             print(f"async over sequential at {key}: " + ", ".join(f"{k} {v:.2f}x" for k, v in value.items()))
         else:
             print(f"{key}: {value:.2f}x")
+    if results["server_overhead"]:
+        print("concurrency 1, served vs decoded in this process: "
+              + ", ".join(f"{k} {v:.2f}x" for k, v in results["server_overhead"].items()))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**results, "args": vars(args)}, indent=2))
