@@ -191,7 +191,7 @@ def direct_rows(args, prompts: list[str]) -> list[dict]:
     add_tag_tokens(tokenizer, model)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
     base = DecodeConfig.from_cfg(cfg.decode)
-    config = dataclasses.replace(base, max_new_tokens=args.max_tokens,
+    config = dataclasses.replace(base, max_new_tokens=args.max_tokens, max_total_tokens=args.max_tokens,
                                  sampling=dataclasses.replace(base.sampling, temperature=0.0, seed=None))
     latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
     num_tokens = {mode: 0 for mode in MODES}

@@ -8,11 +8,10 @@ while every forward still runs through the real model and the decoder's cache.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
+from helpers.models import Scripted, lively_model
 from pasta.decoding import (
     DecodeConfig,
     SamplingConfig,
@@ -29,7 +28,6 @@ from pasta.lang import (
     IGNORE_INDEX,
     ReservationPolicy,
     TagIds,
-    add_tag_tokens,
     build_layout,
     collate_layouts,
     encode_text,
@@ -40,7 +38,7 @@ from pasta.lang import (
     sequence_logprobs,
     tokenize_document,
 )
-from pasta.models import build_tiny_model, encode_prompt
+from pasta.models import encode_prompt
 
 POLICIES = [
     ReservationPolicy("exact"),
@@ -62,51 +60,7 @@ STRUCTURES = [
 @pytest.fixture(scope="module")
 def lively(tiny_model_and_tokenizer):
     """A tiny Llama whose greedy output varies, with the tag tokens added."""
-    _, tokenizer = tiny_model_and_tokenizer
-    tokenizer = copy.deepcopy(tokenizer)
-    model = build_tiny_model(tokenizer)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, weight in model.named_parameters():
-            if weight.dim() >= 2 and "embed" not in name:
-                weight.copy_(torch.randn(weight.shape, generator=generator) * 0.3)
-    add_tag_tokens(tokenizer, model)
-    return model.eval(), tokenizer
-
-
-class Scripted(torch.nn.Module):
-    """A model whose next token after each `transitions` key is that key's value (a large logit bias)."""
-
-    def __init__(self, model, transitions: dict[int, int]):
-        super().__init__()
-        self.model = model
-        self.transitions = transitions
-        self.config = model.config
-        self.generation_config = model.generation_config
-
-    @property
-    def device(self):
-        return self.model.device
-
-    @property
-    def dtype(self):
-        return self.model.dtype
-
-    def get_input_embeddings(self):
-        return self.model.get_input_embeddings()
-
-    def forward(self, input_ids, logits_to_keep=0, **kwargs):
-        out = self.model(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
-        if isinstance(logits_to_keep, torch.Tensor):
-            last_ids = input_ids[logits_to_keep]  # [N]
-            logits = out.logits  # [N, V]
-        else:
-            last_ids = input_ids[:, -1]  # [B]
-            logits = out.logits[:, -1]  # [B, V]
-        for row, token_id in enumerate(last_ids.tolist()):
-            if token_id in self.transitions:
-                logits[row, self.transitions[token_id]] += 1e4
-        return out
+    return lively_model(tiny_model_and_tokenizer[1])
 
 
 def words(tokenizer, *texts):

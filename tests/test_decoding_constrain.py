@@ -11,10 +11,10 @@ import copy
 from collections import Counter
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.models import RandomLogits
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens, encode_text, parse, serialize
 from pasta.models import build_tiny_model, encode_prompt
@@ -28,37 +28,6 @@ def tagged(tiny_model_and_tokenizer):
     model = build_tiny_model(tokenizer)
     add_tag_tokens(tokenizer, model)
     return model.eval(), tokenizer
-
-
-class RandomLogits(torch.nn.Module):
-    """The wrapped model's forward, with its logits replaced by N(0, 1) noise plus `boost` on `boosted_ids`."""
-
-    def __init__(self, model, boosted_ids: list[int], boost: float, seed: int):
-        super().__init__()
-        self.model = model
-        self.config = model.config
-        self.generation_config = model.generation_config
-        self.boosted_ids = boosted_ids
-        self.boost = boost
-        self.generator = torch.Generator().manual_seed(seed)
-
-    @property
-    def device(self):
-        return self.model.device
-
-    @property
-    def dtype(self):
-        return self.model.dtype
-
-    def get_input_embeddings(self):
-        return self.model.get_input_embeddings()
-
-    def forward(self, input_ids, **kwargs):
-        out = self.model(input_ids=input_ids, **kwargs)
-        noise = torch.randn(out.logits.shape, generator=self.generator)
-        noise[..., self.boosted_ids] += self.boost
-        out.logits.copy_(noise)
-        return out
 
 
 def structural_ids(tokenizer) -> list[int]:

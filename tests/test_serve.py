@@ -172,13 +172,15 @@ def test_stream_and_non_stream_answer_what_pasta_generate_answers(server, checkp
     base_url, _ = server
     prompt = "Give three tips for sleeping well."
     expected = generate(compose("generate", [*model_overrides(checkpoint), f"prompt={prompt}", "format=json",
-                                             f"max_new_tokens={MAX_TOKENS}", *sampling]))
+                                             f"max_new_tokens={MAX_TOKENS}", f"decode.max_total_tokens={MAX_TOKENS}",
+                                             *sampling]))
     capsys.readouterr()
     api = client(base_url)
     answer = chat(api, prompt, **request_sampling)
     assert answer.choices[0].message.content == expected.text
-    assert answer.choices[0].finish_reason == ("length" if expected.stats.finish_reason == "max_new_tokens"
-                                               else "stop")
+    assert answer.choices[0].finish_reason == ("stop" if expected.stats.finish_reason in ("eos", "stop_string")
+                                               else "length")
+    assert answer.usage.completion_tokens <= MAX_TOKENS
     assert answer.usage.completion_tokens == expected.stats.num_tokens
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
     pasta = answer.choices[0].pasta
@@ -317,7 +319,7 @@ def speaker(tiny_model_and_tokenizer):
 
 def speaker_app(speaker, limits: AdmissionLimits | None = None):
     model, tokenizer = speaker
-    decode = DecodeConfig(max_new_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    decode = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5)
     engine = Engine(model, tokenizer, mode="async", limits=limits)
     settings = ServeSettings(model_name="speaker", decode=decode, max_tokens_limit=64, max_n=4, context_length=8192)
     return create_app(engine, settings)
@@ -328,7 +330,7 @@ PROMPTS = [f"Request {i}: tips{' Go' if i % 2 == 0 else ''}" for i in range(16)]
 
 def alone_answers(speaker) -> list[str]:
     model, tokenizer = speaker
-    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5)
     return [decode_async(model, tokenizer, [tokenizer(p)["input_ids"]], config, ReservationPolicy())[0].text
             for p in PROMPTS]
 
@@ -339,6 +341,18 @@ def complete(api: openai.OpenAI, prompt: str, stream: bool) -> tuple[str, dict |
         return "".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].pasta
     choice = api.completions.create(model="speaker", prompt=prompt).choices[0]
     return choice.text, choice.pasta
+
+
+def test_max_tokens_caps_every_threads_tokens_together(speaker):
+    """OpenAI's max_tokens bounds usage.completion_tokens, which counts the chunk threads' tokens too."""
+    with running(speaker_app(speaker)) as base_url:
+        api = client(base_url)
+        full = api.completions.create(model="speaker", prompt="Request 0: tips Go")
+        assert full.choices[0].pasta["num_threads"] >= 1  # it forks
+        cap = full.usage.completion_tokens - 2
+        cut = api.completions.create(model="speaker", prompt="Request 0: tips Go", max_tokens=cap)
+    assert cut.usage.completion_tokens == cap
+    assert cut.choices[0].finish_reason == "length"
 
 
 def slow_speaker_app(speaker, **limits):
@@ -477,7 +491,7 @@ def test_alpaca_evals_openai_decoder_generates_through_the_server(speaker, tmp_p
         out = openai_completions(prompts, model_name="speaker", max_tokens=MAX_TOKENS, temperature=0.0,
                                  num_procs=1, client_config_path=clients)
     model, tokenizer = speaker
-    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5)
     expected = [decode_async(model, tokenizer, [encode_prompt(tokenizer, p)], config, ReservationPolicy())[0].text
                 for p in PROMPTS[:2]]
     assert [text.strip() for text in out["completions"]] == [text.strip() for text in expected]

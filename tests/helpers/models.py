@@ -1,4 +1,5 @@
-"""Tiny models for decoding and serving tests: a random Llama whose greedy output varies, and a scripted wrapper."""
+"""Tiny models for decoding and serving tests: a random Llama whose greedy output varies (`lively_model`), and
+wrappers that steer a real model's logits while its forward still runs through the decoder's cache."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from pasta.models import build_tiny_model
 
 
 def lively_model(tokenizer):
-    """A tiny Llama whose greedy output varies (tests/test_decoding.py's `lively`), with the tag tokens."""
+    """A private tiny Llama with larger random weights, whose greedy output varies, with the tag tokens added.
+
+    Every weight comes from seeded generators: the tag rows that `add_tag_tokens` appends are drawn from the
+    global RNG, which is seeded here too, so the model is the same whatever ran before it in the session."""
     tokenizer = copy.deepcopy(tokenizer)
     model = build_tiny_model(tokenizer)
     generator = torch.Generator().manual_seed(0)
@@ -20,18 +24,20 @@ def lively_model(tokenizer):
         for name, weight in model.named_parameters():
             if weight.dim() >= 2 and "embed" not in name:
                 weight.copy_(torch.randn(weight.shape, generator=generator) * 0.3)
-    add_tag_tokens(tokenizer, model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        add_tag_tokens(tokenizer, model)
     return model.eval(), tokenizer
 
 
-class Scripted(torch.nn.Module):
-    """A model whose next token after each `transitions` key is that key's value (a large logit bias); each
-    forward takes at least `delay_s` (a request that stays running while a test looks at it)."""
+class WrappedModel(torch.nn.Module):
+    """What the decoders read of a model (config, device, dtype, embeddings), passed through to `model`."""
 
-    def __init__(self, model, transitions: dict[int, int], delay_s: float = 0.0):
+    def __init__(self, model):
         super().__init__()
-        self.model, self.transitions, self.delay_s = model, transitions, delay_s
-        self.config, self.generation_config = model.config, model.generation_config
+        self.model = model
+        self.config = model.config
+        self.generation_config = model.generation_config
 
     @property
     def device(self):
@@ -44,10 +50,43 @@ class Scripted(torch.nn.Module):
     def get_input_embeddings(self):
         return self.model.get_input_embeddings()
 
+
+class Scripted(WrappedModel):
+    """A model whose next token after each `transitions` key is that key's value (a large logit bias), so that a
+    random model writes PASTA-LANG where a test needs it; each forward takes at least `delay_s` (a request that
+    stays running while a test looks at it)."""
+
+    def __init__(self, model, transitions: dict[int, int], delay_s: float = 0.0):
+        super().__init__(model)
+        self.transitions, self.delay_s = transitions, delay_s
+
     def forward(self, input_ids, logits_to_keep=0, **kwargs):
         time.sleep(self.delay_s)
         out = self.model(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
-        for row, token_id in enumerate(input_ids[logits_to_keep].tolist()):
+        if isinstance(logits_to_keep, torch.Tensor):  # the decoders: the kept rows of every request
+            last_ids = input_ids[logits_to_keep]  # [N]
+            logits = out.logits  # [N, V]
+        else:  # generate: the last row of each request
+            last_ids = input_ids[:, -1]  # [B]
+            logits = out.logits[:, -1]  # [B, V]
+        for row, token_id in enumerate(last_ids.tolist()):
             if token_id in self.transitions:
-                out.logits[row, self.transitions[token_id]] += 1e4
+                logits[row, self.transitions[token_id]] += 1e4
+        return out
+
+
+class RandomLogits(WrappedModel):
+    """The wrapped model's forward, with its logits replaced by N(0, 1) noise plus `boost` on `boosted_ids`."""
+
+    def __init__(self, model, boosted_ids: list[int], boost: float, seed: int):
+        super().__init__(model)
+        self.boosted_ids = boosted_ids
+        self.boost = boost
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, input_ids, **kwargs):
+        out = self.model(input_ids=input_ids, **kwargs)
+        noise = torch.randn(out.logits.shape, generator=self.generator)
+        noise[..., self.boosted_ids] += self.boost
+        out.logits.copy_(noise)
         return out
