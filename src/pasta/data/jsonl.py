@@ -44,7 +44,9 @@ def invalid_unicode(value: Any) -> str | None:
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError as exc:
-                place = f" in {where[1:]}" if where else ""
+                # The path may hold the surrogate itself (a key): escaped, so the message can be printed.
+                shown = where[1:].encode("utf-8", "backslashreplace").decode("utf-8")
+                place = f" in {shown}" if where else ""
                 return f"invalid Unicode{place} (lone surrogate {item[exc.start]!r} at char {exc.start})"
         elif isinstance(item, dict):
             for key, child in item.items():
