@@ -2,6 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# pytest-xdist workers: one per core (each test runs torch on one thread, tests/conftest.py), so the suite's many
+# subprocess starts and model loads overlap; TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= auto
 
 .PHONY: setup demo test lint
 
@@ -12,7 +15,7 @@ demo: setup
 	PASTA_VENV=$(VENV) bash scripts/demo.sh
 
 test: setup
-	$(OFFLINE) $(PY) -m pytest -q
+	$(OFFLINE) $(PY) -m pytest -q -n $(TEST_WORKERS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

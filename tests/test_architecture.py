@@ -1,0 +1,29 @@
+"""The package's dependency rules ([tool.importlinter] in pyproject.toml), checked with import-linter."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
+
+
+def lint_imports(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([LINT_IMPORTS, "--no-cache", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_every_dependency_rule_of_the_package_is_kept():
+    done = lint_imports()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "0 broken" in done.stdout
+
+
+def test_an_import_inside_a_function_breaks_a_rule(tmp_path):
+    """The rules see lazy imports: the serving app imports the engine's decoder only inside functions."""
+    config = tmp_path / "contracts.toml"
+    config.write_text('[tool.importlinter]\nroot_package = "pasta"\n\n[[tool.importlinter.contracts]]\n'
+                      'name = "serve.py without the serving engine"\ntype = "forbidden"\n'
+                      'source_modules = ["pasta.serve"]\nforbidden_modules = ["pasta.serving.engine"]\n')
+    done = lint_imports("--config", str(config))
+    assert done.returncode != 0
+    assert "pasta.serve -> pasta.serving.engine" in done.stdout
