@@ -31,6 +31,8 @@ def write(path: Path, data: bytes) -> Path:
         (b'{"instruction": "a", "output": "b\xff"}', r"x\.jsonl:2: not valid UTF-8 \(byte 33: invalid start byte\)"),
         (b'{"instruction": "a", "output": "b\\ud800"}', r"x\.jsonl:2: invalid Unicode in output \(lone surrogate"),
         (b'{"instruction": "a", "output": {"k\\udfff": 1}}', r"x\.jsonl:2: invalid Unicode in output"),
+        # A key holding a newline is shown escaped: the message stays on one line.
+        (b'{"instruction": "a", "k\\n": "\\ud800"}', r"x\.jsonl:2: invalid Unicode in k\\n \(lone surrogate"),
         (b'{"instruction": "a"', r"x\.jsonl:2: invalid JSON \(Expecting"),
         (b'[1, 2]', r"x\.jsonl:2: invalid JSON \(expected a JSON object, got list\)"),
         (b"[" * 100_000, r"x\.jsonl:2: invalid JSON"),

@@ -44,8 +44,9 @@ def invalid_unicode(value: Any) -> str | None:
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError as exc:
-                # The path may hold the surrogate itself (a key): escaped, so the message can be printed.
-                shown = where[1:].encode("utf-8", "backslashreplace").decode("utf-8")
+                # The path may hold the surrogate itself, or a newline, in a key: escaped, so that the message
+                # prints, on one line.
+                shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in where.removeprefix("."))
                 place = f" in {shown}" if where else ""
                 return f"invalid Unicode{place} (lone surrogate {item[exc.start]!r} at char {exc.start})"
         elif isinstance(item, dict):
