@@ -14,8 +14,8 @@ requests/s over the level's wall time, the mean theoretical speedup (tokens per 
 and each mode's tokens/s at the highest level over the lowest. At concurrency 1 the same prompts are also decoded
 in this process, with the library's decoders (`decode_async`, `decode_sequential`; greedy, so the very answers the
 servers gave), while both servers idle: the served async-over-sequential latency speedup divided by the direct one
-is the server's cost to the speedup (1.00 = none; the issue's target is within 10%). Output tokens are `usage.completion_tokens` (every
-thread's). The two modes write different answers (sequential decoding writes the tags as plain tokens), so
+is the server's cost to the speedup (1.00 = none; the issue's target is within 10%). Output tokens are
+`usage.completion_tokens` (every thread's). The two modes write different answers (sequential decoding writes the tags as plain tokens), so
 compare per-token latency and tokens/s as well as request latency. Timings on a shared machine are noisy: run it
 alone. Results also go to --out as JSON.
 """
@@ -182,7 +182,7 @@ def direct_rows(args, prompts: list[str]) -> list[dict]:
     from pasta.config import compose
     from pasta.decoding import DecodeConfig, decode_async, decode_sequential
     from pasta.lang import ReservationPolicy, add_tag_tokens
-    from pasta.models import load_model
+    from pasta.models import encode_prompt, load_model
 
     torch.set_num_threads(args.threads)
     overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
@@ -196,9 +196,7 @@ def direct_rows(args, prompts: list[str]) -> list[dict]:
     latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
     num_tokens = {mode: 0 for mode in MODES}
     for prompt in [prompts[0], *prompts]:  # the first one warms up, uncounted
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                             tokenize=False)
-        prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        prompt_ids = encode_prompt(tokenizer, prompt)  # the ids the server's chat route gives this user message
         for mode in MODES:
             started = time.perf_counter()
             if mode == "async":

@@ -19,7 +19,7 @@ def test_every_dependency_rule_of_the_package_is_kept():
 
 
 def test_an_import_inside_a_function_breaks_a_rule(tmp_path):
-    """The rules see lazy imports: the serving app imports the engine's decoder only inside functions."""
+    """The rules see lazy imports: serve.py imports the serving engine only inside `build_app`."""
     config = tmp_path / "contracts.toml"
     config.write_text('[tool.importlinter]\nroot_package = "pasta"\n\n[[tool.importlinter.contracts]]\n'
                       'name = "serve.py without the serving engine"\ntype = "forbidden"\n'

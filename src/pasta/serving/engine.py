@@ -127,14 +127,14 @@ class Engine:
         # Newcomers count as running from their prefill on, before they merge into the batch at the end of the turn.
         groups = (self._running, self._newcomers)
         members = [m for g in groups for m in g.members]
-        caches = [g.batch.cache for g in groups if g.members and g.batch.cache is not None]
+        cached = [g for g in groups if g.members and g.batch.cache is not None]
         return EngineState(
             num_running=len(members),
             num_waiting=self.scheduler.num_waiting,
             num_threads=sum(1 + _num_running_chunks(m.interpreter) for m in members),
             num_tokens_in_flight=self.scheduler.num_tokens_in_flight,
-            num_cache_rows=sum(len(g.members) for g in groups if g.members and g.batch.cache is not None),
-            kv_cache_bytes=sum(cache.num_bytes() for cache in caches),
+            num_cache_rows=sum(len(g.members) for g in cached),
+            kv_cache_bytes=sum(g.batch.cache.num_bytes() for g in cached),
         )
 
     # --- the engine thread -----------------------------------------------------------------------------------------
