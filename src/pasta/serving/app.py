@@ -53,7 +53,7 @@ from pasta.serving.protocol import (
 from pasta.serving.requests import EngineEvent, EngineRequest, Failed, Finished, TextDelta
 from pasta.serving.scheduler import QueueFull, TooLarge
 
-DISCONNECT_POLL_S = 0.5  # how often a request with no news checks whether its client is still there
+DISCONNECT_POLL_S = 0.5  # how often a running request checks whether its client is still there
 
 
 @dataclass(frozen=True)
@@ -269,21 +269,34 @@ def _submit(engine: Engine, prompt_ids: list[int], configs: list[DecodeConfig]) 
     return requests, queue
 
 
-async def _next_event(raw: Request, queue: asyncio.Queue) -> tuple[int, EngineEvent]:
-    while True:
-        try:
-            return await asyncio.wait_for(queue.get(), timeout=DISCONNECT_POLL_S)
-        except asyncio.TimeoutError:
-            if await raw.is_disconnected():
-                raise _ClientGone() from None
+class _Events:
+    """A request's engine events, read while watching its client: `next` raises _ClientGone once the client left.
+
+    The client is checked every DISCONNECT_POLL_S whether or not events flow: a streamed answer's events keep
+    coming, and its writes into a closed socket may not fail before the answer ends, so a check made only when no
+    event came would let a disconnected request run to max_tokens."""
+
+    def __init__(self, raw: Request, queue: asyncio.Queue):
+        self.raw, self.queue = raw, queue
+        self.checked_s = time.monotonic()
+
+    async def next(self) -> tuple[int, EngineEvent]:
+        while True:
+            if time.monotonic() - self.checked_s >= DISCONNECT_POLL_S:
+                self.checked_s = time.monotonic()
+                if await self.raw.is_disconnected():
+                    raise _ClientGone()
+            with contextlib.suppress(asyncio.TimeoutError):
+                return await asyncio.wait_for(self.queue.get(), timeout=DISCONNECT_POLL_S)
 
 
 async def _collect(engine: Engine, raw: Request, requests: list[EngineRequest], queue: asyncio.Queue) \
         -> list[Finished]:
     finished: list[Finished | None] = [None] * len(requests)
+    events = _Events(raw, queue)
     try:
         while any(f is None for f in finished):
-            index, event = await _next_event(raw, queue)
+            index, event = await events.next()
             if isinstance(event, Failed):
                 raise APIError(500, event.reason, "server_error")
             if isinstance(event, Finished):
@@ -313,12 +326,13 @@ async def _stream(engine: Engine, raw: Request, requests: list[EngineRequest], q
 
     done: list[Finished | None] = [None] * len(requests)
     failed = False
+    events = _Events(raw, queue)
     try:
         if chat:
             for index in range(len(requests)):
                 yield chunk(index, text="", role=True)
         while not failed and any(d is None for d in done):
-            index, event = await _next_event(raw, queue)
+            index, event = await events.next()
             if isinstance(event, TextDelta):
                 yield chunk(index, text=event.text)
             elif isinstance(event, Finished):
