@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from pasta.config import compose, conf_dir
+from helpers import accelerate_launch
+from pasta.config import compose
 from pasta.training.sft import run_sft
 
 ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
@@ -36,22 +34,7 @@ COMMON = [
 def test_ddp_on_two_cpu_processes_equals_one_process_with_the_same_global_batch(tmp_path):
     """2 processes x 1 example per step see the same examples per step as 1 process x 2, and DDP averages the
     gradients, so both end with the same weights (full finetuning: no dropout to differ between processes)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(conf_dir() / "accelerate" / "cpu_ddp.yaml"),
-        "--num_cpu_threads_per_process",
-        "1",
-        "-m",
-        "pasta.train",
-        *COMMON,
-        "stage.batch_size=1",
-        f"output_dir={tmp_path / 'ddp'}",
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = accelerate_launch("pasta.train", [*COMMON, "stage.batch_size=1", f"output_dir={tmp_path / 'ddp'}"])
     assert done.returncode == 0, done.stderr[-3000:]
     info = json.loads((tmp_path / "ddp" / "train_info.json").read_text())
     # Two optimizer steps of a global batch of 2 over 12 examples: a third of an epoch.

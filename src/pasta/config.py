@@ -105,11 +105,15 @@ def _missing_config_message(exc) -> str:
 
 
 def resolve_device(device: str = "auto") -> str:
-    """Turn a config's `device` into a torch device string: "auto" is "cuda" when CUDA is available, else "cpu"."""
+    """Turn a config's `device` into a torch device string: "auto" is "cuda" when CUDA is available, else "cpu".
+    Under `accelerate launch` (torchrun's LOCAL_RANK), "auto" is this process's own GPU."""
     import torch
 
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        if not torch.cuda.is_available():
+            return "cpu"
+        local_rank = os.environ.get("LOCAL_RANK")
+        return "cuda" if local_rank is None else f"cuda:{int(local_rank)}"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise PastaError(f"device={device} was asked for but CUDA is not available; use device=auto or device=cpu")
     return device

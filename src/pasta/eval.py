@@ -6,6 +6,7 @@
         eval.reference=outputs/eval/base-sequential eval.sequential=outputs/eval/base-sequential
     python -m pasta.eval eval_data=alpaca_eval eval.annotations=PATH/annotations.json output_dir=outputs/rescored
     python -m pasta.eval report='outputs/eval/*'                                       # table + Pareto plot
+    accelerate launch --config_file conf/accelerate/ddp.yaml -m pasta.eval model.path=...  # prompts sharded
 
 Modes (eval.mode): auto (report when `report` is set, score when eval.annotations is set, else generate then
 score) | generate | score | all | report. The work is done by plain functions in pasta.evaluation; `evaluate(cfg)`
@@ -23,6 +24,7 @@ from omegaconf import DictConfig, ListConfig
 from pasta.cli import run_entry
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig
+from pasta.parallel import current_processes
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     out_dir = output_dir(cfg, ecfg, mode)
     result: dict[str, Any] = {"mode": mode, "output_dir": str(out_dir)}
     if mode == "report":
+        if not current_processes().is_main:
+            return result
         from pasta.evaluation.report import gather
 
         report = gather(_report_patterns(cfg.report), out_dir)
@@ -79,10 +83,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         print(f"report: {out_dir}")
         result["report"] = report
         return result
+    processes = current_processes()
     if mode in ("generate", "all"):
         from pasta.evaluation.generation import generate_run
 
-        generate_run(cfg, ecfg, out_dir, run_name(cfg, ecfg))
+        generate_run(cfg, ecfg, out_dir, run_name(cfg, ecfg), processes)
+    if not processes.is_main:
+        return result  # under `accelerate launch` the others decode their share; the main process scores
     if mode in ("score", "all"):
         from pasta.evaluation.report import run_markdown
         from pasta.evaluation.scoring import score_run

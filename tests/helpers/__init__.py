@@ -95,3 +95,31 @@ def _wait_ready(base_url: str, process: subprocess.Popen, log_path: Path, timeou
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"chat server not ready after {timeout_s} s: {log_path.read_text()[-2000:]}")
+
+
+def accelerate_launch(
+    module: str, overrides: list[str], *, num_processes: int = 2, timeout_s: float = 600
+) -> subprocess.CompletedProcess:
+    """`accelerate launch` `num_processes` CPU processes (gloo, conf/accelerate/cpu_ddp.yaml, 1 thread each) running
+    `python -m <module> <overrides>`, offline; returns the finished process (output captured)."""
+    from pasta.config import conf_dir
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(conf_dir() / "accelerate" / "cpu_ddp.yaml"),
+        "--num_processes", str(num_processes), "--num_cpu_threads_per_process", "1",
+        # A free port per launch: tests run side by side (pytest-xdist) and must not meet on cpu_ddp.yaml's.
+        "--main_process_port", str(_free_port()),
+        "-m", module, *overrides,
+    ]  # fmt: skip
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -7,6 +7,11 @@ stats.jsonl line per prompt as it finishes (appended whole and fsynced), and mod
 atomically once every prompt is done. A rerun into the same directory skips the prompts already in stats.jsonl;
 a directory that holds another model's or another decode mode's run is refused.
 
+Under `accelerate launch` (pasta.parallel) each process decodes its share of the prompts into its own part file and
+the main process gathers them into stats.jsonl and model_outputs.json in prompt order, as one process writes them;
+run.json records the process count (`num_processes`, a list when resumed runs used several), and speedups against
+a run decoded with another count are refused, like those against another device.
+
 Timing modes: `wall` decodes one request at a time after `eval.warmup_prompts` discarded warm-up decodes (the
 paper's batch-1 latency, the only mode per-prompt speedups are computed from); `throughput` decodes batches of
 `eval.batch_size` (wall_s is then the batch's time, shared by its requests).
@@ -40,6 +45,7 @@ from pasta.evaluation.run_files import (
     read_stats,
 )
 from pasta.lang import ReservationPolicy
+from pasta.parallel import Processes, ShardedJsonl, current_processes
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +113,9 @@ def _as_json(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, device: str) -> dict[str, Any]:
+def _run_meta(
+    cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, device: str, num_processes: int
+) -> dict[str, Any]:
     return {
         "generator": generator,
         "model": str(cfg.model.path) if cfg.model.get("path") else str(cfg.model.name),
@@ -124,6 +132,7 @@ def _run_meta(cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, devi
         "eval_data": str(cfg.eval_data.name),
         "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
         "device": device_description(device),
+        "num_processes": num_processes,
         "torch": torch.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -166,31 +175,54 @@ def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: st
             bar.update(len(batch))
 
 
-def generate_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path, generator: str) -> Path:
-    """Decode every evaluated prompt not yet in run_dir's stats.jsonl; write model_outputs.json; return its path."""
+def process_counts(previous: Any, count: int) -> int | list[int]:
+    """run.json's `num_processes` once a run with `count` processes has decoded into it."""
+    counts = set(previous) if isinstance(previous, list) else {1 if previous is None else previous}
+    counts.add(count)
+    return count if counts == {count} else sorted(counts)
+
+
+def _instruction(record: dict[str, Any]) -> str:
+    return record["instruction"]
+
+
+def generate_run(
+    cfg: DictConfig, ecfg: EvalConfig, run_dir: Path, generator: str, processes: Processes | None = None
+) -> Path:
+    """Decode every evaluated prompt not yet in run_dir's stats.jsonl; write model_outputs.json; return its path.
+    Every process of a launch calls this with its `processes` (default: this launch's)."""
     from pasta.config import resolve_device
 
+    processes = processes or current_processes()
     mode = decode_mode(cfg)
     records, _, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
     device = resolve_device(str(cfg.device))
-    meta = _run_meta(cfg, ecfg, generator, mode, device)
+    meta = _run_meta(cfg, ecfg, generator, mode, device, processes.count)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if (run_dir / RUN_META).is_file():
-        _check_resumable(run_dir, meta)
-    else:
+    previous = read_json(run_dir / RUN_META, "run.json") if (run_dir / RUN_META).is_file() else None
+    if previous is not None:
+        _check_resumable(run_dir, meta)  # every process refuses alike, so none is left waiting below
+    stats = ShardedJsonl(run_dir / STATS, processes)
+    stats.gather(_instruction)  # a killed launch's part files first: their prompts are done
+    done = {r["instruction"] for r in read_stats(run_dir)} if (run_dir / STATS).is_file() else set()
+    todo = [record for record in records if record["instruction"] not in done]
+    if processes.is_main and (previous is None or todo):
+        if previous is not None:
+            meta = {**previous, "num_processes": process_counts(previous.get("num_processes"), processes.count)}
         write_json_atomic(run_dir / RUN_META, meta)
     # Opening the appender first drops a line that a kill cut short, so reading back sees whole records only.
-    with JsonlAppender(run_dir / STATS) as out:
-        done = {r["instruction"] for r in read_stats(run_dir)}
-        todo = [record for record in records if record["instruction"] not in done]
-        if todo:
-            _decode_into(out, cfg, ecfg, mode, device, records, todo, generator)
-    by_instruction = {r["instruction"]: r for r in read_stats(run_dir)}
-    outputs = [
-        {"instruction": r["instruction"], "output": by_instruction[r["instruction"]]["output"],
-         "generator": generator, "dataset": r.get("dataset", str(cfg.eval_data.name))}
-        for r in records
-    ]
-    write_json_atomic(run_dir / MODEL_OUTPUTS, outputs)
+    with stats.appender() as out:
+        mine = processes.shard(todo)
+        if mine:
+            _decode_into(out, cfg, ecfg, mode, device, records, mine, generator)
+    stats.gather(_instruction, order=[r["instruction"] for r in records])
+    if processes.is_main:
+        by_instruction = {r["instruction"]: r for r in read_stats(run_dir)}
+        outputs = [
+            {"instruction": r["instruction"], "output": by_instruction[r["instruction"]]["output"],
+             "generator": generator, "dataset": r.get("dataset", str(cfg.eval_data.name))}
+            for r in records
+        ]
+        write_json_atomic(run_dir / MODEL_OUTPUTS, outputs)
     return run_dir / MODEL_OUTPUTS

@@ -107,6 +107,12 @@ def _speed(
                 f"wall-clock speedups need both runs on one machine: {sequential_dir} ran on "
                 f"{sequential_meta.get('device')!r}, {run_dir} on {meta.get('device')!r}"
             )
+        counts = [run_meta.get("num_processes", 1) for run_meta in (sequential_meta, meta)]
+        if counts[0] != counts[1]:
+            raise PastaError(
+                f"wall-clock speedups need both runs decoded with as many processes (each shares the machine): "
+                f"{sequential_dir} used {counts[0]}, {run_dir} {counts[1]}"
+            )
         sequential = read_stats(sequential_dir)
         sequential_name = sequential_meta.get("generator", str(sequential_dir))
     return speed_metrics(stats, sequential, sequential_name=sequential_name, bootstrap=ecfg.bootstrap)

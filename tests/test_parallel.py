@@ -1,0 +1,125 @@
+"""Data-parallel decoding (pasta.parallel): shards, the part files' gathering, and `accelerate launch -m pasta.eval`
+on 2 CPU processes (gloo) against one process, resumed across process counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import accelerate_launch
+from pasta.config import compose
+from pasta.data import read_jsonl
+from pasta.errors import PastaError
+from pasta.eval import evaluate
+from pasta.evaluation.run_files import RUN_META
+from pasta.parallel import Processes, ShardedJsonl, part_path
+
+EVAL = ["model=tiny", "decode=async", "decode.max_new_tokens=8", "eval.mode=generate", "eval.warmup_prompts=0",
+        "device=cpu", "num_threads=1", "eval.generator=tiny-async"]
+
+
+def _key(record):
+    return record["id"]
+
+
+def test_shards_cover_every_item_once_and_differ_in_size_by_at_most_one():
+    items = list(range(11))
+    shards = [Processes(index, 3).shard(items) for index in range(3)]
+    assert sorted(sum(shards, [])) == items
+    assert {len(shard) for shard in shards} == {3, 4}
+
+
+def test_gather_folds_every_part_into_the_file_in_the_jobs_order(tmp_path):
+    path = tmp_path / "scores.jsonl"
+    path.write_text(json.dumps({"id": "b", "v": 1}) + "\n")
+    part_path(path, 0).write_text(json.dumps({"id": "c", "v": 1}) + "\n")
+    # A process killed mid-write: its whole lines count, the torn one is dropped.
+    part_path(path, 1).write_text(json.dumps({"id": "a", "v": 1}) + "\n" + '{"id": "d", "v')
+    ShardedJsonl(path, Processes()).gather(_key, order=["a", "b", "c", "d"])
+    assert [r["id"] for r in read_jsonl(path)] == ["a", "b", "c"]
+    assert not list(tmp_path.glob("*.part-*"))
+
+
+def test_a_record_in_the_file_and_in_a_part_is_kept_once_the_part_winning(tmp_path):
+    """A kill between replacing the file and deleting the parts leaves records twice; the next gather mends it."""
+    path = tmp_path / "scores.jsonl"
+    path.write_text(json.dumps({"id": "a", "v": 1}) + "\n")
+    part_path(path, 3).write_text(json.dumps({"id": "a", "v": 2}) + "\n")
+    ShardedJsonl(path, Processes()).gather(_key)
+    assert read_jsonl(path) == [{"id": "a", "v": 2}]
+
+
+def test_each_process_appends_to_its_own_part_and_one_process_to_the_file(tmp_path):
+    path = tmp_path / "stats.jsonl"
+    with ShardedJsonl(path, Processes(1, 2)).appender() as out:
+        out.append({"id": "x"})
+    with ShardedJsonl(path, Processes()).appender() as out:
+        out.append({"id": "y"})
+    assert read_jsonl(part_path(path, 1)) == [{"id": "x"}] and read_jsonl(path) == [{"id": "y"}]
+
+
+def eval_run(tmp_path: Path, name: str, *overrides: str) -> Path:
+    evaluate(compose("eval", [*EVAL, f"output_dir={tmp_path / name}", *overrides]))
+    return tmp_path / name
+
+
+def launched_eval_run(tmp_path: Path, name: str, *overrides: str) -> Path:
+    done = accelerate_launch("pasta.eval", [*EVAL, f"output_dir={tmp_path / name}", *overrides])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp_path / name
+
+
+def without_timings(run_dir: Path) -> list[dict]:
+    """Per-prompt stats less what differs between two decodes of the same answers: the clock (`*_s`)."""
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in read_jsonl(run_dir / "stats.jsonl")]
+
+
+def test_a_killed_launchs_part_files_count_as_done_when_one_process_resumes(tmp_path, monkeypatch):
+    from pasta.evaluation import generation
+
+    whole = eval_run(tmp_path, "whole", "eval.limit=3")
+    stats = read_jsonl(whole / "stats.jsonl")
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    meta = json.loads((whole / RUN_META).read_text())
+    (resumed / RUN_META).write_text(json.dumps({**meta, "num_processes": 2}))
+    # Process 1 of a killed 2-process launch had written the second prompt; process 0 nothing yet.
+    part_path(resumed / "stats.jsonl", 1).write_text(json.dumps(stats[1]) + "\n")
+    decoded: list[str] = []
+    original = generation.Decoder.__call__
+    monkeypatch.setattr(generation.Decoder, "__call__",
+                        lambda self, records: decoded.extend(r["instruction"] for r in records)
+                        or original(self, records))
+    eval_run(tmp_path, "resumed", "eval.limit=3")
+    assert decoded == [stats[0]["instruction"], stats[2]["instruction"]]
+    assert without_timings(resumed) == without_timings(whole)
+    assert json.loads((resumed / RUN_META).read_text())["num_processes"] == [1, 2]
+
+
+def test_speedups_against_a_run_decoded_with_another_process_count_are_refused(tmp_path):
+    sequential = eval_run(tmp_path, "seq", "eval.limit=2", "decode=sequential", "eval.generator=seq")
+    run = eval_run(tmp_path, "async", "eval.limit=2")
+    meta = json.loads((run / RUN_META).read_text())
+    (run / RUN_META).write_text(json.dumps({**meta, "num_processes": 2}))
+    with pytest.raises(PastaError, match="as many processes.*used 1, .* 2"):
+        evaluate(compose("eval", [*EVAL, f"output_dir={run}", "eval.limit=2", "eval.mode=score",
+                                  "judge=embedding", f"eval.sequential={sequential}", f"eval.reference={sequential}"]))
+
+
+@pytest.mark.slow
+def test_two_processes_decode_the_same_files_as_one_and_resume_with_one(tmp_path):
+    """Greedy outputs and per-prompt stats (timings aside) of a 2-process launch equal one process's, in prompt
+    order; a launch stopped after 4 prompts finishes with one process as if it had never stopped."""
+    single = eval_run(tmp_path, "single", "eval.limit=6")
+    launched = launched_eval_run(tmp_path, "launched", "eval.limit=6")
+    assert without_timings(launched) == without_timings(single)
+    assert (launched / "model_outputs.json").read_text() == (single / "model_outputs.json").read_text()
+    assert json.loads((launched / RUN_META).read_text())["num_processes"] == 2
+
+    launched_eval_run(tmp_path, "switched", "eval.limit=4")
+    switched = eval_run(tmp_path, "switched", "eval.limit=6")
+    assert without_timings(switched) == without_timings(single)
+    assert json.loads((switched / RUN_META).read_text())["num_processes"] == [1, 2]
+    assert not list(switched.glob("*.part-*"))
