@@ -123,3 +123,65 @@ def test_two_processes_decode_the_same_files_as_one_and_resume_with_one(tmp_path
     assert without_timings(switched) == without_timings(single)
     assert json.loads((switched / RUN_META).read_text())["num_processes"] == [1, 2]
     assert not list(switched.glob("*.part-*"))
+
+
+ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
+HELDOUT = Path(__file__).resolve().parents[1] / "data" / "alpaca_sample.jsonl"
+
+
+def pref_overrides(out: Path, sft: Path, batch_size: int) -> list[str]:
+    """One tiny round: 4 prompts x 3 samples, sampled one prompt at a time (a batch's padding cannot then differ
+    between process counts), full finetuning (no dropout) with one optimizer step of a global batch of 2."""
+    return [
+        "stage=pref", "device=cpu", "num_threads=1", f"output_dir={out}", f"model.path={sft}",
+        f"data.path={ANNOTATED}", "stage.rounds=1", "stage.prompts_per_round=4", "stage.num_samples=3",
+        "stage.max_new_tokens=12", "stage.sample_batch_size=1", "stage.finetune=full", "stage.max_steps=1",
+        f"stage.batch_size={batch_size}", "stage.learning_rate=1e-3", "stage.max_length=160",
+        "stage.logging_steps=1", "stage.save_steps=100", f"stage.heldout_path={HELDOUT}", "stage.heldout_limit=3",
+    ]  # fmt: skip
+
+
+def assert_close_records(actual, expected, where: str) -> None:
+    """Equal JSON, floats within 1e-5 (judge scores of texts embedded in other batches)."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict) and actual.keys() == expected.keys(), where
+        for key in expected:
+            assert_close_records(actual[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), where
+        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_close_records(a, e, f"{where}[{index}]")
+    elif isinstance(expected, float):
+        assert actual == pytest.approx(expected, rel=1e-5, abs=1e-6), where
+    else:
+        assert actual == expected, where
+
+
+@pytest.mark.slow
+def test_a_preference_round_on_two_processes_samples_pairs_and_trains_as_one(tiny_model_and_tokenizer, tmp_path):
+    import copy
+
+    import torch
+    from safetensors.torch import load_file
+
+    from pasta.lang import add_tag_tokens
+    from pasta.training.pref import run_pref
+
+    model, tokenizer = (copy.deepcopy(x) for x in tiny_model_and_tokenizer)
+    add_tag_tokens(tokenizer, model)
+    sft = tmp_path / "sft"
+    model.save_pretrained(sft)
+    tokenizer.save_pretrained(sft)
+
+    done = accelerate_launch("pasta.train", pref_overrides(tmp_path / "launched", sft, batch_size=1))
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_pref(compose("train", pref_overrides(tmp_path / "single", sft, batch_size=2)))
+
+    launched, single = tmp_path / "launched", tmp_path / "single"
+    for name in ("round-1/scores.jsonl", "round-1/pairs.jsonl", "round-0/heldout.jsonl", "round-1/heldout.jsonl"):
+        assert_close_records(read_jsonl(launched / name), read_jsonl(single / name), name)
+    assert not list(launched.rglob("*.part-*"))
+    expected = load_file(single / "round-1" / "final" / "model.safetensors")
+    actual = load_file(launched / "round-1" / "final" / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5)

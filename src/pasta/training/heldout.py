@@ -9,7 +9,8 @@ greedily with the asynchronous decoder, and `heldout.json` keeps what PASTA is a
 - the quality proxy: the stage's judge scoring each plain answer against the record's reference answer (with the
   default embedding judge, cosine similarity to e.g. the GPT-4 Turbo answer of AlpacaEval). A proxy, labelled with
   the judge's name, not a win rate.
-Answers go to `heldout.jsonl` one line per prompt as they are decoded, so a killed check resumes where it stopped.
+Answers go to `heldout.jsonl` one line per prompt as they are decoded, so a killed check resumes where it stopped;
+under `accelerate launch` each process decodes its share and the main process gathers them (pasta.parallel).
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import torch
 from omegaconf import DictConfig
 
 from pasta.config import resolve_device
-from pasta.data import JsonlAppender, load_instructions, read_jsonl, record_id, write_json_atomic
+from pasta.data import load_instructions, read_jsonl, record_id, write_json_atomic
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.judges import JudgeItem
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import encode_prompt, load_model
+from pasta.parallel import Processes, ShardedJsonl
 from pasta.training.config import PrefSettings
 from pasta.training.modeling import model_at
 
@@ -69,15 +71,18 @@ def check_policy(
     max_new_tokens: int,
     batch_size: int,
     out_dir: Path,
+    processes: Processes = Processes(),
 ) -> HeldoutSummary:
     """Decode `records` greedily (resuming from `out_dir/heldout.jsonl`), judge them, write `heldout.json`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     answers_path = out_dir / ANSWERS
+    store = ShardedJsonl(answers_path, processes)
+    store.gather(_by_id)
     done = {a["id"] for a in read_jsonl(answers_path)} if answers_path.is_file() else set()
-    todo = [r for r in records if record_id(r) not in done]
+    todo = processes.shard([r for r in records if record_id(r) not in done])
     config = DecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=0.0))
     model.eval()
-    with JsonlAppender(answers_path) as out:
+    with store.appender() as out:
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
             prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for r in batch]
@@ -99,6 +104,7 @@ def check_policy(
                         "judge": judge.name,
                     }
                 )
+    store.gather(_by_id, order=[record_id(r) for r in records])
     wanted = {record_id(r) for r in records}
     answers = [a for a in read_jsonl(answers_path) if a["id"] in wanted]
     qualities = [a["quality"] for a in answers if a["quality"] is not None]
@@ -110,8 +116,13 @@ def check_policy(
         quality_proxy=statistics.fmean(qualities) if qualities else None,
         judge=judge.name,
     )
-    write_json_atomic(out_dir / SUMMARY, asdict(summary))
+    if processes.is_main:
+        write_json_atomic(out_dir / SUMMARY, asdict(summary))
     return summary
+
+
+def _by_id(answer: dict[str, Any]) -> str:
+    return answer["id"]
 
 
 def read_summary(out_dir: Path) -> HeldoutSummary | None:
@@ -126,8 +137,11 @@ class HeldoutCheck:
     """The held-out check of one policy folder (None: the stage's starting model), when `stage.heldout_path` is
     set; a check that finished before a crash is read back, not redone."""
 
-    def __init__(self, cfg: DictConfig, settings: PrefSettings, judge, policy: ReservationPolicy):
+    def __init__(
+        self, cfg: DictConfig, settings: PrefSettings, judge, policy: ReservationPolicy, processes: Processes
+    ):
         self.cfg, self.settings, self.judge, self.policy = cfg, settings, judge, policy
+        self.processes = processes
         path = settings.heldout_path
         self.records = (
             heldout_records(path, settings.heldout_limit, settings.heldout_seed) if path is not None else []
@@ -151,4 +165,5 @@ class HeldoutCheck:
             self.settings.max_new_tokens,
             self.settings.sample_batch_size,
             out_dir,
+            self.processes,
         )

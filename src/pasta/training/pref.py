@@ -15,6 +15,11 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    `round-<r>/final` and `round-<r>/metrics.json`.
 A crashed run continues with `resume=true`: finished rounds are kept, sampling picks up after the last prompt
 written, training from its last checkpoint.
+
+`accelerate launch -m pasta.train stage=pref ...` shards the reference decodes, the sampling and judging of each round
+and the held-out check over the processes (pasta.parallel); every process reads the gathered scores, so all form the
+same pairs, and the round trains under the same launch (DDP). Candidates are seeded per prompt and sample, so any
+process count samples the same candidates.
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from pasta.config import resolve_device
 from pasta.data import (
-    JsonlAppender,
     load_instructions,
     read_jsonl,
     record_id,
@@ -45,6 +49,7 @@ from pasta.data import (
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import encode_prompt, load_model
+from pasta.parallel import Processes, ShardedJsonl, current_processes
 from pasta.training.collator import PairCollator
 from pasta.training.config import PrefSettings, settings_from_cfg
 from pasta.training.examples import example_from_doc, loader_config, with_min_promises
@@ -102,7 +107,11 @@ def judge_with_retries(judge, items: list, retries: int) -> list[float | None]:
 
 
 def reference_answers(
-    records: list[dict[str, Any]], settings: PrefSettings, cfg: DictConfig, output_dir: Path
+    records: list[dict[str, Any]],
+    settings: PrefSettings,
+    cfg: DictConfig,
+    output_dir: Path,
+    processes: Processes = Processes(),
 ) -> dict[str, str]:
     """Reference answer per prompt key: the record's `output`, or the Baseline-SFT model's greedy answer
     (decoded once, kept in `<output_dir>/baseline_answers.jsonl` and reused on resume)."""
@@ -111,25 +120,31 @@ def reference_answers(
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
 
     path = output_dir / "baseline_answers.jsonl"
+    store = ShardedJsonl(path, processes)
+    store.gather(_by_id)
     answers = {a["id"]: a["text"] for a in read_jsonl(path)} if path.is_file() else {}
-    todo = [r for r in records if prompt_key(r) not in answers]
+    todo = processes.shard([r for r in records if prompt_key(r) not in answers])
     if todo:
         model_cfg = model_at(cfg.model, settings.baseline_model)
         model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
         config = DecodeConfig(
             max_new_tokens=settings.max_new_tokens, sampling=SamplingConfig(temperature=0.0)
         )
-        with JsonlAppender(path) as out:
+        with store.appender() as out:
             for start in range(0, len(todo), settings.sample_batch_size):
                 batch = todo[start : start + settings.sample_batch_size]
                 prompts = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for r in batch]
                 for record, result in zip(
                     batch, decode_sequential(model, tokenizer, prompts, config), strict=True
                 ):
-                    answers[prompt_key(record)] = result.text
                     out.append({"id": prompt_key(record), "text": result.text})
         del model
-    return answers
+    store.gather(_by_id, order=[prompt_key(r) for r in records])
+    return {a["id"]: a["text"] for a in read_jsonl(path)}
+
+
+def _by_id(entry: dict[str, Any]) -> str:
+    return entry["id"]
 
 
 # --- sampling and scoring ------------------------------------------------------------------------------------
@@ -145,20 +160,24 @@ def sample_and_score(
     policy: ReservationPolicy,
     scores_path: Path,
     seed: int,
+    processes: Processes = Processes(),
 ) -> list[dict[str, Any]]:
-    """Score records of every prompt, sampling only those not yet in `scores_path` (see the module docstring)."""
+    """Score records of every prompt, sampling only those not yet in `scores_path` (see the module docstring);
+    each process samples its share of them."""
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
     from pasta.judges import JudgeItem
 
-    done = {r["id"]: r for r in read_jsonl(scores_path)} if scores_path.is_file() else {}
+    store = ShardedJsonl(scores_path, processes)
+    store.gather(_by_id)
+    done = {r["id"] for r in read_jsonl(scores_path)} if scores_path.is_file() else set()
     config = DecodeConfig(
         max_new_tokens=settings.max_new_tokens,
         sampling=SamplingConfig(temperature=settings.temperature, top_p=settings.top_p),
     )
     num = settings.num_samples
-    todo = [(index, r) for index, r in enumerate(prompts) if prompt_key(r) not in done]
+    todo = processes.shard([(index, r) for index, r in enumerate(prompts) if prompt_key(r) not in done])
     model.eval()
-    with JsonlAppender(scores_path) as out:
+    with store.appender() as out:
         for start in range(0, len(todo), settings.sample_batch_size):
             batch = todo[start : start + settings.sample_batch_size]
             prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for _, r in batch]
@@ -209,8 +228,9 @@ def sample_and_score(
                     "candidates": candidates,
                 }
                 out.append(entry)
-                done[entry["id"]] = entry
-    return [done[prompt_key(r)] for r in prompts]
+    store.gather(_by_id, order=[prompt_key(r) for r in prompts])
+    scored = {r["id"]: r for r in read_jsonl(scores_path)}
+    return [scored[prompt_key(r)] for r in prompts]
 
 
 def scored_of(candidate: dict[str, Any]) -> Scored:
@@ -367,7 +387,7 @@ def summarize(
 
 
 def run_round(
-    cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir
+    cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir, processes
 ) -> Path:
     round_dir = output_dir / f"round-{round_index}"
     round_dir.mkdir(parents=True, exist_ok=True)
@@ -380,13 +400,14 @@ def run_round(
     seed = (int(cfg.get("seed") or 0) * 1000 + round_index) * 1_000_003
     start = time.perf_counter()
     scored = sample_and_score(
-        model, tokenizer, prompts, references, judge, settings, policy, scores_path, seed
+        model, tokenizer, prompts, references, judge, settings, policy, scores_path, seed, processes
     )
     sample_seconds = time.perf_counter() - start
     pairs, skipped = make_pairs(scored, settings.quality_weight)
-    write_jsonl_atomic(round_dir / "pairs.jsonl", pairs)
     summary = summarize(scored, pairs, skipped, settings.quality_weight)
-    log.info("round %d: %s", round_index, summary)
+    if processes.is_main:
+        write_jsonl_atomic(round_dir / "pairs.jsonl", pairs)
+        log.info("round %d: %s", round_index, summary)
     if not pairs:
         raise PastaError(
             f"round {round_index}: no pairs from {len(scored)} prompts ({dict(skipped)}); sample more candidates "
@@ -407,20 +428,19 @@ def run_round(
         "train_seconds": time.perf_counter() - start,
         "train": train_metrics,
     }
-    write_json_atomic(round_dir / ROUND_METRICS, metrics)
+    if processes.is_main:
+        write_json_atomic(round_dir / ROUND_METRICS, metrics)
+    processes.wait()  # every process reads the round's metrics next
     return round_dir / "final"
 
 
 def run_pref(cfg: DictConfig) -> Path:
     """Run every preference round `cfg` asks for; returns the last round's final model folder."""
-    from accelerate import PartialState
-
     from pasta.judges import build_judge
 
     settings = settings_from_cfg(cfg.stage)
     assert isinstance(settings, PrefSettings)
-    if PartialState().num_processes > 1:
-        raise PastaError("stage=pref samples and judges in one process: run it without accelerate launch")
+    processes = current_processes()
     output_dir = resolve_output_dir(cfg)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
     min_promises = int(cfg.data.get("min_promises", 0))
@@ -430,14 +450,16 @@ def run_pref(cfg: DictConfig) -> Path:
             "stage=pref needs prompts: the data is empty"
             + (f" after data.min_promises={min_promises}" if min_promises else "")
         )
-    references = reference_answers(records, settings, cfg, output_dir)
     if any(output_dir.glob("round-*")) and not cfg.get("resume", False):
         raise PastaError(
             f"{output_dir} holds an earlier run: pass resume=true to continue it, or another output_dir"
         )
+    processes.wait()  # every process has looked before any writes
+    references = reference_answers(records, settings, cfg, output_dir, processes)
     judge = build_judge(cfg.judge)
-    write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name)
-    heldout = HeldoutCheck(cfg, settings, judge, policy)
+    if processes.is_main:
+        write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name)
+    heldout = HeldoutCheck(cfg, settings, judge, policy, processes)
     start = heldout.run(None, output_dir / "round-0")
     rounds = []
     policy_path: Path | None = None
@@ -447,24 +469,28 @@ def run_pref(cfg: DictConfig) -> Path:
         if metrics_path.is_file() and (round_dir / "final" / "config.json").is_file():
             log.info("round %d already done: %s", round_index, round_dir)
         else:
-            run_round(cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir)
+            run_round(
+                cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir, processes
+            )
         policy_path = round_dir / "final"
         metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
         summary = heldout.run(policy_path, round_dir)
         if summary is not None:
             metrics["heldout"] = asdict(summary)
-        log.info("round %d: %s", round_index, round_line(metrics, start, summary))
+        if processes.is_main:
+            log.info("round %d: %s", round_index, round_line(metrics, start, summary))
         rounds.append(metrics)
-    write_train_info(
-        output_dir,
-        cfg,
-        stage="pref",
-        status="done",
-        judge=judge.name,
-        final_dir=str(policy_path),
-        rounds=rounds,
-        **({"heldout_start": asdict(start)} if start is not None else {}),
-    )
+    if processes.is_main:
+        write_train_info(
+            output_dir,
+            cfg,
+            stage="pref",
+            status="done",
+            judge=judge.name,
+            final_dir=str(policy_path),
+            rounds=rounds,
+            **({"heldout_start": asdict(start)} if start is not None else {}),
+        )
     return policy_path
 
 
