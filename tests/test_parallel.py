@@ -185,3 +185,74 @@ def test_a_preference_round_on_two_processes_samples_pairs_and_trains_as_one(tin
     actual = load_file(launched / "round-1" / "final" / "model.safetensors")
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_two_processes_annotate_with_the_hf_teacher_as_one_in_input_order(tmp_path):
+    from pasta.annotate import annotate
+
+    overrides = [
+        "teacher=hf", "model@teacher.model=tiny", "teacher.batch_size=2", "teacher.max_new_tokens_factor=0",
+        "teacher.max_new_tokens_extra=4", "data.limit=5", "progress=false", "device=cpu", "num_threads=1",
+    ]  # fmt: skip
+    done = accelerate_launch("pasta.annotate", [*overrides, f"output={tmp_path / 'launched.jsonl'}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = annotate(compose("annotate", [*overrides, f"output={tmp_path / 'single.jsonl'}"]))
+    for suffix in ("jsonl", "rejects.jsonl"):
+        assert read_jsonl(tmp_path / f"launched.{suffix}") == read_jsonl(tmp_path / f"single.{suffix}")
+    launched = json.loads((tmp_path / "launched.summary.json").read_text())
+    assert launched["num_records"] == summary["num_records"] == 5
+    assert not list(tmp_path.glob("*.part-*"))
+
+
+def launched_worker(marker: str, rank: int) -> int | None:
+    """The pid of the launched worker process of `rank` whose environment holds `marker`, if it is running."""
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            variables = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in variables and f"RANK={rank}".encode() in variables:
+            return int(environ.parent.name)
+    return None
+
+
+@pytest.mark.slow
+def test_a_process_killed_mid_launch_stops_the_run_and_a_one_process_rerun_loses_nothing(tmp_path, monkeypatch):
+    """Process 1 is killed (SIGKILL) once it has written an answer: the launch fails, the answers both processes
+    wrote stay in their part files, and a one-process rerun decodes only the rest, ending with the same files."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from helpers import accelerate_launch_command
+    from pasta.evaluation import generation
+
+    run = tmp_path / "killed"
+    overrides = [*EVAL, f"output_dir={run}", "eval.limit=8", "decode.max_new_tokens=256"]
+    command, env = accelerate_launch_command("pasta.eval", overrides)
+    marker = f"PASTA_TEST_LAUNCH={tmp_path}"
+    launch = subprocess.Popen(command, env={**env, "PASTA_TEST_LAUNCH": str(tmp_path)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    part = run / "stats.part-1.jsonl"
+    deadline = time.monotonic() + 300
+    while not (part.is_file() and part.read_text().count("\n") >= 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = launched_worker(marker, rank=1)
+    assert worker is not None, "process 1 ended before it could be killed"
+    os.kill(worker, signal.SIGKILL)
+    _, stderr = launch.communicate(timeout=300)
+    assert launch.returncode != 0, stderr[-2000:]
+    written = [r["instruction"] for p in run.glob("stats*.jsonl") for r in read_jsonl(p)]
+    assert written and not (run / "model_outputs.json").exists()
+
+    decoded: list[str] = []
+    original = generation.Decoder.__call__
+    monkeypatch.setattr(generation.Decoder, "__call__",
+                        lambda self, records: decoded.extend(r["instruction"] for r in records)
+                        or original(self, records))
+    eval_run(tmp_path, "killed", "eval.limit=8", "decode.max_new_tokens=256")
+    assert not set(decoded) & set(written) and len(decoded) + len(written) == 8
+    single = eval_run(tmp_path, "single", "eval.limit=8", "decode.max_new_tokens=256")
+    assert without_timings(run) == without_timings(single)

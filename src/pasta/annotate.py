@@ -16,6 +16,10 @@ teacher, whose answer is validated (pasta.annotation.validate) and measured with
 with the same `output` skips every record already in either file (by record id), so a crash or Ctrl-C loses only
 the requests in flight. At the end `<output stem>.summary.json` and a short table report acceptance, reject
 reasons, promises per response, chunk lengths and theoretical speedups over everything in the files.
+
+`accelerate launch -m pasta.annotate teacher=hf ...` shards the records over the processes (pasta.parallel), each
+with its own copy of the teacher model; the main process gathers their part files into `output` and the rejects file
+in input order. (The openai teacher needs no launch: it already sends `teacher.concurrency` requests at once.)
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from pasta.data import JsonlAppender, iter_numbered_jsonl, load_instructions, re
 from pasta.errors import PastaError
 from pasta.lang import add_tag_tokens
 from pasta.models import load_tokenizer
+from pasta.parallel import ShardedJsonl, current_processes
 from pasta.teachers import Teacher, TeacherError, TeacherReply, TeacherRequest, build_teacher
 
 log = logging.getLogger(__name__)
@@ -184,8 +189,12 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg.model)
     add_tag_tokens(tokenizer)  # tokens="N" and the schedule count tags as the student will see them
     teacher = build_teacher(cfg.teacher, device=cfg.get("device", "auto"))
+    processes = current_processes()
+    stores = [ShardedJsonl(path, processes) for path in (output, rejects_path)]
+    for store in stores:
+        store.gather(_record_id)  # a killed launch's part files: their records are done
     # Opening the appenders first cuts a line that a killed run left half-written, before it is read back.
-    with teacher, JsonlAppender(output) as out, JsonlAppender(rejects_path) as rejected:
+    with teacher, stores[0].appender() as out, stores[1].appender() as rejected:
         done = finished_ids([output, rejects_path], teacher)
         todo: list[tuple[str, dict[str, Any]]] = []
         seen: set[str] = set()
@@ -198,6 +207,7 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
                 todo.append((rid, source))
             seen.add(rid)
         num_already_done = len(seen & done)
+        todo = processes.shard(todo)
         log.info(
             "annotating %d records with teacher %s (%s) into %s; %d already done, %d duplicates skipped",
             len(todo), teacher.name, teacher.model, output, num_already_done, num_duplicates,
@@ -214,6 +224,11 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
             f"the teacher failed all {counts.num_requests} requests of this run (last: {counts.last_error}); "
             "check teacher.model and the endpoint, then rerun to resume"
         )
+    input_order = [record_id(source) for source in records]
+    for store in stores:
+        store.gather(_record_id, order=input_order)
+    if not processes.is_main:
+        return {}  # the main process summarizes everything the processes wrote
     all_records = [r for path in (output, rejects_path) for _, r in iter_numbered_jsonl(path)]
     summary = {
         "output": str(output),
@@ -230,6 +245,10 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
     print(format_table(summary))
     print(f"wrote {output} ({summary['num_records']} records in all, summary in {summary_path})")
     return summary
+
+
+def _record_id(record: dict[str, Any]) -> str:
+    return record["id"]
 
 
 def _resume_hint(counts: _RunCounts, output: Path) -> str:

@@ -120,7 +120,9 @@ class ShardedJsonl:
                     by_key[key(record)] = record
         records = list(by_key.values())
         if order is not None:
-            place = {k: i for i, k in enumerate(order)}
+            place: dict[Any, int] = {}
+            for i, k in enumerate(order):
+                place.setdefault(k, i)  # a key listed twice (a duplicate input record) keeps its first place
             records.sort(key=lambda r: place.get(key(r), len(place)))
         if parts or self._differs(records):
             write_jsonl_atomic(self.path, records)

@@ -102,6 +102,14 @@ def accelerate_launch(
 ) -> subprocess.CompletedProcess:
     """`accelerate launch` `num_processes` CPU processes (gloo, conf/accelerate/cpu_ddp.yaml, 1 thread each) running
     `python -m <module> <overrides>`, offline; returns the finished process (output captured)."""
+    command, env = accelerate_launch_command(module, overrides, num_processes=num_processes)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def accelerate_launch_command(
+    module: str, overrides: list[str], *, num_processes: int = 2
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment `accelerate_launch` runs."""
     from pasta.config import conf_dir
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -114,7 +122,7 @@ def accelerate_launch(
         "--main_process_port", str(_free_port()),
         "-m", module, *overrides,
     ]  # fmt: skip
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+    return command, env
 
 
 def _free_port() -> int:

@@ -76,8 +76,40 @@ def _comparable(metrics: dict[str, Any]) -> bool:
     )
 
 
+def checked_sequential(ecfg: EvalConfig, run_dir: Path, meta: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """eval.sequential's run directory and run.json, refused unless wall-clock speedups against it mean something:
+    both runs timed one request at a time, on one machine, with as many processes. Checked before any judging."""
+    if ecfg.sequential is None or not (run_dir / STATS).is_file():
+        return None  # no speed to compare (_speed says so when eval.sequential is set)
+    sequential_dir = Path(ecfg.sequential)
+    sequential_meta = read_run_meta(sequential_dir)
+    if sequential_meta.get("decode") != "sequential":
+        raise PastaError(
+            f"eval.sequential={sequential_dir} was decoded with decode={sequential_meta.get('decode')}, "
+            "not sequential: give Baseline-SFT's sequential run"
+        )
+    for name, run_meta in ((sequential_dir, sequential_meta), (run_dir, meta)):
+        if run_meta.get("timing") != "wall":
+            raise PastaError(
+                f"{name} was decoded with eval.timing={run_meta.get('timing')}: per-prompt speedups need "
+                "eval.timing=wall (one request at a time) for both runs"
+            )
+    if sequential_meta.get("device") != meta.get("device"):
+        raise PastaError(
+            f"wall-clock speedups need both runs on one machine: {sequential_dir} ran on "
+            f"{sequential_meta.get('device')!r}, {run_dir} on {meta.get('device')!r}"
+        )
+    counts = [run_meta.get("num_processes", 1) for run_meta in (sequential_meta, meta)]
+    if counts[0] != counts[1]:
+        raise PastaError(
+            f"wall-clock speedups need both runs decoded with as many processes (each shares the machine): "
+            f"{sequential_dir} used {counts[0]}, {run_dir} {counts[1]}"
+        )
+    return sequential_dir, sequential_meta
+
+
 def _speed(
-    ecfg: EvalConfig, run_dir: Path, meta: dict[str, Any], instructions: list[str]
+    ecfg: EvalConfig, run_dir: Path, instructions: list[str], sequential_run: tuple[Path, dict[str, Any]] | None
 ) -> dict[str, Any] | None:
     if not (run_dir / STATS).is_file():
         if ecfg.sequential is not None:
@@ -88,31 +120,8 @@ def _speed(
     check_covers(stats, instructions, str(run_dir / STATS))
     sequential = None
     sequential_name = "sequential"
-    if ecfg.sequential is not None:
-        sequential_dir = Path(ecfg.sequential)
-        sequential_meta = read_run_meta(sequential_dir)
-        if sequential_meta.get("decode") != "sequential":
-            raise PastaError(
-                f"eval.sequential={sequential_dir} was decoded with decode={sequential_meta.get('decode')}, "
-                "not sequential: give Baseline-SFT's sequential run"
-            )
-        for name, run_meta in ((sequential_dir, sequential_meta), (run_dir, meta)):
-            if run_meta.get("timing") != "wall":
-                raise PastaError(
-                    f"{name} was decoded with eval.timing={run_meta.get('timing')}: per-prompt speedups need "
-                    "eval.timing=wall (one request at a time) for both runs"
-                )
-        if sequential_meta.get("device") != meta.get("device"):
-            raise PastaError(
-                f"wall-clock speedups need both runs on one machine: {sequential_dir} ran on "
-                f"{sequential_meta.get('device')!r}, {run_dir} on {meta.get('device')!r}"
-            )
-        counts = [run_meta.get("num_processes", 1) for run_meta in (sequential_meta, meta)]
-        if counts[0] != counts[1]:
-            raise PastaError(
-                f"wall-clock speedups need both runs decoded with as many processes (each shares the machine): "
-                f"{sequential_dir} used {counts[0]}, {run_dir} {counts[1]}"
-            )
+    if sequential_run is not None:
+        sequential_dir, sequential_meta = sequential_run
         sequential = read_stats(sequential_dir)
         sequential_name = sequential_meta.get("generator", str(sequential_dir))
     return speed_metrics(stats, sequential, sequential_name=sequential_name, bootstrap=ecfg.bootstrap)
@@ -125,6 +134,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
     meta = read_run_meta(run_dir) if (run_dir / RUN_META).is_file() else {}
     if meta:
         check_same_subset(meta, ecfg.subset, ecfg.subset_seed, run_dir)
+    sequential_run = checked_sequential(ecfg, run_dir, meta)
     if ecfg.annotations is not None:
         metrics, annotations = quality_lib.rescore_annotations(Path(ecfg.annotations), metric_fn)
         generator = str(annotations["generator_2"].iloc[0])
@@ -165,7 +175,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
     metrics["generator"] = generator
     metrics["comparable_with_leaderboard"] = _comparable(metrics)
     _write_quality(run_dir / quality_lib.annotator_slug(metrics["annotator"]), metrics, saved_annotations)
-    speed = _speed(ecfg, run_dir, meta, instructions)
+    speed = _speed(ecfg, run_dir, instructions, sequential_run)
     if speed is not None:
         write_json_atomic(run_dir / SPEED, speed)
     structure = run_dir_structure(run_dir, meta, instructions, cfg.model, cfg.lang)
