@@ -19,8 +19,9 @@ from pasta.errors import PastaError
 from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
 from pasta.training.config import settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
-from pasta.training.pairs import Scored, best_and_worst, combined_score
-from pasta.training.pref import judge_with_retries, make_pairs, run_pref, train_round
+from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pairs
+from pasta.training.pref import run_pref, train_round
+from pasta.training.sampling import judge_with_retries
 
 ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
 SMALL_ANNOTATED = (
@@ -376,23 +377,23 @@ def test_a_crashed_round_resumes_without_redoing_finished_work(sft_folder, tmp_p
 
 
 def test_baseline_reference_is_decoded_once_and_reused(sft_folder, tmp_path, monkeypatch):
-    from pasta.training import pref
+    from pasta.training import sampling
 
     cfg = rounds_cfg(tmp_path, sft_folder, "stage.reference=baseline", f"stage.baseline_model={sft_folder}")
     settings = settings_from_cfg(cfg.stage)
     records = read_jsonl(ANNOTATED)[:3]
     out = tmp_path / "refs"
     out.mkdir()
-    answers = pref.reference_answers(records, settings, cfg, out)
-    assert sorted(answers) == sorted(pref.prompt_key(r) for r in records)
+    answers = sampling.reference_answers(records, settings, cfg, out)
+    assert sorted(answers) == sorted(sampling.prompt_key(r) for r in records)
     assert all(isinstance(text, str) for text in answers.values())
     assert len(read_jsonl(out / "baseline_answers.jsonl")) == 3
 
     def no_model(*args, **kwargs):
         raise AssertionError("the baseline is decoded once")
 
-    monkeypatch.setattr(pref, "load_model", no_model)
-    assert pref.reference_answers(records, settings, cfg, out) == answers
+    monkeypatch.setattr(sampling, "load_model", no_model)
+    assert sampling.reference_answers(records, settings, cfg, out) == answers
 
 
 # --- the stage optimises its reward ---------------------------------------------------------------------------

@@ -86,6 +86,10 @@ class ShardedJsonl:
         self.path = Path(path)
         self.processes = processes
 
+    def records(self) -> list[dict[str, Any]]:
+        """The file's records (none before the first gather or append); read after `gather` to see every part."""
+        return [record for _, record in iter_numbered_jsonl(self.path)] if self.path.is_file() else []
+
     def appender(self) -> JsonlAppender:
         """Where this process appends: the file itself in one process, its part file under a launch."""
         if self.processes.count == 1:
@@ -130,6 +134,4 @@ class ShardedJsonl:
             path.unlink()
 
     def _differs(self, records: list[dict[str, Any]]) -> bool:
-        if not self.path.is_file():
-            return bool(records)
-        return [r for _, r in iter_numbered_jsonl(self.path)] != records
+        return self.records() != records

@@ -50,7 +50,7 @@ class OpenAIJudgeConfig:
     )
     concurrency: int = field(default=8, metadata={"help": "requests in flight at once (thread pool size)"})
     max_retries: int = field(
-        default=5, metadata={"help": "openai client retries on 429/5xx/timeouts, exponential backoff"}
+        default=6, metadata={"help": "retries with backoff on 429, 5xx, timeouts, no connection"}
     )
     timeout_s: float = field(default=60.0, metadata={"help": "seconds before one request attempt times out"})
     max_consecutive_errors: int = field(

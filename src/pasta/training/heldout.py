@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig
 
 from pasta.config import resolve_device
-from pasta.data import load_instructions, read_jsonl, record_id, write_json_atomic
+from pasta.data import load_instructions, record_id, write_json_atomic
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.judges import JudgeItem
 from pasta.lang import ReservationPolicy, add_tag_tokens
@@ -78,7 +78,7 @@ def check_policy(
     answers_path = out_dir / ANSWERS
     store = ShardedJsonl(answers_path, processes)
     store.gather(_by_id)
-    done = {a["id"] for a in read_jsonl(answers_path)} if answers_path.is_file() else set()
+    done = {a["id"] for a in store.records()}
     todo = processes.shard([r for r in records if record_id(r) not in done])
     config = DecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=0.0))
     model.eval()
@@ -106,7 +106,7 @@ def check_policy(
                 )
     store.gather(_by_id, order=[record_id(r) for r in records])
     wanted = {record_id(r) for r in records}
-    answers = [a for a in read_jsonl(answers_path) if a["id"] in wanted]
+    answers = [a for a in store.records() if a["id"] in wanted]
     qualities = [a["quality"] for a in answers if a["quality"] is not None]
     summary = HeldoutSummary(
         num_prompts=len(answers),

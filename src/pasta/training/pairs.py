@@ -3,6 +3,8 @@
 The paper scores each sampled answer by speed + lambda * quality, where speed is the decoder's theoretical speedup
 (tokens / decoding steps) and quality the judge's score; lambda = inf ranks by quality alone. The best and the worst
 candidate of a prompt make its pair; a prompt whose candidates all score the same teaches nothing and is skipped.
+`make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
+scores, the judge's name, its text and its thread ids; `summarize` puts a round's samples and pairs in numbers.
 
 A candidate whose decode had malformed PASTA-LANG ranks below every well-formed one, whatever its score: its
 training sequence is the decoder's cleaned version of what was sampled, a sequence the policy never wrote, and
@@ -14,7 +16,10 @@ side, and it is the rejected side when the prompt has one: the pair then teaches
 from __future__ import annotations
 
 import math
+import statistics
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -47,3 +52,83 @@ def best_and_worst(candidates: list[Scored], quality_weight: float) -> tuple[int
     if ranks[best] == ranks[worst] or not ranks[best][0]:
         return None
     return best, worst
+
+
+def json_number(value: float) -> float | str:
+    """inf as the string "inf": JSON has no infinity."""
+    return "inf" if math.isinf(value) else value
+
+
+def scored_of(candidate: dict[str, Any]) -> Scored:
+    # Scores written before candidates recorded their malformed events count as well-formed.
+    num_malformed = sum(candidate.get("malformed", {}).values())
+    return Scored(candidate["speedup"], candidate["quality"], num_malformed)
+
+
+def pair_side(candidate: dict[str, Any], index: int, quality_weight: float) -> dict[str, Any]:
+    """One side of a pair: the candidate's scores (with the judge's name), its text and its thread ids."""
+    scored = scored_of(candidate)
+    keys = ("speedup", "quality", "judge", "text", "annotated", "tokens")
+    return {
+        "index": index,
+        "score": combined_score(scored, quality_weight),
+        "num_malformed": scored.num_malformed,
+        **{k: candidate[k] for k in keys},
+    }
+
+
+def make_pairs(scored: list[dict[str, Any]], quality_weight: float) -> tuple[list[dict[str, Any]], Counter]:
+    """Best-vs-worst pairs of the scored prompts, and the count of prompts skipped by reason."""
+    pairs: list[dict[str, Any]] = []
+    skipped: Counter = Counter()
+    for entry in scored:
+        if entry["status"] != "scored":
+            skipped[entry["status"]] += 1
+            continue
+        candidates = [scored_of(c) for c in entry["candidates"]]
+        chosen = best_and_worst(candidates, quality_weight)
+        if chosen is None:
+            skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
+            continue
+
+        pairs.append(
+            {
+                "id": entry["id"],
+                "instruction": entry["instruction"],
+                "judge": entry["judge"],
+                "quality_weight": json_number(quality_weight),
+                "prompt_ids": entry["prompt_ids"],
+                "chosen": pair_side(entry["candidates"][chosen[0]], chosen[0], quality_weight),
+                "rejected": pair_side(entry["candidates"][chosen[1]], chosen[1], quality_weight),
+            }
+        )
+    return pairs, skipped
+
+
+def summarize(
+    scored: list[dict[str, Any]], pairs: list[dict[str, Any]], skipped: Counter, quality_weight: float
+) -> dict[str, Any]:
+    """Mean speed and quality of the samples and of the chosen and rejected sides."""
+    samples = [c for e in scored if e["status"] == "scored" for c in e["candidates"]]
+
+    def mean(values: list[float]) -> float | None:
+        return statistics.fmean(values) if values else None
+
+    return {
+        "num_prompts": len(scored),
+        "num_pairs": len(pairs),
+        "skipped": dict(sorted(skipped.items())),
+        "num_samples_scored": len(samples),
+        "mean_speedup": mean([c["speedup"] for c in samples]),
+        "mean_quality": mean([c["quality"] for c in samples]),
+        "mean_score": mean(
+            [combined_score(scored_of(c), quality_weight) for c in samples]
+        ),
+        "num_samples_malformed": sum(scored_of(c).num_malformed > 0 for c in samples),
+        "num_rejected_malformed": sum(p["rejected"]["num_malformed"] > 0 for p in pairs),
+        "chosen_mean_speedup": mean([p["chosen"]["speedup"] for p in pairs]),
+        "chosen_mean_quality": mean([p["chosen"]["quality"] for p in pairs]),
+        "rejected_mean_speedup": mean([p["rejected"]["speedup"] for p in pairs]),
+        "rejected_mean_quality": mean([p["rejected"]["quality"] for p in pairs]),
+        "mean_score_margin": mean([p["chosen"]["score"] - p["rejected"]["score"] for p in pairs]),
+    }

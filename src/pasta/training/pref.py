@@ -27,45 +27,31 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
-import statistics
 import time
-from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pasta.config import resolve_device
-from pasta.data import (
-    load_instructions,
-    read_jsonl,
-    record_id,
-    write_json_atomic,
-    write_jsonl_atomic,
-)
+from pasta.data import load_instructions, write_json_atomic, write_jsonl_atomic
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
-from pasta.models import encode_prompt, load_model
-from pasta.parallel import Processes, ShardedJsonl, current_processes
+from pasta.models import load_model
+from pasta.parallel import current_processes
 from pasta.training.collator import PairCollator
 from pasta.training.config import PrefSettings, settings_from_cfg
-from pasta.training.examples import example_from_doc, loader_config, with_min_promises
+from pasta.training.examples import loader_config, with_min_promises
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
-from pasta.training.pairs import Scored, best_and_worst, combined_score
+from pasta.training.pairs import json_number, make_pairs, summarize
 from pasta.training.runs import checkpoint_to_resume, resolve_output_dir, write_train_info
+from pasta.training.sampling import reference_answers, sample_and_score
 
 log = logging.getLogger(__name__)
 
 ROUND_METRICS = "metrics.json"
-
-
-def json_number(value: float) -> float | str:
-    """inf as the string "inf": JSON has no infinity."""
-    return "inf" if math.isinf(value) else value
 
 
 def round_prompts(
@@ -77,206 +63,6 @@ def round_prompts(
         return list(records)
     start = ((round_index - 1) * count) % len(records)
     return [records[(start + i) % len(records)] for i in range(count)]
-
-
-def thread_ids(doc) -> dict[str, Any]:
-    """A sampled answer's ids per thread, as training examples hold them (without the prompt)."""
-    example = example_from_doc([], doc)
-    del example["prompt_ids"]
-    return example
-
-
-def prompt_key(record: dict[str, Any]) -> str:
-    return str(record.get("id") or record_id(record))
-
-
-def judge_with_retries(judge, items: list, retries: int) -> list[float | None]:
-    """`judge.score`, asking again for the items it could not score (None), up to `retries` more times."""
-    scores = judge.score(items)
-    for _ in range(retries):
-        missing = [i for i, score in enumerate(scores) if score is None]
-        if not missing:
-            break
-        log.warning("judge %s could not score %d item(s); asking again", judge.name, len(missing))
-        for i, score in zip(missing, judge.score([items[i] for i in missing]), strict=True):
-            scores[i] = score
-    return scores
-
-
-# --- references ----------------------------------------------------------------------------------------------
-
-
-def reference_answers(
-    records: list[dict[str, Any]],
-    settings: PrefSettings,
-    cfg: DictConfig,
-    output_dir: Path,
-    processes: Processes = Processes(),
-) -> dict[str, str]:
-    """Reference answer per prompt key: the record's `output`, or the Baseline-SFT model's greedy answer
-    (decoded once, kept in `<output_dir>/baseline_answers.jsonl` and reused on resume)."""
-    if settings.reference == "output":
-        return {prompt_key(r): r["output"] for r in records}
-    from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
-
-    path = output_dir / "baseline_answers.jsonl"
-    store = ShardedJsonl(path, processes)
-    store.gather(_by_id)
-    answers = {a["id"]: a["text"] for a in read_jsonl(path)} if path.is_file() else {}
-    todo = processes.shard([r for r in records if prompt_key(r) not in answers])
-    if todo:
-        model_cfg = model_at(cfg.model, settings.baseline_model)
-        model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
-        config = DecodeConfig(
-            max_new_tokens=settings.max_new_tokens, sampling=SamplingConfig(temperature=0.0)
-        )
-        with store.appender() as out:
-            for start in range(0, len(todo), settings.sample_batch_size):
-                batch = todo[start : start + settings.sample_batch_size]
-                prompts = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for r in batch]
-                for record, result in zip(
-                    batch, decode_sequential(model, tokenizer, prompts, config), strict=True
-                ):
-                    out.append({"id": prompt_key(record), "text": result.text})
-        del model
-    store.gather(_by_id, order=[prompt_key(r) for r in records])
-    return {a["id"]: a["text"] for a in read_jsonl(path)}
-
-
-def _by_id(entry: dict[str, Any]) -> str:
-    return entry["id"]
-
-
-# --- sampling and scoring ------------------------------------------------------------------------------------
-
-
-def sample_and_score(
-    model,
-    tokenizer,
-    prompts: list[dict[str, Any]],
-    references: dict[str, str],
-    judge,
-    settings: PrefSettings,
-    policy: ReservationPolicy,
-    scores_path: Path,
-    seed: int,
-    processes: Processes = Processes(),
-) -> list[dict[str, Any]]:
-    """Score records of every prompt, sampling only those not yet in `scores_path` (see the module docstring);
-    each process samples its share of them."""
-    from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
-    from pasta.judges import JudgeItem
-
-    store = ShardedJsonl(scores_path, processes)
-    store.gather(_by_id)
-    done = {r["id"] for r in read_jsonl(scores_path)} if scores_path.is_file() else set()
-    config = DecodeConfig(
-        max_new_tokens=settings.max_new_tokens,
-        sampling=SamplingConfig(temperature=settings.temperature, top_p=settings.top_p),
-    )
-    num = settings.num_samples
-    todo = processes.shard([(index, r) for index, r in enumerate(prompts) if prompt_key(r) not in done])
-    model.eval()
-    with store.appender() as out:
-        for start in range(0, len(todo), settings.sample_batch_size):
-            batch = todo[start : start + settings.sample_batch_size]
-            prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for _, r in batch]
-            seeds = [seed + index * num + k for index, _ in batch for k in range(num)]
-            with torch.inference_mode():
-                results = decode_async(
-                    model,
-                    tokenizer,
-                    [ids for ids in prompt_ids for _ in range(num)],
-                    config,
-                    policy,
-                    seeds=seeds,
-                )
-            items = [
-                JudgeItem(r["instruction"], result.text, references[prompt_key(r)])
-                for b, (_, r) in enumerate(batch)
-                for result in results[b * num : (b + 1) * num]
-            ]
-            qualities = judge_with_retries(judge, items, settings.judge_retries)
-            for b, (index, record) in enumerate(batch):
-                candidates = []
-                for k in range(num):
-                    result, quality = results[b * num + k], qualities[b * num + k]
-                    candidates.append(
-                        {
-                            "text": result.text,
-                            "annotated": result.annotated,
-                            "speedup": result.stats.theoretical_speedup,
-                            "quality": quality,
-                            "judge": judge.name,
-                            "num_tokens": result.stats.num_tokens,
-                            "num_steps": result.stats.num_steps,
-                            "finish_reason": result.stats.finish_reason,
-                            "malformed": result.stats.malformed,
-                            "tokens": thread_ids(result.token_doc),
-                        }
-                    )
-                failed = any(c["quality"] is None for c in candidates)
-                entry = {
-                    "id": prompt_key(record),
-                    "prompt_index": index,
-                    "instruction": record["instruction"],
-                    "input": record.get("input", ""),
-                    "reference": references[prompt_key(record)],
-                    "prompt_ids": prompt_ids[b],
-                    "judge": judge.name,
-                    "status": "judge_failed" if failed else "scored",
-                    "candidates": candidates,
-                }
-                out.append(entry)
-    store.gather(_by_id, order=[prompt_key(r) for r in prompts])
-    scored = {r["id"]: r for r in read_jsonl(scores_path)}
-    return [scored[prompt_key(r)] for r in prompts]
-
-
-def scored_of(candidate: dict[str, Any]) -> Scored:
-    # Scores written before candidates recorded their malformed events count as well-formed.
-    num_malformed = sum(candidate.get("malformed", {}).values())
-    return Scored(candidate["speedup"], candidate["quality"], num_malformed)
-
-
-def pair_side(candidate: dict[str, Any], index: int, quality_weight: float) -> dict[str, Any]:
-    """One side of a pair: the candidate's scores (with the judge's name), its text and its thread ids."""
-    scored = scored_of(candidate)
-    keys = ("speedup", "quality", "judge", "text", "annotated", "tokens")
-    return {
-        "index": index,
-        "score": combined_score(scored, quality_weight),
-        "num_malformed": scored.num_malformed,
-        **{k: candidate[k] for k in keys},
-    }
-
-
-def make_pairs(scored: list[dict[str, Any]], quality_weight: float) -> tuple[list[dict[str, Any]], Counter]:
-    """Best-vs-worst pairs of the scored prompts, and the count of prompts skipped by reason."""
-    pairs: list[dict[str, Any]] = []
-    skipped: Counter = Counter()
-    for entry in scored:
-        if entry["status"] != "scored":
-            skipped[entry["status"]] += 1
-            continue
-        candidates = [scored_of(c) for c in entry["candidates"]]
-        chosen = best_and_worst(candidates, quality_weight)
-        if chosen is None:
-            skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
-            continue
-
-        pairs.append(
-            {
-                "id": entry["id"],
-                "instruction": entry["instruction"],
-                "judge": entry["judge"],
-                "quality_weight": json_number(quality_weight),
-                "prompt_ids": entry["prompt_ids"],
-                "chosen": pair_side(entry["candidates"][chosen[0]], chosen[0], quality_weight),
-                "rejected": pair_side(entry["candidates"][chosen[1]], chosen[1], quality_weight),
-            }
-        )
-    return pairs, skipped
 
 
 # --- training ------------------------------------------------------------------------------------------------
@@ -354,35 +140,6 @@ def train_round(
         # the round learning its pairs, which is not yet the policy's greedy answers improving (heldout.json).
         "margin_history": [entry["rewards/margins"] for entry in logged if "rewards/margins" in entry],
         "last_log": logged[-1] if logged else {},
-    }
-
-
-def summarize(
-    scored: list[dict[str, Any]], pairs: list[dict[str, Any]], skipped: Counter, quality_weight: float
-) -> dict[str, Any]:
-    """Mean speed and quality of the samples and of the chosen and rejected sides."""
-    samples = [c for e in scored if e["status"] == "scored" for c in e["candidates"]]
-
-    def mean(values: list[float]) -> float | None:
-        return statistics.fmean(values) if values else None
-
-    return {
-        "num_prompts": len(scored),
-        "num_pairs": len(pairs),
-        "skipped": dict(sorted(skipped.items())),
-        "num_samples_scored": len(samples),
-        "mean_speedup": mean([c["speedup"] for c in samples]),
-        "mean_quality": mean([c["quality"] for c in samples]),
-        "mean_score": mean(
-            [combined_score(scored_of(c), quality_weight) for c in samples]
-        ),
-        "num_samples_malformed": sum(scored_of(c).num_malformed > 0 for c in samples),
-        "num_rejected_malformed": sum(p["rejected"]["num_malformed"] > 0 for p in pairs),
-        "chosen_mean_speedup": mean([p["chosen"]["speedup"] for p in pairs]),
-        "chosen_mean_quality": mean([p["chosen"]["quality"] for p in pairs]),
-        "rejected_mean_speedup": mean([p["rejected"]["speedup"] for p in pairs]),
-        "rejected_mean_quality": mean([p["rejected"]["quality"] for p in pairs]),
-        "mean_score_margin": mean([p["chosen"]["score"] - p["rejected"]["score"] for p in pairs]),
     }
 
 

@@ -1,0 +1,184 @@
+"""The preference stage's candidates: reference answers, and sampled answers scored for speed and quality.
+
+For the prompts of a round, `sample_and_score` samples `num_samples` candidates per prompt with the asynchronous
+decoder (temperature sampling, prompts batched, each candidate seeded by (seed, prompt, sample), so a resumed or
+resharded round samples the same answers), scores each for speed (the decoder's theoretical speedup) and quality
+(`judge.score` of its plain text against the prompt's reference answer, asked again `judge_retries` times for the
+items it could not score), and appends one record per prompt to `scores.jsonl`. `reference_answers` gives those
+references: the records' own outputs, or Baseline-SFT's greedy answers decoded once. Both resume from their files and
+shard their prompts over the processes of `accelerate launch` (pasta.parallel).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from pasta.config import resolve_device
+from pasta.data import record_id
+from pasta.lang import ReservationPolicy
+from pasta.models import encode_prompt, load_model
+from pasta.parallel import Processes, ShardedJsonl
+from pasta.training.config import PrefSettings
+from pasta.training.examples import example_from_doc
+from pasta.training.modeling import model_at
+
+log = logging.getLogger(__name__)
+
+
+def thread_ids(doc) -> dict[str, Any]:
+    """A sampled answer's ids per thread, as training examples hold them (without the prompt)."""
+    example = example_from_doc([], doc)
+    del example["prompt_ids"]
+    return example
+
+
+def prompt_key(record: dict[str, Any]) -> str:
+    return str(record.get("id") or record_id(record))
+
+
+def judge_with_retries(judge, items: list, retries: int) -> list[float | None]:
+    """`judge.score`, asking again for the items it could not score (None), up to `retries` more times."""
+    scores = judge.score(items)
+    for _ in range(retries):
+        missing = [i for i, score in enumerate(scores) if score is None]
+        if not missing:
+            break
+        log.warning("judge %s could not score %d item(s); asking again", judge.name, len(missing))
+        for i, score in zip(missing, judge.score([items[i] for i in missing]), strict=True):
+            scores[i] = score
+    return scores
+
+
+# --- references ----------------------------------------------------------------------------------------------
+
+
+def reference_answers(
+    records: list[dict[str, Any]],
+    settings: PrefSettings,
+    cfg: DictConfig,
+    output_dir: Path,
+    processes: Processes = Processes(),
+) -> dict[str, str]:
+    """Reference answer per prompt key: the record's `output`, or the Baseline-SFT model's greedy answer
+    (decoded once, kept in `<output_dir>/baseline_answers.jsonl` and reused on resume)."""
+    if settings.reference == "output":
+        return {prompt_key(r): r["output"] for r in records}
+    from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
+
+    path = output_dir / "baseline_answers.jsonl"
+    store = ShardedJsonl(path, processes)
+    store.gather(_by_id)
+    answers = {a["id"]: a["text"] for a in store.records()}
+    todo = processes.shard([r for r in records if prompt_key(r) not in answers])
+    if todo:
+        model_cfg = model_at(cfg.model, settings.baseline_model)
+        model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
+        config = DecodeConfig(
+            max_new_tokens=settings.max_new_tokens, sampling=SamplingConfig(temperature=0.0)
+        )
+        with store.appender() as out:
+            for start in range(0, len(todo), settings.sample_batch_size):
+                batch = todo[start : start + settings.sample_batch_size]
+                prompts = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for r in batch]
+                for record, result in zip(
+                    batch, decode_sequential(model, tokenizer, prompts, config), strict=True
+                ):
+                    out.append({"id": prompt_key(record), "text": result.text})
+        del model
+    store.gather(_by_id, order=[prompt_key(r) for r in records])
+    return {a["id"]: a["text"] for a in store.records()}
+
+
+def _by_id(entry: dict[str, Any]) -> str:
+    return entry["id"]
+
+
+# --- sampling and scoring ------------------------------------------------------------------------------------
+
+
+def sample_and_score(
+    model,
+    tokenizer,
+    prompts: list[dict[str, Any]],
+    references: dict[str, str],
+    judge,
+    settings: PrefSettings,
+    policy: ReservationPolicy,
+    scores_path: Path,
+    seed: int,
+    processes: Processes = Processes(),
+) -> list[dict[str, Any]]:
+    """Score records of every prompt, sampling only those not yet in `scores_path` (see the module docstring);
+    each process samples its share of them."""
+    from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+    from pasta.judges import JudgeItem
+
+    store = ShardedJsonl(scores_path, processes)
+    store.gather(_by_id)
+    done = {r["id"] for r in store.records()}
+    config = DecodeConfig(
+        max_new_tokens=settings.max_new_tokens,
+        sampling=SamplingConfig(temperature=settings.temperature, top_p=settings.top_p),
+    )
+    num = settings.num_samples
+    todo = processes.shard([(index, r) for index, r in enumerate(prompts) if prompt_key(r) not in done])
+    model.eval()
+    with store.appender() as out:
+        for start in range(0, len(todo), settings.sample_batch_size):
+            batch = todo[start : start + settings.sample_batch_size]
+            prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for _, r in batch]
+            seeds = [seed + index * num + k for index, _ in batch for k in range(num)]
+            with torch.inference_mode():
+                results = decode_async(
+                    model,
+                    tokenizer,
+                    [ids for ids in prompt_ids for _ in range(num)],
+                    config,
+                    policy,
+                    seeds=seeds,
+                )
+            items = [
+                JudgeItem(r["instruction"], result.text, references[prompt_key(r)])
+                for b, (_, r) in enumerate(batch)
+                for result in results[b * num : (b + 1) * num]
+            ]
+            qualities = judge_with_retries(judge, items, settings.judge_retries)
+            for b, (index, record) in enumerate(batch):
+                candidates = []
+                for k in range(num):
+                    result, quality = results[b * num + k], qualities[b * num + k]
+                    candidates.append(
+                        {
+                            "text": result.text,
+                            "annotated": result.annotated,
+                            "speedup": result.stats.theoretical_speedup,
+                            "quality": quality,
+                            "judge": judge.name,
+                            "num_tokens": result.stats.num_tokens,
+                            "num_steps": result.stats.num_steps,
+                            "finish_reason": result.stats.finish_reason,
+                            "malformed": result.stats.malformed,
+                            "tokens": thread_ids(result.token_doc),
+                        }
+                    )
+                failed = any(c["quality"] is None for c in candidates)
+                entry = {
+                    "id": prompt_key(record),
+                    "prompt_index": index,
+                    "instruction": record["instruction"],
+                    "input": record.get("input", ""),
+                    "reference": references[prompt_key(record)],
+                    "prompt_ids": prompt_ids[b],
+                    "judge": judge.name,
+                    "status": "judge_failed" if failed else "scored",
+                    "candidates": candidates,
+                }
+                out.append(entry)
+    store.gather(_by_id, order=[prompt_key(r) for r in prompts])
+    scored = {r["id"]: r for r in store.records()}
+    return [scored[prompt_key(r)] for r in prompts]
