@@ -104,7 +104,7 @@ def check_settings(cfg: DictConfig, config_name: str) -> None:
         if config_name == "generate":
             _generate(cfg)
         if config_name == "annotate":
-            from pasta.annotate import AnnotateConfig
+            from pasta.annotation.config import AnnotateConfig
 
             AnnotateConfig.from_cfg(cfg)
     except OmegaConfBaseException as exc:  # an interpolation that does not resolve, a missing mandatory value

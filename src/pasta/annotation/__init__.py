@@ -1,6 +1,7 @@
 """The annotation stage's parts: validating a teacher's answer, the records it writes, and the run summary.
 
-The stage itself (reading data, resuming, progress, writing) is pasta/annotate.py; the teachers are pasta.teachers.
+The stage itself (reading data, resuming, sharding, writing in input order) is pasta.annotation.stage, run by
+`python -m pasta.annotate`; its settings are pasta.annotation.config; the teachers are pasta.teachers.
 """
 
 from pasta.annotation.records import STAT_FIELDS, make_record, measure

@@ -101,6 +101,23 @@ def _by_id(entry: dict[str, Any]) -> str:
 # --- sampling and scoring ------------------------------------------------------------------------------------
 
 
+def candidate_record(result, quality: float | None, judge_name: str) -> dict[str, Any]:
+    """One sampled candidate as `scores.jsonl` keeps it: its text, scores (with the judge's name) and thread ids."""
+    stats = result.stats
+    return {
+        "text": result.text,
+        "annotated": result.annotated,
+        "speedup": stats.theoretical_speedup,
+        "quality": quality,
+        "judge": judge_name,
+        "num_tokens": stats.num_tokens,
+        "num_steps": stats.num_steps,
+        "finish_reason": stats.finish_reason,
+        "malformed": stats.malformed,
+        "tokens": thread_ids(result.token_doc),
+    }
+
+
 def sample_and_score(
     model,
     tokenizer,
@@ -134,14 +151,8 @@ def sample_and_score(
             prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for _, r in batch]
             seeds = [seed + index * num + k for index, _ in batch for k in range(num)]
             with torch.inference_mode():
-                results = decode_async(
-                    model,
-                    tokenizer,
-                    [ids for ids in prompt_ids for _ in range(num)],
-                    config,
-                    policy,
-                    seeds=seeds,
-                )
+                repeated = [ids for ids in prompt_ids for _ in range(num)]
+                results = decode_async(model, tokenizer, repeated, config, policy, seeds=seeds)
             items = [
                 JudgeItem(r["instruction"], result.text, references[prompt_key(r)])
                 for b, (_, r) in enumerate(batch)
@@ -149,23 +160,9 @@ def sample_and_score(
             ]
             qualities = judge_with_retries(judge, items, settings.judge_retries)
             for b, (index, record) in enumerate(batch):
-                candidates = []
-                for k in range(num):
-                    result, quality = results[b * num + k], qualities[b * num + k]
-                    candidates.append(
-                        {
-                            "text": result.text,
-                            "annotated": result.annotated,
-                            "speedup": result.stats.theoretical_speedup,
-                            "quality": quality,
-                            "judge": judge.name,
-                            "num_tokens": result.stats.num_tokens,
-                            "num_steps": result.stats.num_steps,
-                            "finish_reason": result.stats.finish_reason,
-                            "malformed": result.stats.malformed,
-                            "tokens": thread_ids(result.token_doc),
-                        }
-                    )
+                candidates = [
+                    candidate_record(results[b * num + k], qualities[b * num + k], judge.name) for k in range(num)
+                ]
                 failed = any(c["quality"] is None for c in candidates)
                 entry = {
                     "id": prompt_key(record),

@@ -1,0 +1,51 @@
+"""The annotation stage's own settings (conf/annotate.yaml), checked, and the files it writes beside `output`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.errors import PastaError
+
+ON_REJECT = ("drop", "keep_unannotated")
+
+
+@dataclass(frozen=True)
+class AnnotateConfig:
+    """The stage's own keys of conf/annotate.yaml (the groups model, data and teacher are read where used)."""
+
+    output: str = field(metadata={"help": "JSONL of annotated records; the same path resumes a stopped run"})
+    on_reject: str = field(
+        default="drop", metadata={"help": "drop | keep_unannotated: what happens to a rejected record"}
+    )
+    max_response_chars: int | None = field(
+        default=20000,
+        metadata={"help": "longer responses are not sent to the teacher (rejected as too_long)"},
+    )
+    keep_teacher_output_chars: int = field(
+        default=2000, metadata={"help": "characters of a rejected teacher answer kept in its record"}
+    )
+    progress: bool = field(
+        default=True, metadata={"help": "progress bar on a terminal, else a log line every 30 s"}
+    )
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> AnnotateConfig:
+        stage = cls(
+            **{k: OmegaConf.to_container(cfg, resolve=True)[k] for k in cls.__dataclass_fields__ if k in cfg}
+        )
+        if stage.on_reject not in ON_REJECT:
+            raise PastaError(f"on_reject: {stage.on_reject!r} is not one of {', '.join(ON_REJECT)}")
+        if stage.max_response_chars is not None and stage.max_response_chars < 1:
+            raise PastaError(f"max_response_chars: must be >= 1 or null, got {stage.max_response_chars}")
+        if stage.keep_teacher_output_chars < 0:
+            raise PastaError(f"keep_teacher_output_chars: must be >= 0, got {stage.keep_teacher_output_chars}")
+        return stage
+
+
+def companion_paths(output: Path) -> tuple[Path, Path]:
+    """(rejects file, summary file) beside `output`: x.jsonl -> x.rejects.jsonl, x.summary.json."""
+    stem = output.name.removesuffix(".jsonl")
+    return output.with_name(f"{stem}.rejects.jsonl"), output.with_name(f"{stem}.summary.json")
