@@ -138,10 +138,8 @@ def sample_and_score(
     store = ShardedJsonl(scores_path, processes)
     store.gather(_by_id)
     done = {r["id"] for r in store.records()}
-    config = DecodeConfig(
-        max_new_tokens=settings.max_new_tokens,
-        sampling=SamplingConfig(temperature=settings.temperature, top_p=settings.top_p),
-    )
+    sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p)
+    config = DecodeConfig(max_new_tokens=settings.max_new_tokens, sampling=sampling)
     num = settings.num_samples
     todo = processes.shard([(index, r) for index, r in enumerate(prompts) if prompt_key(r) not in done])
     model.eval()
