@@ -17,6 +17,7 @@ from pasta.config import compose
 from pasta.data import read_jsonl
 from pasta.errors import PastaError
 from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
+from pasta.training.candidates import Pair, PairSide, ScoredPrompt
 from pasta.training.config import settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
 from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pairs
@@ -67,7 +68,7 @@ def test_a_malformed_candidate_is_never_chosen_and_is_rejected_first():
 
 def scored_entry(key, qualities, speedups=None, status="scored"):
     speedups = speedups or [1.0] * len(qualities)
-    return {
+    return ScoredPrompt.from_json({
         "id": key,
         "instruction": key,
         "judge": "fake:j",
@@ -84,7 +85,10 @@ def scored_entry(key, qualities, speedups=None, status="scored"):
             }
             for i, (s, q) in enumerate(zip(speedups, qualities, strict=True))
         ],
-    }
+        "prompt_index": 0,
+        "input": "",
+        "reference": "",
+    })
 
 
 def test_make_pairs_skips_ties_and_failed_judging_and_names_the_judge_on_every_score():
@@ -96,12 +100,12 @@ def test_make_pairs_skips_ties_and_failed_judging_and_names_the_judge_on_every_s
     pairs, skipped = make_pairs(scored, 4.0)
     assert skipped == Counter({"tie": 1, "judge_failed": 1})
     (pair,) = pairs
-    assert (pair["chosen"]["index"], pair["rejected"]["index"]) == (1, 0)
-    assert pair["chosen"]["score"] == pytest.approx(1.0 + 4 * 0.8)
-    assert pair["judge"] == pair["chosen"]["judge"] == pair["rejected"]["judge"] == "fake:j"
-    assert pair["chosen"]["tokens"]["main_ids"] == [6]
+    assert (pair.chosen.index, pair.rejected.index) == (1, 0)
+    assert pair.chosen.score == pytest.approx(1.0 + 4 * 0.8)
+    assert pair.judge == pair.chosen.judge == pair.rejected.judge == "fake:j"
+    assert pair.chosen.tokens["main_ids"] == [6]
     pairs, _ = make_pairs(scored[:1], math.inf)
-    assert pairs[0]["quality_weight"] == "inf"
+    assert pairs[0].quality_weight == "inf"
 
 
 # --- judging --------------------------------------------------------------------------------------------------
@@ -155,9 +159,14 @@ def hand_pairs(tokenizer, num_pairs=2):
     def threads(example):
         return {k: example[k] for k in ("main_ids", "opener_ids", "body_ids", "num_predicted")}
 
+    def side(example):
+        return PairSide(index=0, score=0.0, num_malformed=0, speedup=1.0, quality=None, judge="hand", text="",
+                        annotated="", tokens=threads(example))  # fmt: skip
+
     return [
-        {"prompt_ids": a["prompt_ids"], "chosen": {"tokens": threads(a)}, "rejected": {"tokens": threads(p)}}
-        for a, p in zip(annotated, plain, strict=True)
+        Pair(id=str(i), instruction="", judge="hand", quality_weight=1.0, prompt_ids=a["prompt_ids"],
+             chosen=side(a), rejected=side(p))  # fmt: skip
+        for i, (a, p) in enumerate(zip(annotated, plain, strict=True))
     ]
 
 

@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from pasta.training.candidates import Candidate, Pair, PairSide, ScoredPrompt
+
 
 @dataclass(frozen=True)
 class Scored:
@@ -59,57 +61,56 @@ def json_number(value: float) -> float | str:
     return "inf" if math.isinf(value) else value
 
 
-def scored_of(candidate: dict[str, Any]) -> Scored:
-    # Scores written before candidates recorded their malformed events count as well-formed.
-    num_malformed = sum(candidate.get("malformed", {}).values())
-    return Scored(candidate["speedup"], candidate["quality"], num_malformed)
+def scored_of(candidate: Candidate) -> Scored:
+    return Scored(candidate.speedup, candidate.quality, candidate.num_malformed)
 
 
-def pair_side(candidate: dict[str, Any], index: int, quality_weight: float) -> dict[str, Any]:
+def pair_side(candidate: Candidate, index: int, quality_weight: float) -> PairSide:
     """One side of a pair: the candidate's scores (with the judge's name), its text and its thread ids."""
-    scored = scored_of(candidate)
-    keys = ("speedup", "quality", "judge", "text", "annotated", "tokens")
-    return {
-        "index": index,
-        "score": combined_score(scored, quality_weight),
-        "num_malformed": scored.num_malformed,
-        **{k: candidate[k] for k in keys},
-    }
+    return PairSide(
+        index=index,
+        score=combined_score(scored_of(candidate), quality_weight),
+        num_malformed=candidate.num_malformed,
+        speedup=candidate.speedup,
+        quality=candidate.quality,
+        judge=candidate.judge,
+        text=candidate.text,
+        annotated=candidate.annotated,
+        tokens=candidate.tokens,
+    )
 
 
-def make_pairs(scored: list[dict[str, Any]], quality_weight: float) -> tuple[list[dict[str, Any]], Counter]:
+def make_pairs(scored: list[ScoredPrompt], quality_weight: float) -> tuple[list[Pair], Counter]:
     """Best-vs-worst pairs of the scored prompts, and the count of prompts skipped by reason."""
-    pairs: list[dict[str, Any]] = []
+    pairs: list[Pair] = []
     skipped: Counter = Counter()
     for entry in scored:
-        if entry["status"] != "scored":
-            skipped[entry["status"]] += 1
+        if entry.status != "scored":
+            skipped[entry.status] += 1
             continue
-        candidates = [scored_of(c) for c in entry["candidates"]]
+        candidates = [scored_of(c) for c in entry.candidates]
         chosen = best_and_worst(candidates, quality_weight)
         if chosen is None:
             skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
             continue
-
+        best, worst = chosen
         pairs.append(
-            {
-                "id": entry["id"],
-                "instruction": entry["instruction"],
-                "judge": entry["judge"],
-                "quality_weight": json_number(quality_weight),
-                "prompt_ids": entry["prompt_ids"],
-                "chosen": pair_side(entry["candidates"][chosen[0]], chosen[0], quality_weight),
-                "rejected": pair_side(entry["candidates"][chosen[1]], chosen[1], quality_weight),
-            }
+            Pair(
+                id=entry.id,
+                instruction=entry.instruction,
+                judge=entry.judge,
+                quality_weight=json_number(quality_weight),
+                prompt_ids=entry.prompt_ids,
+                chosen=pair_side(entry.candidates[best], best, quality_weight),
+                rejected=pair_side(entry.candidates[worst], worst, quality_weight),
+            )
         )
     return pairs, skipped
 
 
-def summarize(
-    scored: list[dict[str, Any]], pairs: list[dict[str, Any]], skipped: Counter, quality_weight: float
-) -> dict[str, Any]:
-    """Mean speed and quality of the samples and of the chosen and rejected sides."""
-    samples = [c for e in scored if e["status"] == "scored" for c in e["candidates"]]
+def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, quality_weight: float) -> dict[str, Any]:
+    """Mean speed and quality of the samples and of the chosen and rejected sides (a round's `metrics.json`)."""
+    samples = [c for e in scored if e.status == "scored" for c in e.candidates]
 
     def mean(values: list[float]) -> float | None:
         return statistics.fmean(values) if values else None
@@ -119,16 +120,14 @@ def summarize(
         "num_pairs": len(pairs),
         "skipped": dict(sorted(skipped.items())),
         "num_samples_scored": len(samples),
-        "mean_speedup": mean([c["speedup"] for c in samples]),
-        "mean_quality": mean([c["quality"] for c in samples]),
-        "mean_score": mean(
-            [combined_score(scored_of(c), quality_weight) for c in samples]
-        ),
-        "num_samples_malformed": sum(scored_of(c).num_malformed > 0 for c in samples),
-        "num_rejected_malformed": sum(p["rejected"]["num_malformed"] > 0 for p in pairs),
-        "chosen_mean_speedup": mean([p["chosen"]["speedup"] for p in pairs]),
-        "chosen_mean_quality": mean([p["chosen"]["quality"] for p in pairs]),
-        "rejected_mean_speedup": mean([p["rejected"]["speedup"] for p in pairs]),
-        "rejected_mean_quality": mean([p["rejected"]["quality"] for p in pairs]),
-        "mean_score_margin": mean([p["chosen"]["score"] - p["rejected"]["score"] for p in pairs]),
+        "mean_speedup": mean([c.speedup for c in samples]),
+        "mean_quality": mean([c.quality for c in samples]),
+        "mean_score": mean([combined_score(scored_of(c), quality_weight) for c in samples]),
+        "num_samples_malformed": sum(c.num_malformed > 0 for c in samples),
+        "num_rejected_malformed": sum(p.rejected.num_malformed > 0 for p in pairs),
+        "chosen_mean_speedup": mean([p.chosen.speedup for p in pairs]),
+        "chosen_mean_quality": mean([p.chosen.quality for p in pairs]),
+        "rejected_mean_speedup": mean([p.rejected.speedup for p in pairs]),
+        "rejected_mean_quality": mean([p.rejected.quality for p in pairs]),
+        "mean_score_margin": mean([p.chosen.score - p.rejected.score for p in pairs]),
     }

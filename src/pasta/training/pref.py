@@ -40,6 +40,7 @@ from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import load_model
 from pasta.parallel import current_processes
+from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
 from pasta.training.config import PrefSettings, settings_from_cfg
 from pasta.training.examples import loader_config, with_min_promises
@@ -68,14 +69,10 @@ def round_prompts(
 # --- training ------------------------------------------------------------------------------------------------
 
 
-def pair_examples(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What PairCollator takes: the prompt ids and each side's thread ids."""
+def pair_examples(pairs: list[Pair]) -> list[dict[str, Any]]:
+    """What PairCollator takes (a datasets row each): the prompt ids and each side's thread ids."""
     return [
-        {
-            "prompt": {"prompt_ids": p["prompt_ids"]},
-            "chosen": p["chosen"]["tokens"],
-            "rejected": p["rejected"]["tokens"],
-        }
+        {"prompt": {"prompt_ids": p.prompt_ids}, "chosen": p.chosen.tokens, "rejected": p.rejected.tokens}
         for p in pairs
     ]
 
@@ -163,7 +160,7 @@ def run_round(
     pairs, skipped = make_pairs(scored, settings.quality_weight)
     summary = summarize(scored, pairs, skipped, settings.quality_weight)
     if processes.is_main:
-        write_jsonl_atomic(round_dir / "pairs.jsonl", pairs)
+        write_jsonl_atomic(round_dir / "pairs.jsonl", [pair.to_json() for pair in pairs])
         log.info("round %d: %s", round_index, summary)
     if not pairs:
         raise PastaError(

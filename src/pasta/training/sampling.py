@@ -23,6 +23,7 @@ from pasta.data import record_id
 from pasta.lang import ReservationPolicy
 from pasta.models import encode_prompt, load_model
 from pasta.parallel import Processes, ShardedJsonl
+from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import PrefSettings
 from pasta.training.examples import example_from_doc
 from pasta.training.modeling import model_at
@@ -101,21 +102,21 @@ def _by_id(entry: dict[str, Any]) -> str:
 # --- sampling and scoring ------------------------------------------------------------------------------------
 
 
-def candidate_record(result, quality: float | None, judge_name: str) -> dict[str, Any]:
+def candidate_record(result, quality: float | None, judge_name: str) -> Candidate:
     """One sampled candidate as `scores.jsonl` keeps it: its text, scores (with the judge's name) and thread ids."""
     stats = result.stats
-    return {
-        "text": result.text,
-        "annotated": result.annotated,
-        "speedup": stats.theoretical_speedup,
-        "quality": quality,
-        "judge": judge_name,
-        "num_tokens": stats.num_tokens,
-        "num_steps": stats.num_steps,
-        "finish_reason": stats.finish_reason,
-        "malformed": stats.malformed,
-        "tokens": thread_ids(result.token_doc),
-    }
+    return Candidate(
+        text=result.text,
+        annotated=result.annotated,
+        speedup=stats.theoretical_speedup,
+        quality=quality,
+        judge=judge_name,
+        num_tokens=stats.num_tokens,
+        num_steps=stats.num_steps,
+        finish_reason=stats.finish_reason,
+        malformed=stats.malformed,
+        tokens=thread_ids(result.token_doc),
+    )
 
 
 def sample_and_score(
@@ -129,7 +130,7 @@ def sample_and_score(
     scores_path: Path,
     seed: int,
     processes: Processes = Processes(),
-) -> list[dict[str, Any]]:
+) -> list[ScoredPrompt]:
     """Score records of every prompt, sampling only those not yet in `scores_path` (see the module docstring);
     each process samples its share of them."""
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
@@ -161,19 +162,19 @@ def sample_and_score(
                 candidates = [
                     candidate_record(results[b * num + k], qualities[b * num + k], judge.name) for k in range(num)
                 ]
-                failed = any(c["quality"] is None for c in candidates)
-                entry = {
-                    "id": prompt_key(record),
-                    "prompt_index": index,
-                    "instruction": record["instruction"],
-                    "input": record.get("input", ""),
-                    "reference": references[prompt_key(record)],
-                    "prompt_ids": prompt_ids[b],
-                    "judge": judge.name,
-                    "status": "judge_failed" if failed else "scored",
-                    "candidates": candidates,
-                }
-                out.append(entry)
+                failed = any(c.quality is None for c in candidates)
+                entry = ScoredPrompt(
+                    id=prompt_key(record),
+                    prompt_index=index,
+                    instruction=record["instruction"],
+                    input=record.get("input", ""),
+                    reference=references[prompt_key(record)],
+                    prompt_ids=prompt_ids[b],
+                    judge=judge.name,
+                    status="judge_failed" if failed else "scored",
+                    candidates=candidates,
+                )
+                out.append(entry.to_json())
     store.gather(_by_id, order=[prompt_key(r) for r in prompts])
     scored = {r["id"]: r for r in store.records()}
-    return [scored[prompt_key(r)] for r in prompts]
+    return [ScoredPrompt.from_json(scored[prompt_key(r)]) for r in prompts]
