@@ -166,3 +166,37 @@ def test_installed_wheel_finds_its_configs_from_another_directory(tmp_path):
     assert Path(config_dir) == target / "pasta" / "conf"
     assert Path(root_dir) == elsewhere  # no checkout: paths are relative to where the user runs pasta
     assert model_name == "tiny"
+
+
+@pytest.mark.parametrize(
+    ("primary", "override", "node", "schema"),
+    [
+        ("train", "stage=sft", "stage", "pasta.training.config:SFTSettings"),
+        ("train", "stage=pref", "stage", "pasta.training.config:PrefSettings"),
+        ("eval", None, "eval", "pasta.evaluation.config:EvalConfig"),
+    ],
+)
+def test_a_yaml_default_equals_its_schemas_default(primary, override, node, schema):
+    """The dataclass is what code and `settings_from_cfg` fall back on, the YAML what a run composes: a value that
+    differs between them is a default in two places (conf/stage/pref.yaml once said batch 4 where PrefSettings
+    said 8). A mandatory schema field (`???`) takes the YAML's value."""
+    import dataclasses
+    import importlib
+
+    module, name = schema.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    yaml_values = OmegaConf.to_container(compose(primary, [override] if override else []).get(node), resolve=True)
+    defaults = OmegaConf.to_container(OmegaConf.structured(cls))
+
+    def agree(yaml_value, default):
+        if default == "???":
+            return True
+        if isinstance(default, dict):
+            return isinstance(yaml_value, dict) and yaml_value.keys() == default.keys() and all(
+                agree(yaml_value[k], default[k]) for k in default
+            )
+        return yaml_value == default
+
+    differing = {k: (yaml_values.get(k), defaults[k]) for k in defaults if not agree(yaml_values.get(k), defaults[k])}
+    assert not differing, f"conf/{node} (yaml, schema): {differing}"
+    assert yaml_values.keys() == defaults.keys() == {f.name for f in dataclasses.fields(cls)}

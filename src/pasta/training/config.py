@@ -150,6 +150,11 @@ class PrefSettings(OptimSettings):
     """Stage 2: rounds of sampling, scoring, best-vs-worst pairing and BoNBoN training."""
 
     name: str = field(default="pref", metadata={"help": "the stage: pref"})
+    # A round starts from a trained policy and reweights its own samples: smaller batches and a quarter of SFT's
+    # learning rate (conf/stage/pref.yaml's values; tests/test_config.py checks the two agree).
+    batch_size: int = field(default=4, metadata={"help": "pairs per device per micro-batch"})
+    learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate"})
+    logging_steps: int = field(default=5, metadata={"help": "log loss and margins every this many steps"})
     rounds: int = field(
         default=1, metadata={"help": "preference rounds; each starts from the previous round"}
     )
