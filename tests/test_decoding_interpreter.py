@@ -385,3 +385,38 @@ def test_constraint_never_lets_a_topic_become_a_duplicate_where_it_cannot_grow()
     assert not grammar.topic([], "", {" sleep"}, budget=4).allowed[5]
     assert grammar.topic([], "", {" sleep"}, budget=5).allowed[5]
     assert not grammar.topic([5], " sleep", {" sleep"}, budget=5).allowed[PT]
+
+
+# --- the renderer alone ---------------------------------------------------------------------------------------
+
+
+def rendered_items():
+    """Main text, a closed chunk with text, an empty closed chunk, a sync, then text still being written."""
+    from pasta.decoding.threads import Chunk, ChunkState, PromiseItem, SyncItem, TextRun
+
+    kept = Chunk(index=0, topic_ids=[5], num_predicted=2, opener_ids=[AS, 5, AB], state=ChunkState.CLOSED,
+                 body_ids=[6, 7, AE])  # fmt: skip
+    empty = Chunk(index=1, topic_ids=[7], num_predicted=1, opener_ids=[AS, 7, AB], state=ChunkState.CLOSED,
+                  body_ids=[9, AE])  # fmt: skip
+    return [TextRun([1, 4]), PromiseItem(kept, [12]), PromiseItem(empty, [11]), SyncItem(), TextRun([2, 3])]
+
+
+def test_renderer_splices_chunks_with_text_and_leaves_empty_ones_out():
+    from pasta.decoding.render import Renderer
+
+    renderer = Renderer(decode, TAGS)
+    items = rendered_items()
+    assert renderer.text(items) == "Tips: early walk one two"
+    assert plain_text(renderer.document(items)) == renderer.text(items)
+    doc = renderer.token_doc(items, eos_id=EOS)
+    assert doc.main_ids == [1, 4, *promise([5], 2), SY, 2, 3, EOS]
+    assert [chunk.body_ids for chunk in doc.chunks] == [[6, 7, AE]]
+
+
+def test_renderer_final_text_stops_at_a_chunk_still_running():
+    from pasta.decoding.render import Renderer
+    from pasta.decoding.threads import ChunkState
+
+    items = rendered_items()
+    items[1].chunk.state = ChunkState.RUNNING
+    assert Renderer(decode, TAGS).final_text(items, max_stop_len=0) == "Tips:"

@@ -37,22 +37,29 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from pasta.decoding.config import DecodeConfig
 from pasta.decoding.grammar import MAX_COUNT_TOKENS, Constraint, Grammar
-from pasta.decoding.text import find_stop, settled
+from pasta.decoding.render import Renderer
+from pasta.decoding.text import find_stop
+from pasta.decoding.threads import (
+    Chunk,
+    ChunkState,
+    MainItem,
+    MainState,
+    PromiseItem,
+    PromiseMode,
+    SyncItem,
+    TextRun,
+)
 from pasta.lang import (
     MAIN_THREAD,
     Document,
-    Promise,
     ReservationPolicy,
-    Sync,
     TagIds,
-    Text,
-    TokenChunk,
     TokenDoc,
 )
 from pasta.lang.syntax import MAX_TOPIC_CHARS, serialize, validate_topic
@@ -72,42 +79,6 @@ class StepPlan:
     threads: list[int]  # the thread each token belongs to: MAIN_THREAD (prompt too), or chunk index + 1
     sample_feeds: list[int]  # index of each fed token whose logits choose a next token
     sample_threads: list[int]  # the thread each of those tokens goes to: MAIN_THREAD, or chunk index + 1
-
-
-@dataclass
-class Chunk:
-    """An asynchronous thread, from its promise to its join."""
-
-    index: int
-    topic_ids: list[int]
-    num_predicted: int
-    opener_ids: list[int]
-    state: str = "forking"  # forking -> queued | opening -> running -> closed; dropped when never started
-    row: int = -1
-    position: int = 0  # position of the next token this chunk feeds
-    num_reserved: int = 0  # positions the policy reserved for the content
-    body_ids: list[int] = field(default_factory=list)  # cleaned content, closing <|async_end|> included
-    pending: list[int] = field(default_factory=list)  # sampled, fed at the next step (closing ones at the join)
-    joined: bool = False  # a sync made it visible to the main thread
-    num_sampled: int = 0
-    num_positions: int = 0  # body tokens that take a position (sampled ones, stray tags included)
-    has_text: bool = False  # the body so far decodes to more than whitespace
-
-
-@dataclass
-class _TextRun:
-    ids: list[int] = field(default_factory=list)
-    stop_at: int | None = None  # character offset where a stop string starts
-
-
-@dataclass
-class _PromiseItem:
-    chunk: Chunk
-    count_ids: list[int]
-
-
-class _SyncItem:
-    pass
 
 
 class Interpreter:
@@ -133,6 +104,7 @@ class Interpreter:
         self.policy = policy
         self.config = config
         self.decode = decode
+        self.renderer = Renderer(decode, tag_ids)
         self.vis = torch.zeros(2 + config.max_threads, capacity, dtype=torch.bool, device=device)  # [R, C]
         self.vis[PAD_ROW, 0] = True
         self._free_rows = list(range(self.vis.shape[0] - 1, MAIN_ROW, -1))
@@ -145,13 +117,13 @@ class Interpreter:
         self.finish_reason: str | None = None
 
         self.main_ids: list[int] = []  # everything the main thread sampled, as sampled
-        self.main_state = "running"  # running | waiting (at a sync) | done
+        self.main_state = MainState.RUNNING
         self.main_pending: int | None = None
         self.main_position = len(prompt_ids)
         self.prefilled = False
-        self.items: list[_TextRun | _PromiseItem | _SyncItem] = []
+        self.items: list[MainItem] = []
         self.chunks: list[Chunk] = []
-        self._mode = "text"  # text | topic | count: where the main thread is inside a promise tag
+        self._mode = PromiseMode.TEXT  # where the main thread is inside a promise tag
         self._topic_ids: list[int] = []
         self._count_ids: list[int] = []
         self._group_topics: set[str] = set()
@@ -163,15 +135,15 @@ class Interpreter:
     @property
     def done(self) -> bool:
         return (
-            self.main_state == "done"
+            self.main_state == MainState.DONE
             and self.main_pending is None
-            and all(c.state in ("closed", "dropped") for c in self.chunks)
+            and all(c.state in (ChunkState.CLOSED, ChunkState.DROPPED) for c in self.chunks)
         )
 
     @property
     def num_threads(self) -> int:
         """Chunk threads that started."""
-        return sum(1 for c in self.chunks if c.state in ("opening", "running", "closed"))
+        return sum(1 for c in self.chunks if c.state in (ChunkState.OPENING, ChunkState.RUNNING, ChunkState.CLOSED))
 
     @property
     def num_overruns(self) -> int:
@@ -196,9 +168,9 @@ class Interpreter:
             chunk = self.chunks[thread - 1]
             return grammar.chunk(chunk.has_text, self.config.max_chunk_tokens - chunk.num_sampled)
         budget = self.config.max_new_tokens - len(self.main_ids)
-        if self._mode == "topic":
+        if self._mode == PromiseMode.TOPIC:
             return grammar.topic(self._topic_ids, self.decode(self._topic_ids), self._group_topics, budget)
-        if self._mode == "count":
+        if self._mode == PromiseMode.COUNT:
             return grammar.count(self._count_ids, self.decode(self._count_ids), budget)
         return grammar.main_text(budget)
 
@@ -215,32 +187,32 @@ class Interpreter:
             self._sample(plan, MAIN_THREAD)
             return plan
 
-        if self.main_state == "waiting" and all(c.state == "closed" for c in self._group()):
+        if self.main_state == MainState.WAITING and all(c.state == ChunkState.CLOSED for c in self._group()):
             self._feed_join(plan)
-        elif self.main_state != "waiting" and self.main_pending is not None:
+        elif self.main_state != MainState.WAITING and self.main_pending is not None:
             token_id = self.main_pending
             self.main_pending = None
             self._feed(plan, token_id, self.main_position, MAIN_ROW, MAIN_THREAD)
             self.main_position += 1
-            if self.main_state == "running":
+            if self.main_state == MainState.RUNNING:
                 self._sample(plan, MAIN_THREAD)
-            forking = [c for c in self.chunks if c.state == "forking"]
+            forking = [c for c in self.chunks if c.state == ChunkState.FORKING]
             if forking:
                 self._fork(forking[0])
 
-        running = sum(1 for c in self.chunks if c.state in ("opening", "running"))
+        running = sum(1 for c in self.chunks if c.state in (ChunkState.OPENING, ChunkState.RUNNING))
         for chunk in self.chunks:
-            if chunk.state == "queued" and running < self.config.max_threads:
-                chunk.state = "opening"
+            if chunk.state == ChunkState.QUEUED and running < self.config.max_threads:
+                chunk.state = ChunkState.OPENING
                 running += 1
         for chunk in self.chunks:
-            if chunk.state == "opening":
+            if chunk.state == ChunkState.OPENING:
                 for token_id in chunk.opener_ids:
                     self._feed(plan, token_id, chunk.position, chunk.row, chunk.index + 1)
                     chunk.position += 1
-                chunk.state = "running"
+                chunk.state = ChunkState.RUNNING
                 self._sample(plan, chunk.index + 1)
-            elif chunk.state == "running" and chunk.pending:
+            elif chunk.state == ChunkState.RUNNING and chunk.pending:
                 self._feed_pending(plan, chunk)
                 self._sample(plan, chunk.index + 1)
         return plan
@@ -274,11 +246,11 @@ class Interpreter:
         chunk.position = self.main_position
         chunk.num_reserved = self.policy.num_reserved(chunk.num_predicted)
         self.main_position += self.policy.span(len(chunk.opener_ids), chunk.num_predicted)
-        chunk.state = "queued"
+        chunk.state = ChunkState.QUEUED
 
     def _group(self) -> list[Chunk]:
         """Chunks forked since the last join."""
-        return [c for c in self.chunks if not c.joined and c.state != "dropped"]
+        return [c for c in self.chunks if not c.joined and c.state != ChunkState.DROPPED]
 
     def _feed_join(self, plan: StepPlan) -> None:
         """The sync step: the group's closing tokens, then the sync, which sees every chunk of the group."""
@@ -292,7 +264,7 @@ class Interpreter:
         self._feed(plan, self.tag_ids.sync, self.main_position, MAIN_ROW, MAIN_THREAD)
         self.main_position += 1
         self.main_pending = None
-        self.main_state = "running"
+        self.main_state = MainState.RUNNING
         self._group_topics.clear()
         self._sample(plan, MAIN_THREAD)
 
@@ -315,25 +287,25 @@ class Interpreter:
     def _commit_main(self, token_id: int) -> None:
         self.main_ids.append(token_id)
         if token_id in self.eos_ids:
-            if self._mode != "text":
+            if self._mode != PromiseMode.TEXT:
                 self._fall_back("unclosed_promise")
             self._finish_main("eos")
             return
         self.main_pending = token_id
         self._parse_main(token_id)
-        if self.main_state != "done" and len(self.main_ids) >= self.config.max_new_tokens:
-            if self._mode != "text":
+        if self.main_state != MainState.DONE and len(self.main_ids) >= self.config.max_new_tokens:
+            if self._mode != PromiseMode.TEXT:
                 self._fall_back("unclosed_promise")
             self._finish_main("max_new_tokens")
 
     def _parse_main(self, token_id: int) -> None:
         tags = self.tag_ids
-        if self._mode == "topic":
+        if self._mode == PromiseMode.TOPIC:
             if token_id == tags.promise_tokens:
                 if validate_topic(self.decode(self._topic_ids)):
                     self._fall_back("bad_topic")
                 else:
-                    self._mode = "count"
+                    self._mode = PromiseMode.COUNT
                 return
             if token_id == tags.promise_end:
                 self._fall_back("bad_count")
@@ -344,7 +316,7 @@ class Interpreter:
                     self._fall_back("bad_topic")
                 return
             self._fall_back("unclosed_promise")  # another tag: the promise never closes; read the tag as text
-        elif self._mode == "count":
+        elif self._mode == PromiseMode.COUNT:
             if token_id == tags.promise_end:
                 self._close_promise()
                 return
@@ -356,11 +328,11 @@ class Interpreter:
             self._fall_back("unclosed_promise")
 
         if token_id == tags.promise:
-            self._mode = "topic"
+            self._mode = PromiseMode.TOPIC
             self._topic_ids, self._count_ids = [], []
         elif token_id == tags.sync:
-            self.items.append(_SyncItem())
-            self.main_state = "waiting"
+            self.items.append(SyncItem())
+            self.main_state = MainState.WAITING
         elif token_id in (tags.async_start, tags.async_body, tags.async_end):
             self.malformed["async_tag_in_main"] += 1
         elif token_id in (tags.promise_tokens, tags.promise_end):
@@ -379,7 +351,7 @@ class Interpreter:
             return
         num_predicted = int(raw)
         self._group_topics.add(topic)
-        self._mode = "text"
+        self._mode = PromiseMode.TEXT
         tags = self.tag_ids
         chunk = Chunk(
             index=len(self.chunks),
@@ -388,23 +360,23 @@ class Interpreter:
             opener_ids=[tags.async_start, *self._topic_ids, tags.async_body],
         )
         self.chunks.append(chunk)
-        self.items.append(_PromiseItem(chunk, self._count_ids))
+        self.items.append(PromiseItem(chunk, self._count_ids))
 
     def _fall_back(self, reason: str) -> None:
         """The promise being written is not valid: its topic and count tokens are plain text, its tags dropped."""
         self.malformed[reason] += 1
-        self._mode = "text"
+        self._mode = PromiseMode.TEXT
         for token_id in self._topic_ids + self._count_ids:
             self._add_text(token_id)
         self._topic_ids, self._count_ids = [], []
 
     def _add_text(self, token_id: int) -> None:
-        if not self.items or not isinstance(self.items[-1], _TextRun):
-            self.items.append(_TextRun())
+        if not self.items or not isinstance(self.items[-1], TextRun):
+            self.items.append(TextRun())
             self._stop_checked_len = 0
         run = self.items[-1]
         run.ids.append(token_id)
-        if self.config.stop_strings and self.main_state != "done":
+        if self.config.stop_strings and self.main_state != MainState.DONE:
             text = self.decode(run.ids)
             stop_at = find_stop(text, self.config.stop_strings, self._stop_checked_len)
             self._stop_checked_len = len(text)
@@ -413,10 +385,10 @@ class Interpreter:
                 self._finish_main("stop_string")
 
     def _finish_main(self, reason: str) -> None:
-        self.main_state = "done"
+        self.main_state = MainState.DONE
         self.finish_reason = self.finish_reason or reason
         # A promise_end sampled as the last main token is still fed, so that its chunk forks.
-        if not any(c.state == "forking" for c in self.chunks):
+        if not any(c.state == ChunkState.FORKING for c in self.chunks):
             self.main_pending = None
 
     def _commit_chunk(self, chunk: Chunk, token_id: int) -> None:
@@ -445,72 +417,38 @@ class Interpreter:
         """The chunk is complete; its last tokens wait for the join (a sync), which feeds them."""
         chunk.body_ids.append(closing_id)
         chunk.pending = [*chunk.pending, closing_id]
-        chunk.state = "closed"
+        chunk.state = ChunkState.CLOSED
         if not self.decode(chunk.body_ids[:-1]).strip():
             self.malformed["empty_chunk"] += 1
 
     def _stop_all(self) -> None:
         """max_total_tokens: every thread stops; running chunks are closed as they are, waiting ones dropped."""
-        if self.main_state != "done":
-            if self._mode != "text":
+        if self.main_state != MainState.DONE:
+            if self._mode != PromiseMode.TEXT:
                 self._fall_back("unclosed_promise")
             self.finish_reason = "max_total_tokens"
-            self.main_state = "done"
+            self.main_state = MainState.DONE
         self.main_pending = None
         for chunk in self.chunks:
-            if chunk.state in ("forking", "queued"):
-                chunk.state = "dropped"
-            elif chunk.state == "running":
+            if chunk.state in (ChunkState.FORKING, ChunkState.QUEUED):
+                chunk.state = ChunkState.DROPPED
+            elif chunk.state == ChunkState.RUNNING:
                 chunk.body_ids.append(self.tag_ids.async_end)
-                chunk.state = "closed"
+                chunk.state = ChunkState.CLOSED
             chunk.pending = []
 
-    # --- results -------------------------------------------------------------------------------------------------
-
-    def _kept(self, chunk: Chunk) -> bool:
-        return chunk.state == "closed" and bool(self.decode(chunk.body_ids[:-1]).strip())
-
-    def _item_text(self, item) -> str:
-        if isinstance(item, _TextRun):
-            text = self.decode(item.ids)
-            return text if item.stop_at is None else text[: item.stop_at]
-        if isinstance(item, _PromiseItem):
-            return self.decode(item.chunk.body_ids[:-1]) if self._kept(item.chunk) else ""
-        return ""
+    # --- results (pasta.decoding.render) ---------------------------------------------------------------------
 
     def text(self) -> str:
         """The plain text: main-thread text with each chunk spliced in at its promise."""
-        return "".join(self._item_text(item) for item in self.items)
+        return self.renderer.text(self.items)
 
     def final_text(self) -> str:
         """The prefix of the plain text that later steps cannot change (for streaming)."""
-        if self.done:
-            return self.text()
-        parts = []
-        for i, item in enumerate(self.items):
-            if isinstance(item, _PromiseItem) and item.chunk.state not in ("closed", "dropped"):
-                break
-            text = self._item_text(item)
-            if i == len(self.items) - 1 and isinstance(item, _TextRun):
-                # Still open: later tokens may complete a character, a stop string, or fall back into it.
-                parts.append(settled(text, self._max_stop_len))
-                break
-            parts.append(text)
-        return "".join(parts)
+        return self.text() if self.done else self.renderer.final_text(self.items, self._max_stop_len)
 
     def document(self) -> Document:
-        items = []
-        for item in self.items:
-            if isinstance(item, _TextRun):
-                if text := self._item_text(item):
-                    items.append(Text(text))
-            elif isinstance(item, _PromiseItem):
-                if self._kept(item.chunk):
-                    content = self._item_text(item)
-                    items.append(Promise(self.decode(item.chunk.topic_ids), content, item.chunk.num_predicted))
-            else:
-                items.append(Sync())
-        return Document(tuple(items))
+        return self.renderer.document(self.items)
 
     def annotated(self) -> str:
         """The response in the inline form (what each thread wrote, malformed parts cleaned away)."""
@@ -518,21 +456,4 @@ class Interpreter:
 
     def token_doc(self) -> TokenDoc:
         """The cleaned structure as ids: a valid TokenDoc (stray tags and dropped promises left out)."""
-        tags = self.tag_ids
-        main_ids: list[int] = []
-        chunks: list[TokenChunk] = []
-        for item in self.items:
-            if isinstance(item, _TextRun):
-                main_ids += item.ids
-            elif isinstance(item, _PromiseItem):
-                chunk = item.chunk
-                if self._kept(chunk):
-                    main_ids += [tags.promise, *chunk.topic_ids, tags.promise_tokens, *item.count_ids]
-                    main_ids.append(tags.promise_end)
-                    chunks.append(TokenChunk(chunk.opener_ids, chunk.body_ids, chunk.num_predicted))
-            else:
-                main_ids.append(tags.sync)
-        if self.finish_reason == "eos":
-            main_ids.append(self.main_ids[-1])
-        return TokenDoc(main_ids=main_ids, chunks=chunks, tag_ids=tags)
-
+        return self.renderer.token_doc(self.items, self.main_ids[-1] if self.finish_reason == "eos" else None)
