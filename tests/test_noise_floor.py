@@ -1,0 +1,32 @@
+"""scripts/pref_noise_floor.py: the random update it compares a preference round with has the round's size."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "pref_noise_floor.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("pref_noise_floor", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_random_update_has_the_rounds_norm_in_every_tensor_and_another_direction(tiny_model_and_tokenizer):
+    noise_floor = load_script()
+    model = copy.deepcopy(tiny_model_and_tokenizer[0])
+    start = {name: p.detach().clone() for name, p in model.named_parameters()}
+    generator = torch.Generator().manual_seed(1)
+    trained = {name: w + 0.01 * torch.randn(w.shape, generator=generator) for name, w in start.items()}
+    noise_floor.random_update_of_size(model, start, trained, seed=0)
+    for name, param in model.named_parameters():
+        update, round_update = param.detach() - start[name], trained[name] - start[name]
+        torch.testing.assert_close(update.norm(), round_update.norm(), rtol=1e-4, atol=1e-6)
+        cosine = torch.nn.functional.cosine_similarity(update.flatten(), round_update.flatten(), dim=0)
+        assert abs(float(cosine)) < 0.5, name  # a random direction, not the round's
