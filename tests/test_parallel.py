@@ -20,10 +20,6 @@ EVAL = ["model=tiny", "decode=async", "decode.max_new_tokens=8", "eval.mode=gene
         "device=cpu", "num_threads=1", "eval.generator=tiny-async"]
 
 
-def _key(record):
-    return record["id"]
-
-
 def test_shards_cover_every_item_once_and_differ_in_size_by_at_most_one():
     items = list(range(11))
     shards = [Processes(index, 3).shard(items) for index in range(3)]
@@ -37,7 +33,7 @@ def test_gather_folds_every_part_into_the_file_in_the_jobs_order(tmp_path):
     part_path(path, 0).write_text(json.dumps({"id": "c", "v": 1}) + "\n")
     # A process killed mid-write: its whole lines count, the torn one is dropped.
     part_path(path, 1).write_text(json.dumps({"id": "a", "v": 1}) + "\n" + '{"id": "d", "v')
-    ShardedJsonl(path, Processes()).gather(_key, order=["a", "b", "c", "d"])
+    ShardedJsonl(path, Processes(), key="id").gather(order=["a", "b", "c", "d"])
     assert [r["id"] for r in read_jsonl(path)] == ["a", "b", "c"]
     assert not list(tmp_path.glob("*.part-*"))
 
@@ -47,15 +43,15 @@ def test_a_record_in_the_file_and_in_a_part_is_kept_once_the_part_winning(tmp_pa
     path = tmp_path / "scores.jsonl"
     path.write_text(json.dumps({"id": "a", "v": 1}) + "\n")
     part_path(path, 3).write_text(json.dumps({"id": "a", "v": 2}) + "\n")
-    ShardedJsonl(path, Processes()).gather(_key)
+    ShardedJsonl(path, Processes(), key="id").gather()
     assert read_jsonl(path) == [{"id": "a", "v": 2}]
 
 
 def test_each_process_appends_to_its_own_part_and_one_process_to_the_file(tmp_path):
     path = tmp_path / "stats.jsonl"
-    with ShardedJsonl(path, Processes(1, 2)).appender() as out:
+    with ShardedJsonl(path, Processes(1, 2), key="id").appender() as out:
         out.append({"id": "x"})
-    with ShardedJsonl(path, Processes()).appender() as out:
+    with ShardedJsonl(path, Processes(), key="id").appender() as out:
         out.append({"id": "y"})
     assert read_jsonl(part_path(path, 1)) == [{"id": "x"}] and read_jsonl(path) == [{"id": "y"}]
 

@@ -73,8 +73,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     mode = resolve_mode(cfg, ecfg)
     out_dir = output_dir(cfg, ecfg, mode)
     result: dict[str, Any] = {"mode": mode, "output_dir": str(out_dir)}
+    processes = current_processes()
     if mode == "report":
-        if not current_processes().is_main:
+        if not processes.is_main:
             return result
         from pasta.evaluation.report import gather
 
@@ -83,7 +84,6 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         print(f"report: {out_dir}")
         result["report"] = report
         return result
-    processes = current_processes()
     if mode in ("generate", "all"):
         from pasta.evaluation.generation import generate_run
 

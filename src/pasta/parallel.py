@@ -16,7 +16,7 @@ Files rather than `torch.distributed` collectives carry the records: what a proc
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -76,19 +76,27 @@ def part_files(path: Path) -> list[Path]:
 class ShardedJsonl:
     """One job's JSONL file, written by every process of a launch through its own part file.
 
-        store = ShardedJsonl(run_dir / "stats.jsonl", processes)
-        store.gather(key, order)              # fold a killed run's parts in, before reading what is done
+        store = ShardedJsonl(run_dir / "scores.jsonl", processes, key="id")
+        store.gather()                        # fold a killed run's parts in, before reading what is done
+        done = store.keys()
         with store.appender() as out: ...     # this process's records
-        store.gather(key, order)              # the main process folds every part in; the others wait
+        store.gather(order)                   # the main process folds every part in; the others wait
+
+    Records are told apart by their `key` field: a later line with the same key replaces an earlier one.
     """
 
-    def __init__(self, path: Path, processes: Processes):
+    def __init__(self, path: Path, processes: Processes, key: str):
         self.path = Path(path)
         self.processes = processes
+        self.key = key
 
     def records(self) -> list[dict[str, Any]]:
         """The file's records (none before the first gather or append); read after `gather` to see every part."""
         return [record for _, record in iter_numbered_jsonl(self.path)] if self.path.is_file() else []
+
+    def keys(self) -> set[Any]:
+        """The keys of the file's records: what is done, once `gather` has folded the parts in."""
+        return {record[self.key] for record in self.records()}
 
     def appender(self) -> JsonlAppender:
         """Where this process appends: the file itself in one process, its part file under a launch."""
@@ -96,7 +104,7 @@ class ShardedJsonl:
             return JsonlAppender(self.path)
         return JsonlAppender(part_path(self.path, self.processes.index))
 
-    def gather(self, key: Callable[[dict[str, Any]], Any], order: Sequence[Any] | None = None) -> None:
+    def gather(self, order: Sequence[Any] | None = None) -> None:
         """Fold the part files into the file (main process; the others wait for it).
 
         A record whose key is already in the file replaces it (the newer decode wins, as in a resumed file).
@@ -105,10 +113,10 @@ class ShardedJsonl:
         in between leaves records twice, never lost; the next gather removes the repeat."""
         self.processes.wait()  # every process has closed its part
         if self.processes.is_main:
-            self._fold(key, order)
+            self._fold(order)
         self.processes.wait()  # nobody reads the file before it is whole
 
-    def _fold(self, key: Callable[[dict[str, Any]], Any], order: Sequence[Any] | None) -> None:
+    def _fold(self, order: Sequence[Any] | None) -> None:
         parts = part_files(self.path)
         # Opening an appender first cuts a line a killed process left half-written, as a rerun's appender would.
         for path in (self.path, *parts):
@@ -116,22 +124,18 @@ class ShardedJsonl:
                 JsonlAppender(path).close()
         if not parts and order is None:
             return
+        on_disk = self.records()
         by_key: dict[Any, dict[str, Any]] = {}
-        for path in (self.path, *parts):
-            if path.is_file():
-                for _, record in iter_numbered_jsonl(path):
-                    by_key.pop(key(record), None)  # re-inserted last: the newer line wins its place too
-                    by_key[key(record)] = record
+        for record in on_disk + [record for path in parts for _, record in iter_numbered_jsonl(path)]:
+            by_key.pop(record[self.key], None)  # re-inserted last: the newer line wins its place too
+            by_key[record[self.key]] = record
         records = list(by_key.values())
         if order is not None:
             place: dict[Any, int] = {}
             for i, k in enumerate(order):
                 place.setdefault(k, i)  # a key listed twice (a duplicate input record) keeps its first place
-            records.sort(key=lambda r: place.get(key(r), len(place)))
-        if parts or self._differs(records):
+            records.sort(key=lambda r: place.get(r[self.key], len(place)))
+        if parts or records != on_disk:
             write_jsonl_atomic(self.path, records)
         for path in parts:
             path.unlink()
-
-    def _differs(self, records: list[dict[str, Any]]) -> bool:
-        return self.records() != records

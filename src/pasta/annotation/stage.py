@@ -79,10 +79,10 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
     add_tag_tokens(tokenizer)  # tokens="N" and the schedule count tags as the student will see them
     teacher = build_teacher(cfg.teacher, device=cfg.get("device", "auto"))
     processes = current_processes()
-    stores = [ShardedJsonl(path, processes) for path in (output, rejects_path)]
+    stores = [ShardedJsonl(path, processes, key="id") for path in (output, rejects_path)]
     for store in stores:
-        store.gather(_record_id)  # a killed launch's part files: their records are done
-    # Opening the appenders first cuts a line that a killed run left half-written, before it is read back.
+        # Cuts a line a killed run left half-written and folds in a killed launch's parts: their records are done.
+        store.gather()
     with teacher, stores[0].appender() as out, stores[1].appender() as rejected:
         todo, num_already_done, num_duplicates = _todo(records, finished_ids([output, rejects_path], teacher))
         todo = processes.shard(todo)
@@ -104,7 +104,7 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
         )
     input_order = [record_id(source) for source in records]
     for store in stores:
-        store.gather(_record_id, order=input_order)
+        store.gather(order=input_order)
     if not processes.is_main:
         return {}  # the main process summarizes everything the processes wrote
     all_records = [r for path in (output, rejects_path) for _, r in iter_numbered_jsonl(path)]
@@ -141,10 +141,6 @@ def _todo(
             todo.append((rid, source))
         seen.add(rid)
     return todo, len(seen & done), num_duplicates
-
-
-def _record_id(record: dict[str, Any]) -> str:
-    return record["id"]
 
 
 def _resume_hint(counts: RunCounts, output: Path) -> str:

@@ -138,8 +138,8 @@ def _run_meta(
     }
 
 
-def _check_resumable(run_dir: Path, meta: dict[str, Any]) -> None:
-    previous = read_json(run_dir / RUN_META, "run.json")
+def _check_resumable(run_dir: Path, previous: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Refuse to resume into `run_dir` (whose run.json holds `previous`) a run that differs in a RESUME_KEYS key."""
     for key in RESUME_KEYS:
         if key in RECORDED_SINCE and key not in previous:
             continue  # an older run.json: its run used the config's value, as this one does
@@ -182,10 +182,6 @@ def process_counts(previous: Any, count: int) -> int | list[int]:
     return count if counts == {count} else sorted(counts)
 
 
-def _instruction(record: dict[str, Any]) -> str:
-    return record["instruction"]
-
-
 def generate_run(
     cfg: DictConfig, ecfg: EvalConfig, run_dir: Path, generator: str, processes: Processes | None = None
 ) -> Path:
@@ -202,21 +198,21 @@ def generate_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = read_json(run_dir / RUN_META, "run.json") if (run_dir / RUN_META).is_file() else None
     if previous is not None:
-        _check_resumable(run_dir, meta)  # every process refuses alike, so none is left waiting below
-    stats = ShardedJsonl(run_dir / STATS, processes)
-    stats.gather(_instruction)  # a killed launch's part files first: their prompts are done
+        _check_resumable(run_dir, previous, meta)  # every process refuses alike, so none is left waiting below
+    stats = ShardedJsonl(run_dir / STATS, processes, key="instruction")
+    # Cuts a line a kill left half-written and folds in a killed launch's part files: their prompts are done.
+    stats.gather()
     done = {r["instruction"] for r in read_stats(run_dir)} if (run_dir / STATS).is_file() else set()
     todo = [record for record in records if record["instruction"] not in done]
     if processes.is_main and (previous is None or todo):
         if previous is not None:
             meta = {**previous, "num_processes": process_counts(previous.get("num_processes"), processes.count)}
         write_json_atomic(run_dir / RUN_META, meta)
-    # Opening the appender first drops a line that a kill cut short, so reading back sees whole records only.
     with stats.appender() as out:
         mine = processes.shard(todo)
         if mine:
             _decode_into(out, cfg, ecfg, mode, device, records, mine, generator)
-    stats.gather(_instruction, order=[r["instruction"] for r in records])
+    stats.gather(order=[r["instruction"] for r in records])
     if processes.is_main:
         by_instruction = {r["instruction"]: r for r in read_stats(run_dir)}
         outputs = [

@@ -76,9 +76,9 @@ def check_policy(
     """Decode `records` greedily (resuming from `out_dir/heldout.jsonl`), judge them, write `heldout.json`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     answers_path = out_dir / ANSWERS
-    store = ShardedJsonl(answers_path, processes)
-    store.gather(_by_id)
-    done = {a["id"] for a in store.records()}
+    store = ShardedJsonl(answers_path, processes, key="id")
+    store.gather()
+    done = store.keys()
     todo = processes.shard([r for r in records if record_id(r) not in done])
     config = DecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=0.0))
     model.eval()
@@ -104,8 +104,9 @@ def check_policy(
                         "judge": judge.name,
                     }
                 )
-    store.gather(_by_id, order=[record_id(r) for r in records])
-    wanted = {record_id(r) for r in records}
+    ids = [record_id(r) for r in records]
+    store.gather(order=ids)
+    wanted = set(ids)
     answers = [a for a in store.records() if a["id"] in wanted]
     qualities = [a["quality"] for a in answers if a["quality"] is not None]
     summary = HeldoutSummary(
@@ -119,10 +120,6 @@ def check_policy(
     if processes.is_main:
         write_json_atomic(out_dir / SUMMARY, asdict(summary))
     return summary
-
-
-def _by_id(answer: dict[str, Any]) -> str:
-    return answer["id"]
 
 
 def read_summary(out_dir: Path) -> HeldoutSummary | None:

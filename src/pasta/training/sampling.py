@@ -72,10 +72,10 @@ def reference_answers(
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
 
     path = output_dir / "baseline_answers.jsonl"
-    store = ShardedJsonl(path, processes)
-    store.gather(_by_id)
-    answers = {a["id"]: a["text"] for a in store.records()}
-    todo = processes.shard([r for r in records if prompt_key(r) not in answers])
+    store = ShardedJsonl(path, processes, key="id")
+    store.gather()
+    done = store.keys()
+    todo = processes.shard([r for r in records if prompt_key(r) not in done])
     if todo:
         model_cfg = model_at(cfg.model, settings.baseline_model)
         model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
@@ -91,12 +91,8 @@ def reference_answers(
                 ):
                     out.append({"id": prompt_key(record), "text": result.text})
         del model
-    store.gather(_by_id, order=[prompt_key(r) for r in records])
+    store.gather(order=[prompt_key(r) for r in records])
     return {a["id"]: a["text"] for a in store.records()}
-
-
-def _by_id(entry: dict[str, Any]) -> str:
-    return entry["id"]
 
 
 # --- sampling and scoring ------------------------------------------------------------------------------------
@@ -136,9 +132,9 @@ def sample_and_score(
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
     from pasta.judges import JudgeItem
 
-    store = ShardedJsonl(scores_path, processes)
-    store.gather(_by_id)
-    done = {r["id"] for r in store.records()}
+    store = ShardedJsonl(scores_path, processes, key="id")
+    store.gather()
+    done = store.keys()
     sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p)
     config = DecodeConfig(max_new_tokens=settings.max_new_tokens, sampling=sampling)
     num = settings.num_samples
@@ -175,6 +171,6 @@ def sample_and_score(
                     candidates=candidates,
                 )
                 out.append(entry.to_json())
-    store.gather(_by_id, order=[prompt_key(r) for r in prompts])
+    store.gather(order=[prompt_key(r) for r in prompts])
     scored = {r["id"]: r for r in store.records()}
     return [ScoredPrompt.from_json(scored[prompt_key(r)]) for r in prompts]
