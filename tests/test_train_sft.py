@@ -447,7 +447,7 @@ def kill_at_step(monkeypatch, step: int | None) -> list[int]:
 
 
 def test_resume_after_a_killed_run_matches_the_uninterrupted_run(two_records, tmp_path, monkeypatch):
-    common = ("stage.batch_size=1", "stage.max_steps=4", "stage.save_steps=2", "stage.learning_rate=5e-3")
+    common = ("stage.batch_size=1", "stage.grad_accum=1", "stage.max_steps=4", "stage.save_steps=2", "stage.learning_rate=5e-3")
     whole = run_sft(sft_cfg(tmp_path / "whole", two_records, *common))
 
     killed = sft_cfg(tmp_path / "killed", two_records, *common)
