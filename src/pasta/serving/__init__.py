@@ -1,8 +1,9 @@
 """Serving: an OpenAI-compatible endpoint over the decoder, with continuous batching (`python -m pasta.serve`).
 
 Modules, in the order a request meets them: protocol (the OpenAI request and response schemas, pydantic), app
-(the FastAPI routes, errors and server-sent events), requests (what the API hands the engine and the events it gets
-back), scheduler (admission limits and the waiting queue, no model), engine (the one thread that owns the model and
-runs `pasta.decoding.runner.StepBatch` steps while requests join and leave), metrics (Prometheus).
-Serving uses `pasta.decoding` and nothing of training or evaluation.
+(the FastAPI routes and request checks), answers (a request through the engine and back as OpenAI's bodies and
+server-sent events), errors (OpenAI's error body for every failure), requests (what the API hands the engine and
+the events it gets back), scheduler (admission limits and the waiting queue, no model), engine (the one thread
+that owns the model and runs `pasta.decoding.runner.StepBatch` steps while requests join and leave), metrics
+(Prometheus). Serving uses `pasta.decoding` and nothing of training or evaluation.
 """

@@ -122,11 +122,17 @@ class ChatChoice(BaseModel):
     pasta: PastaStats
 
 
-class ChatCompletion(BaseModel):
+class _Answer(BaseModel):
+    """What every answer body opens with; each kind names its `object` and adds its choices and usage."""
+
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int
     model: str
+
+
+class ChatCompletion(_Answer):
+    object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     usage: Usage
 
@@ -143,11 +149,8 @@ class ChatChunkChoice(BaseModel):
     pasta: PastaStats | None = None
 
 
-class ChatCompletionChunk(BaseModel):
-    id: str
+class ChatCompletionChunk(_Answer):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
 
@@ -160,11 +163,8 @@ class CompletionChoice(BaseModel):
     pasta: PastaStats | None = None
 
 
-class Completion(BaseModel):
-    id: str
+class Completion(_Answer):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
 

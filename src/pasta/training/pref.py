@@ -89,21 +89,13 @@ def train_round(
 ) -> dict[str, Any]:
     """BoNBoN on the round's pairs; writes `round_dir/final`; returns the trainer's metrics."""
     from datasets import Dataset
-    from trl import DPOConfig
 
     from pasta.training.trainers import LayoutDPOTrainer
 
     tag_ids = add_tag_tokens(tokenizer, model)
     checkpoint_dir = round_dir / "checkpoints"
     resume_from = checkpoint_to_resume(checkpoint_dir, resume)
-    args = DPOConfig(
-        **settings.trainer_kwargs(checkpoint_dir, cfg),
-        loss_type=["sft", "ipo"],
-        loss_weights=[settings.alpha, 1.0 - settings.alpha],
-        beta=settings.beta,
-        max_length=None,
-        precompute_ref_log_probs=False,
-    )
+    args = bonbon_args(settings, cfg, checkpoint_dir)
     peft_config = lora_config(settings.lora, model, tag_ids) if settings.finetune == "lora" else None
     # Full finetuning needs an explicit reference (DPOTrainer would reload it by name); under LoRA the reference is
     # the model with its adapter switched off, which is the round's starting policy.
@@ -129,9 +121,28 @@ def train_round(
     check_sharding(trainer, settings)
     result = trainer.train(resume_from_checkpoint=resume_from)
     save_final(trainer, tokenizer, settings, round_dir)
-    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    return round_train_metrics(result.metrics, trainer.state.log_history)
+
+
+def bonbon_args(settings: PrefSettings, cfg: DictConfig, checkpoint_dir: Path):
+    """TRL's DPOConfig for BoNBoN: its "sft" and "ipo" losses weighted alpha and 1 - alpha."""
+    from trl import DPOConfig
+
+    return DPOConfig(
+        **settings.trainer_kwargs(checkpoint_dir, cfg),
+        loss_type=["sft", "ipo"],
+        loss_weights=[settings.alpha, 1.0 - settings.alpha],
+        beta=settings.beta,
+        max_length=None,
+        precompute_ref_log_probs=False,
+    )
+
+
+def round_train_metrics(metrics: dict[str, Any], log_history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trainer's final metrics, with the loss and margin of every logged step and the last log entry."""
+    logged = [entry for entry in log_history if "loss" in entry]
     return {
-        **result.metrics,
+        **metrics,
         "loss_history": [entry["loss"] for entry in logged],
         # TRL's implicit reward margin (beta * chosen-minus-rejected log-ratio) per logged step: it rising is
         # the round learning its pairs, which is not yet the policy's greedy answers improving (heldout.json).

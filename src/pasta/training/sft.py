@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
 from pasta.data import load_instructions
 from pasta.errors import PastaError
-from pasta.lang import ReservationPolicy, add_tag_tokens
+from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens
 from pasta.models import load_model
 from pasta.training.collator import LayoutCollator
 from pasta.training.config import SFTSettings, settings_from_cfg
 from pasta.training.examples import (
+    ExampleStats,
+    PromiseBalance,
     balance_promises,
     balance_settings,
     build_sft_examples,
@@ -48,29 +52,78 @@ from pasta.training.runs import (
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class SFTRun:
+    """Where and how stage 1 trains: the composed config, its stage settings, the output folder."""
+
+    cfg: DictConfig
+    settings: SFTSettings
+    output_dir: Path
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+
+@dataclass(frozen=True)
+class SFTData:
+    """The examples stage 1 trains on, and the account of them that train_info.json keeps."""
+
+    examples: list[dict[str, Any]]
+    stats: ExampleStats
+    balance: PromiseBalance | None  # None when data.min_promises left nothing to balance
+    baseline: bool  # data.strip_annotations: the records without tags, for Baseline-SFT
+    data_path: str | None
+    sha256: str  # of the examples: a resumed run must train on the same ones
+
+    def info(self) -> dict[str, Any]:
+        """train_info.json's fields about the data, written with every status."""
+        return {
+            "baseline": self.baseline,
+            "data_sha256": self.sha256,
+            "data_path": self.data_path,
+            "examples": self.stats.as_dict(),
+            "promise_balance": self.balance.as_dict() if self.balance else None,
+        }
+
+
 def run_sft(cfg: DictConfig) -> Path:
     """Train stage 1 as `cfg` says; returns the final model folder."""
-    from trl import SFTConfig
-
-    from pasta.training.trainers import LayoutSFTTrainer
-
     settings = settings_from_cfg(cfg.stage)
     assert isinstance(settings, SFTSettings)
-    output_dir = resolve_output_dir(cfg)
+    run = SFTRun(cfg, settings, resolve_output_dir(cfg))
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    strip = bool(cfg.data.get("strip_annotations", False))
-
     min_promises = int(cfg.data.get("min_promises", 0))
-    promise_share, max_upsample = balance_settings(cfg.data)
-    records = load_instructions(loader_config(cfg.data))
-    balance = None
-    if min_promises <= 0:  # with min_promises every record used carries promises: nothing to balance
-        records, balance = balance_promises(
-            records, promise_share=promise_share, max_upsample=max_upsample, seed=int(cfg.get("seed") or 0)
-        )
-        log.info("sft: %s", balance.message())
+    records, balance = balanced_records(cfg, min_promises)
     model, tokenizer = load_model(cfg.model, device="cpu")  # the trainer moves it to its device
     tag_ids = add_tag_tokens(tokenizer, model)
+    data = sft_data(run, records, balance, tokenizer, min_promises)
+    resume_from = checkpoint_to_resume(run.checkpoint_dir, bool(cfg.get("resume", False)))
+    check_same_data(run.output_dir, data.sha256)
+    trainer = sft_trainer(run, model, tokenizer, tag_ids, policy, data.examples)
+    return train_and_save(run, trainer, tokenizer, resume_from, {"stage": "sft", **data.info()})
+
+
+def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[dict[str, Any]], PromiseBalance | None]:
+    """The data's records, promise-bearing and plain ones balanced as data.promise_share asks (a logged decision)."""
+    promise_share, max_upsample = balance_settings(cfg.data)
+    records = load_instructions(loader_config(cfg.data))
+    if min_promises > 0:  # with min_promises every record used carries promises: nothing to balance
+        return records, None
+    records, balance = balance_promises(
+        records, promise_share=promise_share, max_upsample=max_upsample, seed=int(cfg.get("seed") or 0)
+    )
+    log.info("sft: %s", balance.message())
+    return records, balance
+
+
+def sft_data(
+    run: SFTRun, records: list[dict[str, Any]], balance: PromiseBalance | None, tokenizer, min_promises: int
+) -> SFTData:
+    """The records as training examples, with what stage.max_length cut logged; refuses PASTA-SFT on data without
+    a single promise."""
+    cfg, settings = run.cfg, run.settings
+    strip = bool(cfg.data.get("strip_annotations", False))
     examples, stats = build_sft_examples(
         records,
         tokenizer,
@@ -87,29 +140,29 @@ def run_sft(cfg: DictConfig) -> Path:
             "(python -m pasta.annotate data.path=... output=annotated.jsonl) and train on that, or set "
             "data.strip_annotations=true for Baseline-SFT"
         )
-    data_sha256 = examples_sha256(examples)
+    data = SFTData(examples, stats, balance, strip, cfg.data.get("path"), examples_sha256(examples))
     log.info("sft: %d of %d records used (%s)", stats.num_used, stats.num_records, stats.as_dict())
     if stats.truncation_message():
         log.warning("sft: %s", stats.truncation_message())
+    return data
 
-    checkpoint_dir = output_dir / "checkpoints"
-    resume_from = checkpoint_to_resume(checkpoint_dir, bool(cfg.get("resume", False)))
-    check_same_data(output_dir, data_sha256)
-    base_info = {
-        "stage": "sft",
-        "baseline": strip,
-        "data_sha256": data_sha256,
-        "data_path": cfg.data.get("path"),
-        "examples": stats.as_dict(),
-        "promise_balance": balance.as_dict() if balance else None,
-    }
+
+def sft_trainer(
+    run: SFTRun, model, tokenizer, tag_ids: TagIds, policy: ReservationPolicy, examples: list[dict[str, Any]]
+):
+    """TRL's SFTTrainer on the examples' PASTA-LANG layouts; under unmerged LoRA it saves the base model first."""
+    from trl import SFTConfig
+
+    from pasta.training.trainers import LayoutSFTTrainer
+
+    cfg, settings, output_dir = run.cfg, run.settings, run.output_dir
     peft_config = None
     if settings.finetune == "lora":
         peft_config = lora_config(settings.lora, model, tag_ids)
         if not settings.merge_lora:
             save_base_once(model, tokenizer, output_dir / "base")
     args = SFTConfig(
-        **settings.trainer_kwargs(checkpoint_dir, cfg),
+        **settings.trainer_kwargs(run.checkpoint_dir, cfg),
         dataset_kwargs={"skip_prepare_dataset": True},
         packing=False,
         max_length=None,
@@ -131,8 +184,15 @@ def run_sft(cfg: DictConfig) -> Path:
     )
     expose_head_bias(trainer.model)
     check_sharding(trainer, settings)
+    return trainer
+
+
+def train_and_save(run: SFTRun, trainer, tokenizer, resume_from: str | None, info: dict[str, Any]) -> Path:
+    """Train (on from `resume_from` when set) and save `final`; train_info.json says running, then done or failed
+    (`info` in every status)."""
+    cfg, settings, output_dir = run.cfg, run.settings, run.output_dir
     if trainer.is_world_process_zero():
-        write_train_info(output_dir, cfg, status="running", **base_info)
+        write_train_info(output_dir, cfg, status="running", **info)
     try:
         start = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=resume_from)
@@ -140,19 +200,19 @@ def run_sft(cfg: DictConfig) -> Path:
         final = save_final(trainer, tokenizer, settings, output_dir)
     except BaseException as exc:
         if trainer.is_world_process_zero():
-            write_train_info(output_dir, cfg, status="failed", reason=failure_reason(exc), **base_info)
+            write_train_info(output_dir, cfg, status="failed", reason=failure_reason(exc), **info)
         raise
     if trainer.is_world_process_zero():
         write_train_info(
             output_dir,
             cfg,
             status="done",
-            **base_info,
+            **info,
             final_dir=str(final),
             metrics={**result.metrics, "train_seconds": seconds},
             log_history=trainer.state.log_history,
         )
-        write_train_info(final, cfg, status="done", **base_info, metrics=result.metrics)
+        write_train_info(final, cfg, status="done", **info, metrics=result.metrics)
     return final
 
 
