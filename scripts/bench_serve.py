@@ -179,7 +179,7 @@ def direct_rows(args, prompts: list[str]) -> list[dict]:
     import torch
 
     sys.path.insert(0, str(ROOT / "src"))
-    from pasta.config import compose
+    from pasta.config import compose, schema_from
     from pasta.decoding import DecodeConfig, decode_async, decode_sequential
     from pasta.lang import ReservationPolicy, add_tag_tokens
     from pasta.models import encode_prompt, load_model
@@ -190,7 +190,7 @@ def direct_rows(args, prompts: list[str]) -> list[dict]:
     model, tokenizer = load_model(cfg.model, device="cpu")
     add_tag_tokens(tokenizer, model)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    base = DecodeConfig.from_cfg(cfg.decode)
+    base = schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))
     config = dataclasses.replace(base, max_new_tokens=args.max_tokens, max_total_tokens=args.max_tokens,
                                  sampling=dataclasses.replace(base.sampling, temperature=0.0, seed=None))
     latencies: dict[str, list[float]] = {mode: [] for mode in MODES}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pasta.config import checkout_root, compose, conf_dir
+from pasta.config import checkout_root, compose, conf_dir, schema_from
 from pasta.data import DataConfig
 from pasta.errors import PastaError
 from pasta.models import ModelConfig
@@ -86,9 +86,9 @@ def test_every_group_option_composes_with_its_primaries(group, option):
         cfg = compose(primary, [f"{prefix}{group}={option}"])
         resolved = OmegaConf.to_container(cfg, resolve=True)
         if group == "model":
-            assert ModelConfig.from_cfg(cfg.model).name == option
+            assert schema_from(cfg.model, ModelConfig, "model").name == option
         if group in ("data", "eval_data"):
-            assert DataConfig.from_cfg(cfg[group]).name == option
+            assert schema_from(cfg[group], DataConfig, group, only_known=True).name == option
         assert resolved["paths"]["root_dir"]
 
 
@@ -200,3 +200,28 @@ def test_a_yaml_default_equals_its_schemas_default(primary, override, node, sche
     differing = {k: (yaml_values.get(k), defaults[k]) for k in defaults if not agree(yaml_values.get(k), defaults[k])}
     assert not differing, f"conf/{node} (yaml, schema): {differing}"
     assert yaml_values.keys() == defaults.keys() == {f.name for f in dataclasses.fields(cls)}
+
+
+def test_schema_from_names_an_unknown_key_a_missing_one_and_a_bad_value():
+    from pasta.data import DataConfig
+    from pasta.evaluation.config import EvalConfig
+
+    with pytest.raises(PastaError, match=r"^model config 'x' is invalid \(unknown key 'hub'\); known keys: name, hub_id"):
+        schema_from({"name": "x", "hub": "typo/model"}, ModelConfig, "model")
+    with pytest.raises(PastaError, match=r"^data config '<unnamed>' is invalid \(missing value for 'name'\)"):
+        schema_from({"path": "x.jsonl"}, DataConfig, "data")
+    with pytest.raises(PastaError, match=r"^eval\.batch_size: Value 'many' of type 'str' could not be converted"):
+        schema_from({"batch_size": "many"}, EvalConfig, "eval")
+    with pytest.raises(PastaError, match=r"^eval\.limit: must be >= 1 or null, got 0"):  # the schema's validate()
+        schema_from(compose("eval", ["eval.limit=0"]).eval, EvalConfig, "eval")
+
+
+def test_schema_from_keeps_the_callers_keys_out_and_fills_frozen_nested_schemas():
+    from pasta.decoding import DecodeConfig
+
+    config = schema_from(compose("generate", ["decode.stop_strings=[END]", "decode.sampling.top_k=5"]).decode,
+                         DecodeConfig, "decode", ignore=("mode",))
+    assert (config.stop_strings, config.sampling.top_k) == (("END",), 5)
+    assert schema_from(config, DecodeConfig, "decode") is config
+    data = schema_from({"name": "d", "strip_annotations": True}, DataConfig, "data", only_known=True)
+    assert data.name == "d"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from helpers import start_chat_server
-from pasta.config import compose
+from pasta.config import compose, schema_from
 from pasta.decoding import DecodeConfig, DecodeResult, DecodeStats
 from pasta.errors import PastaError
 from pasta.eval import evaluate
@@ -131,7 +131,7 @@ def test_outline_points_are_read_from_numbered_lines():
 
 
 def sot_config() -> EvalConfig:
-    return EvalConfig.from_cfg(compose("eval").eval)
+    return schema_from(compose("eval").eval, EvalConfig, "eval")
 
 
 def fake_result(text: str, tokens: int, steps: int | None = None) -> DecodeResult:

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from pasta.config import compose
+from pasta.config import compose, schema_from
 from pasta.errors import PastaError
 from pasta.models import (
     ModelConfig,
@@ -31,7 +31,7 @@ def _missing_embedded_cfg(tmp_path, **overrides):
 
 def test_model_config_rejects_unknown_keys():
     with pytest.raises(PastaError, match=r"model config 'x' is invalid .*known keys: name, hub_id"):
-        ModelConfig.from_cfg({"name": "x", "hub": "typo/model"})
+        schema_from({"name": "x", "hub": "typo/model"}, ModelConfig, "model")
 
 
 def test_dtype_names_map_to_torch_dtypes():
@@ -152,7 +152,7 @@ def test_interrupted_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", explode)
-    cfg = ModelConfig.from_cfg({**_tiny_cfg(), "cache_dir": str(tmp_path / "cache")})
+    cfg = schema_from({**_tiny_cfg(), "cache_dir": str(tmp_path / "cache")}, ModelConfig, "model")
     target = embedded_cache_dir(cfg)
     with pytest.raises(KeyboardInterrupt):
         convert_gguf(gguf_path(cfg.embedded), target)
@@ -162,7 +162,7 @@ def test_interrupted_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_embedded_model_loads_from_the_cache(embedded_model_and_tokenizer):
     cfg = compose("generate").model
-    assert resolve_source(cfg) == str(embedded_cache_dir(ModelConfig.from_cfg(cfg)))
+    assert resolve_source(cfg) == str(embedded_cache_dir(schema_from(cfg, ModelConfig, "model")))
     model, _ = embedded_model_and_tokenizer
     assert model.config.num_hidden_layers == 30 and model.dtype == torch.float32
     assert not hasattr(model.config, "quantization_config")

@@ -8,17 +8,21 @@ Resolvers registered on import:
   ${pasta_root:}        the checkout root, or the current directory when pasta is installed from a wheel
   ${pasta_user_cache:}  $XDG_CACHE_HOME/pasta, else ~/.cache/pasta
 
-Tests and plain-function callers compose a config with `compose("train", ["stage=sft"])`.
+Tests and plain-function callers compose a config with `compose("train", ["stage=sft"])`; every layer turns a
+composed node into its typed settings with `schema_from(cfg.stage, SFTSettings, "stage")`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 from pasta.errors import PastaError
 
@@ -102,6 +106,59 @@ def _missing_config_message(exc) -> str:
         group, name = missing.rsplit("/", 1)
         return f"{group.replace('/', '.')}: no option {name!r} (choose from {', '.join(exc.options)})"
     return str(exc).split("\n")[0]
+
+
+T = TypeVar("T")
+
+
+def schema_from(
+    node: Any, schema: type[T], where: str, *, only_known: bool = False, ignore: Collection[str] = ()
+) -> T:
+    """`node` (a composed config node, a dict, or already a `schema`) as a checked instance of the dataclass `schema`.
+
+    Interpolations are resolved first: they may point outside the node (a model's `${paths.cache_dir}`), which a
+    merged copy no longer has. `ignore` names keys of the node that are the caller's (a discriminator such as
+    decode's `mode`); with `only_known` every key the schema lacks is dropped, for a node that other readers share.
+    Types are checked by OmegaConf, then the schema's own `validate(where)` runs when it has one. Any problem is one
+    PastaError: `<where> config '<name>' is invalid (...); known keys: ...` for an unknown or missing key, else
+    `<where>.<key>: <why>`.
+    """
+    if isinstance(node, schema):
+        return node
+    raw = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    known = [f.name for f in dataclasses.fields(schema)]  # type: ignore[arg-type]
+    raw = {k: v for k, v in raw.items() if k not in ignore and (k in known or not only_known)}
+    try:
+        config = OmegaConf.to_object(OmegaConf.merge(_writable_schema(schema), raw))
+    except (ConfigKeyError, MissingMandatoryValue) as exc:
+        name = f" {raw.get('name', '<unnamed>')!r}" if "name" in known else ""
+        problem = "unknown key" if isinstance(exc, ConfigKeyError) else "missing value for"
+        raise PastaError(
+            f"{where} config{name} is invalid ({problem} {exc.full_key!r}); known keys: {', '.join(known)}"
+        ) from None
+    except OmegaConfBaseException as exc:
+        key = ".".join(k for k in (where, exc.full_key) if k)
+        raise PastaError(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}") from None
+    if hasattr(config, "validate"):
+        config.validate(where)
+    return config  # type: ignore[return-value]
+
+
+def _writable_schema(schema: type) -> DictConfig:
+    """The structured config of `schema` with no read-only flag: a frozen dataclass gives read-only nodes, into
+    which a merge cannot write."""
+    base = OmegaConf.structured(schema)
+
+    def unfreeze(config: Any) -> None:
+        OmegaConf.set_readonly(config, None)
+        if isinstance(config, DictConfig) and not config._is_none():
+            for key in config:
+                child = config._get_node(key)
+                if OmegaConf.is_config(child):
+                    unfreeze(child)
+
+    unfreeze(base)
+    return base
 
 
 def resolve_device(device: str = "auto") -> str:

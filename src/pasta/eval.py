@@ -22,6 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig
 
 from pasta.cli import run_entry
+from pasta.config import schema_from
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig
 from pasta.parallel import current_processes
@@ -69,7 +70,7 @@ def output_dir(cfg: DictConfig, ecfg: EvalConfig, mode: str) -> Path:
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Run what the config asks for; returns {"mode", "output_dir", and "summary" or "report"}."""
-    ecfg = EvalConfig.from_cfg(cfg.eval)
+    ecfg = schema_from(cfg.eval, EvalConfig, "eval")
     mode = resolve_mode(cfg, ecfg)
     out_dir = output_dir(cfg, ecfg, mode)
     result: dict[str, Any] = {"mode": mode, "output_dir": str(out_dir)}

@@ -21,6 +21,7 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from pasta.cli import run_entry
+from pasta.config import schema_from
 from pasta.decoding import DecodeConfig, DecodeResult
 from pasta.errors import PastaError
 
@@ -30,7 +31,7 @@ FORMATS = ("text", "json")
 
 def decode_config(cfg: DictConfig) -> DecodeConfig:
     """`cfg.decode` with the top-level shortcuts applied; sampling seed defaults to the run's `seed`."""
-    config = DecodeConfig.from_cfg(cfg.decode)
+    config = schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))
     if cfg.get("max_new_tokens") is not None:
         config = dataclasses.replace(config, max_new_tokens=int(cfg.max_new_tokens))
     if config.sampling.seed is None and cfg.get("seed") is not None:

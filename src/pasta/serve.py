@@ -33,7 +33,7 @@ def served_model_name(cfg: DictConfig) -> str:
 
 def build_app(cfg: DictConfig):
     """The FastAPI app for `cfg`: the model loaded, the engine built (its thread starts with the app)."""
-    from pasta.config import resolve_device
+    from pasta.config import resolve_device, schema_from
     from pasta.decoding import DecodeConfig
     from pasta.lang import ReservationPolicy, add_tag_tokens
     from pasta.models import load_model
@@ -49,7 +49,7 @@ def build_app(cfg: DictConfig):
     admission = AdmissionLimits(max_running_requests=int(limits.max_running_requests),
                                 max_tokens_in_flight=int(limits.max_tokens_in_flight),
                                 max_queued_requests=int(limits.max_queued_requests))
-    config = DecodeConfig.from_cfg(cfg.decode)  # each request's defaults; its seed is the request's own
+    config = schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))  # each request's defaults; its seed is the request's own
     model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
     policy = None
     if cfg.decode.mode == "async":

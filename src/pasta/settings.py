@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pasta.config import schema_from
 from pasta.errors import PastaError
 
 GENERATE_DECODE_MODES = ("async", "sequential")
@@ -50,7 +51,7 @@ def _decode(cfg: DictConfig, modes: tuple[str, ...]) -> None:
 
     _choice("decode.mode", cfg.decode.get("mode"), modes)
     try:
-        DecodeConfig.from_cfg(cfg.decode)
+        schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))
     except PastaError as exc:
         message = str(exc)
         raise PastaError(message if message.startswith("decode") else f"decode.{message}") from None
@@ -65,18 +66,18 @@ def _groups(cfg: DictConfig, config_name: str) -> None:
     if "model" in cfg:
         from pasta.models.config import ModelConfig
 
-        ModelConfig.from_cfg(cfg.model)
+        schema_from(cfg.model, ModelConfig, "model")
     for group in ("data", "eval_data"):
         if group in cfg:
             from pasta.data import DataConfig
 
-            DataConfig.from_cfg(cfg[group], group)
+            schema_from(cfg[group], DataConfig, group, only_known=True)
     if "decode" in cfg:
         _decode(cfg, EVAL_DECODE_MODES if config_name == "eval" else GENERATE_DECODE_MODES)
     if "eval" in cfg:
         from pasta.evaluation.config import EvalConfig
 
-        EvalConfig.from_cfg(cfg.eval)
+        schema_from(cfg.eval, EvalConfig, "eval")
     if "judge" in cfg:
         from pasta.judges.factory import judge_config
 
@@ -106,7 +107,7 @@ def check_settings(cfg: DictConfig, config_name: str) -> None:
         if config_name == "annotate":
             from pasta.annotation.config import AnnotateConfig
 
-            AnnotateConfig.from_cfg(cfg)
+            schema_from(cfg, AnnotateConfig, "", only_known=True)
     except OmegaConfBaseException as exc:  # an interpolation that does not resolve, a missing mandatory value
         key = getattr(exc, "full_key", None)
         raise PastaError(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}") from None

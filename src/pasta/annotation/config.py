@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from pasta.errors import PastaError
 
 ON_REJECT = ("drop", "keep_unannotated")
@@ -31,18 +29,14 @@ class AnnotateConfig:
         default=True, metadata={"help": "progress bar on a terminal, else a log line every 30 s"}
     )
 
-    @classmethod
-    def from_cfg(cls, cfg: DictConfig) -> AnnotateConfig:
-        stage = cls(
-            **{k: OmegaConf.to_container(cfg, resolve=True)[k] for k in cls.__dataclass_fields__ if k in cfg}
-        )
-        if stage.on_reject not in ON_REJECT:
-            raise PastaError(f"on_reject: {stage.on_reject!r} is not one of {', '.join(ON_REJECT)}")
-        if stage.max_response_chars is not None and stage.max_response_chars < 1:
-            raise PastaError(f"max_response_chars: must be >= 1 or null, got {stage.max_response_chars}")
-        if stage.keep_teacher_output_chars < 0:
-            raise PastaError(f"keep_teacher_output_chars: must be >= 0, got {stage.keep_teacher_output_chars}")
-        return stage
+    def validate(self, where: str) -> None:
+        # The stage's keys are top-level keys of conf/annotate.yaml: `where` is empty, the messages name the key.
+        if self.on_reject not in ON_REJECT:
+            raise PastaError(f"on_reject: {self.on_reject!r} is not one of {', '.join(ON_REJECT)}")
+        if self.max_response_chars is not None and self.max_response_chars < 1:
+            raise PastaError(f"max_response_chars: must be >= 1 or null, got {self.max_response_chars}")
+        if self.keep_teacher_output_chars < 0:
+            raise PastaError(f"keep_teacher_output_chars: must be >= 0, got {self.keep_teacher_output_chars}")
 
 
 def companion_paths(output: Path) -> tuple[Path, Path]:

@@ -31,6 +31,7 @@ from pasta.annotation.progress import Progress, RunCounts
 from pasta.annotation.records import make_record
 from pasta.annotation.summary import format_table, summarize
 from pasta.annotation.validate import UNUSABLE_CODES, Rejected, check_original, validate_annotation
+from pasta.config import schema_from
 from pasta.data import JsonlAppender, iter_numbered_jsonl, load_instructions, record_id, write_json_atomic
 from pasta.errors import PastaError
 from pasta.lang import add_tag_tokens
@@ -71,7 +72,7 @@ class _Pending:
 
 def annotate(cfg: DictConfig) -> dict[str, Any]:
     """Annotate `cfg.data` with `cfg.teacher` into `cfg.output` (resuming); returns the summary it writes."""
-    stage = AnnotateConfig.from_cfg(cfg)
+    stage = schema_from(cfg, AnnotateConfig, "", only_known=True)
     output = Path(stage.output)
     rejects_path, summary_path = companion_paths(output)
     records = load_instructions(cfg.data, check_unicode=False)  # rejected below as invalid_unicode, with a count

@@ -10,7 +10,6 @@ drops such records instead. Extra fields (such as `annotated`) are kept.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -20,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from pasta.config import schema_from
 from pasta.data.jsonl import OnError, invalid_unicode, iter_numbered_jsonl, read_json_file
 from pasta.errors import PastaError
 
@@ -41,29 +41,15 @@ class DataConfig:
     offset: int = field(default=0, metadata={"help": "skip this many records first"})
     shuffle: bool = field(default=False, metadata={"help": "shuffle before offset and limit"})
     seed: int = field(default=0, metadata={"help": "seed of the shuffle"})
-    on_error: OnError = field(default="fail", metadata={"help": "bad record: fail (one-line error) or skip (log)"})
+    on_error: str = field(default="fail", metadata={"help": "bad record: fail (one-line error) or skip (log)"})
 
-    @classmethod
-    def from_cfg(cls, cfg: DataConfig | DictConfig | dict[str, Any], group: str = "data") -> DataConfig:
-        """Validate a composed `cfg.data` / `cfg.eval_data` node (or a dict) into a DataConfig; `group` names the
-        node in error messages."""
-        if isinstance(cfg, DataConfig):
-            return cfg
-        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-        # Stages may keep their own keys in the same node (train's `data.strip_annotations`): not ours to check.
-        # Command-line typos are still caught, by Hydra's struct mode.
-        known = {f.name for f in dataclasses.fields(cls)}
-        try:
-            data_cfg = cls(**{k: v for k, v in raw.items() if k in known})
-        except TypeError as exc:
-            raise PastaError(f"data config {raw.get('name', '<unnamed>')!r} is invalid ({exc})") from None
-        if data_cfg.on_error not in ("fail", "skip"):
-            raise PastaError(f"{group}.on_error: {data_cfg.on_error!r} is not one of fail, skip")
+    def validate(self, where: str) -> None:
+        if self.on_error not in ("fail", "skip"):
+            raise PastaError(f"{where}.on_error: {self.on_error!r} is not one of fail, skip")
         for key in ("offset", "limit"):
-            value = getattr(data_cfg, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise PastaError(f"{group}.{key}: must be an integer >= 0, got {value!r}")
-        return data_cfg
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise PastaError(f"{where}.{key}: must be an integer >= 0, got {value!r}")
 
 
 def record_id(record: dict[str, Any]) -> str:
@@ -158,7 +144,7 @@ def load_instructions(
 
     `check_unicode=False` keeps records whose text is not valid Unicode, for a stage that rejects them itself.
     """
-    cfg = DataConfig.from_cfg(data_cfg)
+    cfg = schema_from(data_cfg, DataConfig, "data", only_known=True)
     records = _checked(
         _raw_records(cfg, "data", check_unicode), ("instruction", "output"), ("input",), cfg.on_error, check_unicode
     )
@@ -172,7 +158,7 @@ def load_alpaca_eval(eval_data_cfg: DataConfig | DictConfig | dict[str, Any]) ->
 
     `generator` defaults to "reference" and `dataset` to the config's name when a file leaves them out.
     """
-    cfg = DataConfig.from_cfg(eval_data_cfg)
+    cfg = schema_from(eval_data_cfg, DataConfig, "eval_data", only_known=True)
     records = _checked(
         _raw_records(cfg, "eval_data", True), ("instruction", "output"), ("generator", "dataset"), cfg.on_error
     )

@@ -1,16 +1,14 @@
 """The typed view of a `decode:` config (conf/decode/*.yaml): sampling knobs and the decoder's limits.
 
-`DecodeConfig.from_cfg` accepts the composed `cfg.decode` node, a dict or a DecodeConfig and rejects unknown keys
-and impossible values with a PastaError, so a typo in a decode file fails loudly.
+Callers turn the composed `cfg.decode` node into a DecodeConfig with
+`schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))` (pasta.config, which the decoder may not
+import): unknown keys and impossible values are a PastaError, so a typo in a decode file fails loudly. `mode` picks
+the decoder, which is the caller's choice, not a decoder setting.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from pasta.errors import PastaError
 
@@ -74,6 +72,8 @@ class DecodeConfig:
     )
 
     def __post_init__(self) -> None:
+        # A config node gives a list; a tuple keeps the frozen config hashable.
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         if self.max_new_tokens < 1:
             raise PastaError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
         if self.max_threads < 1:
@@ -84,19 +84,3 @@ class DecodeConfig:
             raise PastaError(f"max_total_tokens: must be >= 1 or null, got {self.max_total_tokens}")
         if any(not s for s in self.stop_strings):
             raise PastaError("stop_strings: may not contain an empty string")
-
-    @classmethod
-    def from_cfg(cls, cfg: DecodeConfig | DictConfig | dict[str, Any]) -> DecodeConfig:
-        """Validate a composed `cfg.decode` node (or a dict) into a DecodeConfig; `name` and `mode` are ignored."""
-        if isinstance(cfg, DecodeConfig):
-            return cfg
-        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-        raw.pop("name", None)
-        raw.pop("mode", None)  # which decoder runs is the caller's choice, not a decoder setting
-        known = ", ".join(f.name for f in dataclasses.fields(cls))
-        try:
-            sampling = SamplingConfig(**(raw.pop("sampling", None) or {}))
-            stop_strings = tuple(raw.pop("stop_strings", None) or ())
-            return cls(sampling=sampling, stop_strings=stop_strings, **raw)
-        except TypeError as exc:
-            raise PastaError(f"decode config is invalid ({exc}); known keys: {known}") from None

@@ -1,16 +1,12 @@
 """The typed view of the `eval:` config node (conf/eval/default.yaml) of `python -m pasta.eval`.
 
-`EvalConfig.from_cfg(cfg.eval)` checks the composed node against these dataclasses, so a misspelt key or a wrong
-type stops with one line instead of being ignored.
+`schema_from(cfg.eval, EvalConfig, "eval")` (pasta.config) checks the composed node against these dataclasses, so
+a misspelt key or a wrong type stops with one line instead of being ignored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from pasta.errors import PastaError
 from pasta.evaluation.speed import BootstrapConfig
@@ -90,29 +86,17 @@ class EvalConfig:
         metadata={"help": "Skeleton-of-Thought settings (prompts in conf/eval/default.yaml)"},
     )
 
-    @classmethod
-    def from_cfg(cls, cfg: EvalConfig | DictConfig | dict[str, Any]) -> EvalConfig:
-        """Check a composed `cfg.eval` node (or a dict) into an EvalConfig."""
-        if isinstance(cfg, EvalConfig):
-            return cfg
-        try:
-            # A plain copy: a composed config is read-only, and merge would inherit that flag.
-            raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-            config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), raw))
-        except OmegaConfBaseException as exc:
-            key = getattr(exc, "full_key", None)
-            raise PastaError(f"eval{'.' + key if key else ''}: {str(exc).splitlines()[0]}") from None
-        if config.mode not in MODES:
-            raise PastaError(f"eval.mode: {config.mode!r} is not one of {', '.join(MODES)}")
-        if config.timing not in TIMINGS:
-            raise PastaError(f"eval.timing: {config.timing!r} is not one of {', '.join(TIMINGS)}")
-        if config.limit is not None and config.limit <= 0:
-            raise PastaError(f"eval.limit: must be >= 1 or null, got {config.limit}")
-        if config.subset is not None and config.subset <= 0:
-            raise PastaError(f"eval.subset: must be >= 1 or null, got {config.subset}")
+    def validate(self, where: str) -> None:
+        if self.mode not in MODES:
+            raise PastaError(f"{where}.mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.timing not in TIMINGS:
+            raise PastaError(f"{where}.timing: {self.timing!r} is not one of {', '.join(TIMINGS)}")
+        if self.limit is not None and self.limit <= 0:
+            raise PastaError(f"{where}.limit: must be >= 1 or null, got {self.limit}")
+        if self.subset is not None and self.subset <= 0:
+            raise PastaError(f"{where}.subset: must be >= 1 or null, got {self.subset}")
         for key in ("batch_size", "judge_chunk_size"):
-            if getattr(config, key) <= 0:
-                raise PastaError(f"eval.{key}: must be >= 1, got {getattr(config, key)}")
-        if config.warmup_prompts < 0:
-            raise PastaError(f"eval.warmup_prompts: must be >= 0, got {config.warmup_prompts}")
-        return config
+            if getattr(self, key) <= 0:
+                raise PastaError(f"{where}.{key}: must be >= 1, got {getattr(self, key)}")
+        if self.warmup_prompts < 0:
+            raise PastaError(f"{where}.warmup_prompts: must be >= 0, got {self.warmup_prompts}")

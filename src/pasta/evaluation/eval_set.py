@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from pasta.config import schema_from
 from pasta.data import DataConfig, load_alpaca_eval
 from pasta.errors import PastaError
 
@@ -53,7 +54,7 @@ def eval_prompts(
     The positions (index in the full 805-prompt set) are what alpaca_eval's LC GLM needs; None when eval_data is
     not the full AlpacaEval set.
     """
-    data_cfg = DataConfig.from_cfg(cfg.eval_data)
+    data_cfg = schema_from(cfg.eval_data, DataConfig, "eval_data", only_known=True)
     full = load_alpaca_eval(dataclasses.replace(data_cfg, limit=None, offset=0, shuffle=False))
     records = load_alpaca_eval(data_cfg)
     if subset is not None:

@@ -31,6 +31,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
+from pasta.config import schema_from
 from pasta.data import JsonlAppender, write_json_atomic
 from pasta.decoding import DecodeConfig, DecodeResult, decode_async, decode_sequential
 from pasta.errors import PastaError
@@ -86,7 +87,7 @@ class Decoder:
 
     def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer):
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
-        self.config = DecodeConfig.from_cfg(cfg.decode)
+        self.config = schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))
         if mode == "async":
             from pasta.lang import add_tag_tokens
 
@@ -122,7 +123,7 @@ def _run_meta(
         "decode": mode,
         "timing": ecfg.timing,
         "batch_size": 1 if ecfg.timing == "wall" else ecfg.batch_size,
-        "decoding": _as_json(dataclasses.asdict(DecodeConfig.from_cfg(cfg.decode))),
+        "decoding": _as_json(dataclasses.asdict(schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",)))),
         "reservation": (
             _as_json(dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation)))
             if mode == "async" else None

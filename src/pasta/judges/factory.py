@@ -1,6 +1,6 @@
 """`build_judge(judge_cfg)`: the judge a `judge/` config group entry describes (conf/judge/*.yaml).
 
-The config is checked against the judge's dataclass first, so a misspelt key or a wrong type stops with one line
+The config is checked against the judge's dataclass first (pasta.config.schema_from), so a misspelt key or a wrong type stops with one line
 instead of being ignored. Each judge module is imported only when chosen: sentence-transformers and torch take
 seconds to import.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
+from pasta.config import schema_from
 from pasta.errors import PastaError
 from pasta.judges.base import Judge
 
@@ -25,18 +25,18 @@ def judge_config(judge_cfg: DictConfig | dict[str, Any]) -> Any:
     if kind == "embedding":
         from pasta.judges.embedding import EmbeddingJudgeConfig
 
-        return checked_judge_config(EmbeddingJudgeConfig, cfg)
+        return schema_from(cfg, EmbeddingJudgeConfig, "judge")
     if kind == "openai":
         from pasta.endpoints import check_endpoint_settings
         from pasta.judges.openai_judge import OpenAIJudgeConfig
 
-        config = checked_judge_config(OpenAIJudgeConfig, cfg)
+        config = schema_from(cfg, OpenAIJudgeConfig, "judge")
         check_endpoint_settings("judge", config)
         return config
     if kind == "hf":
         from pasta.judges.hf_judge import HFJudgeConfig
 
-        return checked_judge_config(HFJudgeConfig, cfg)
+        return schema_from(cfg, HFJudgeConfig, "judge")
     raise PastaError(f"judge.kind: {kind!r} is not one of {', '.join(KINDS)} (judge=embedding|openai|hf)")
 
 
@@ -61,16 +61,3 @@ def build_judge(judge_cfg: DictConfig | dict[str, Any]) -> Judge:
         raise PastaError("judge.model: judge=hf needs a model config (e.g. model@judge.model=smollm2-135m)")
     model, tokenizer = load_model(model_cfg, device=config.device)
     return HFJudge(config, model, tokenizer, model_name=str(model_cfg.get("name", "model")))
-
-
-def checked_judge_config(schema: type, cfg: DictConfig) -> Any:
-    """`cfg` as an instance of the dataclass `schema`, or one PastaError naming the bad key."""
-    try:
-        # Resolved first: interpolations such as the model's ${paths.cache_dir} point outside the judge node,
-        # and a merged copy no longer has the root config they refer to.
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), resolved))
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None)
-        raise PastaError(f"judge{'.' + key if key else ''}: {str(e).splitlines()[0]}") from None
-    return config

@@ -1,20 +1,16 @@
 """The typed view of a `model:` config (conf/model/*.yaml): what to load and how.
 
-`ModelConfig.from_cfg` accepts the composed `cfg.model` node, a plain dict or a ModelConfig, resolves
-interpolations and rejects unknown keys with a PastaError, so a typo in a model file fails loudly.
+`schema_from(cfg.model, ModelConfig, "model")` (pasta.config) accepts the composed `cfg.model` node, a plain dict or
+a ModelConfig, resolves interpolations and rejects unknown keys with a PastaError, so a typo in a model file fails
+loudly.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
 
 from pasta.config import user_cache_dir
-from pasta.errors import PastaError
 
 
 @dataclass(frozen=True)
@@ -64,20 +60,3 @@ class ModelConfig:
     random_init: RandomInit | None = field(
         default=None, metadata={"help": "sizes of a random model built from a config; null = pretrained weights"}
     )
-
-    @classmethod
-    def from_cfg(cls, cfg: ModelConfig | DictConfig | dict[str, Any]) -> ModelConfig:
-        """Validate a composed `cfg.model` node (or a dict) into a ModelConfig."""
-        if isinstance(cfg, ModelConfig):
-            return cfg
-        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-        name = raw.get("name", "<unnamed>")
-        try:
-            if raw.get("embedded") is not None:
-                raw["embedded"] = EmbeddedModel(**raw["embedded"])
-            if raw.get("random_init") is not None:
-                raw["random_init"] = RandomInit(**raw["random_init"])
-            return cls(**raw)
-        except TypeError as exc:
-            known = ", ".join(f.name for f in dataclasses.fields(cls))
-            raise PastaError(f"model config {name!r} is invalid ({exc}); known keys: {known}") from None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from pasta.config import resolve_device
+from pasta.config import resolve_device, schema_from
 from pasta.errors import PastaError
 from pasta.models.config import EmbeddedModel, ModelConfig
 
@@ -107,7 +107,7 @@ def convert_gguf(gguf_file: Path, target: Path) -> Path:
 
 def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> str:
     """The folder or hub id to load from: model.path > embedded cache (converting the GGUF once) > hub id."""
-    cfg = ModelConfig.from_cfg(model_cfg)
+    cfg = schema_from(model_cfg, ModelConfig, "model")
     if cfg.path is not None:
         folder = Path(cfg.path).expanduser()
         if not folder.is_dir():
@@ -153,7 +153,7 @@ def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreT
     """The model's tokenizer, with a pad token (eos when the tokenizer has none) and its chat template."""
     from transformers import AutoTokenizer
 
-    cfg = ModelConfig.from_cfg(model_cfg)
+    cfg = schema_from(model_cfg, ModelConfig, "model")
     source = resolve_source(cfg)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **_hub_kwargs(cfg, source))
@@ -186,7 +186,7 @@ def load_model(
 
     from pasta.models.tiny import build_tiny_model
 
-    cfg = ModelConfig.from_cfg(model_cfg)
+    cfg = schema_from(model_cfg, ModelConfig, "model")
     device = resolve_device(device)
     dtype = torch_dtype(cfg.dtype, device)
     tokenizer = load_tokenizer(cfg)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from pasta.config import schema_from
 from pasta.errors import PastaError
 from pasta.teachers.base import (
     EMPTY_REPLY,
@@ -26,7 +27,6 @@ from pasta.teachers.base import (
     TeacherError,
     TeacherReply,
     TeacherRequest,
-    config_from,
 )
 from pasta.teachers.prompt import TeacherPrompt
 from pasta.teachers.structural import StructuralAnnotator, StructuralConfig, StructuralTeacher
@@ -36,23 +36,18 @@ TEACHERS = ("structural", "hf", "openai")
 
 def teacher_config(teacher_cfg: DictConfig | dict[str, Any]) -> Any:
     """The typed config of the teacher a `teacher:` node names (its `name` key); a bad key is a PastaError."""
-    raw = (
-        OmegaConf.to_container(teacher_cfg, resolve=True)
-        if isinstance(teacher_cfg, DictConfig)
-        else dict(teacher_cfg)
-    )
-    name = raw.get("name")
+    name = teacher_cfg.get("name")
     if name == "structural":
-        return config_from(StructuralConfig, raw)
+        return schema_from(teacher_cfg, StructuralConfig, "teacher")
     if name == "hf":
         from pasta.teachers.hf import HFTeacherConfig
 
-        return config_from(HFTeacherConfig, raw)
+        return schema_from(teacher_cfg, HFTeacherConfig, "teacher")
     if name == "openai":
         from pasta.endpoints import check_endpoint_settings
         from pasta.teachers.openai_teacher import OpenAITeacherConfig
 
-        config = config_from(OpenAITeacherConfig, raw)
+        config = schema_from(teacher_cfg, OpenAITeacherConfig, "teacher")
         check_endpoint_settings("teacher", config)
         return config
     raise PastaError(f"teacher.name: {name!r} is not one of {', '.join(TEACHERS)}")

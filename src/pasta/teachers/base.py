@@ -17,14 +17,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields
-from typing import Any, TypeVar
-
-from omegaconf import DictConfig, OmegaConf
+from dataclasses import dataclass
 
 from pasta.errors import PastaError
-
-T = TypeVar("T")
 
 # Reason codes of answers a teacher already knows to be unusable (`TeacherReply.reject_reason` is `code: detail`).
 EMPTY_REPLY = "empty_reply"
@@ -73,17 +68,3 @@ class Teacher(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def config_from(cls: type[T], cfg: Any) -> T:
-    """A teacher's config dataclass from a composed `cfg.teacher` node or a dict; unknown keys are a PastaError."""
-    if isinstance(cfg, cls):
-        return cfg
-    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise PastaError(
-            f"teacher {raw.get('name', '?')}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-        )
-    return cls(**raw)

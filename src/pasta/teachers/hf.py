@@ -24,6 +24,7 @@ from typing import Any
 
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from pasta.config import schema_from
 from pasta.lang import encode_text
 from pasta.models import ModelConfig, load_model
 from pasta.teachers.base import DIVERGED, TRUNCATED, Teacher, TeacherReply, TeacherRequest
@@ -114,7 +115,7 @@ class HFTeacher(Teacher):
         if cfg.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.cfg = cfg
-        model_cfg = ModelConfig.from_cfg(cfg.model)
+        model_cfg = schema_from(cfg.model, ModelConfig, "model")
         self.model = model_label(model_cfg)
         self.prompt = TeacherPrompt.load(cfg.prompt)
         self._torch = torch

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 
+from pasta.config import schema_from
 from pasta.errors import PastaError
 
 
@@ -112,19 +112,19 @@ class OptimSettings:
             dataloader_num_workers=0,
         )
 
-    def validate(self) -> None:
+    def validate(self, where: str) -> None:
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise PastaError(f"stage.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
+            raise PastaError(f"{where}.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
         if self.finetune not in ("lora", "full"):
-            raise PastaError(f"stage.finetune={self.finetune} is not one of lora, full")
+            raise PastaError(f"{where}.finetune={self.finetune} is not one of lora, full")
         if self.too_long not in ("truncate", "skip"):
-            raise PastaError(f"stage.too_long={self.too_long} is not one of truncate, skip")
+            raise PastaError(f"{where}.too_long={self.too_long} is not one of truncate, skip")
         if self.mixed_precision not in ("auto", "no", "bf16", "fp16"):
             raise PastaError(
-                f"stage.mixed_precision={self.mixed_precision} is not one of auto, no, bf16, fp16"
+                f"{where}.mixed_precision={self.mixed_precision} is not one of auto, no, bf16, fp16"
             )
         if self.batch_size < 1 or self.grad_accum < 1 or self.max_length < 2:
-            raise PastaError("stage.batch_size and stage.grad_accum must be >= 1, stage.max_length >= 2")
+            raise PastaError(f"{where}.batch_size and {where}.grad_accum must be >= 1, {where}.max_length >= 2")
 
 
 @dataclass
@@ -207,37 +207,31 @@ class PrefSettings(OptimSettings):
     heldout_limit: int = field(default=32, metadata={"help": "held-out prompts (a seeded shuffle of the file)"})
     heldout_seed: int = field(default=0, metadata={"help": "seed of the held-out prompts' shuffle"})
 
-    def validate(self) -> None:
-        super().validate()
+    def validate(self, where: str) -> None:
+        super().validate(where)
         if self.rounds < 1 or self.num_samples < 2:
             raise PastaError(
-                "stage.rounds must be >= 1 and stage.num_samples >= 2 (a pair needs two candidates)"
+                f"{where}.rounds must be >= 1 and {where}.num_samples >= 2 (a pair needs two candidates)"
             )
         if not 0.0 <= self.alpha <= 1.0:
-            raise PastaError(f"stage.alpha={self.alpha} must lie in [0, 1]")
+            raise PastaError(f"{where}.alpha={self.alpha} must lie in [0, 1]")
         if self.quality_weight < 0 or math.isnan(self.quality_weight):
-            raise PastaError(f"stage.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
+            raise PastaError(f"{where}.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
         if self.reference not in ("output", "baseline"):
-            raise PastaError(f"stage.reference={self.reference} is not one of output, baseline")
+            raise PastaError(f"{where}.reference={self.reference} is not one of output, baseline")
         if self.heldout_limit < 1:
-            raise PastaError(f"stage.heldout_limit={self.heldout_limit} must be >= 1")
+            raise PastaError(f"{where}.heldout_limit={self.heldout_limit} must be >= 1")
         if self.reference == "baseline" and not self.baseline_model:
             raise PastaError(
-                "stage.reference=baseline needs stage.baseline_model=/path/to/baseline-sft/final"
+                f"{where}.reference=baseline needs {where}.baseline_model=/path/to/baseline-sft/final"
             )
 
 
 def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:
     """The typed settings of the composed `cfg.stage` node (its `name` picks sft or pref); an unknown key is an
     error."""
-    cfg = stage_cfg if isinstance(stage_cfg, DictConfig) else OmegaConf.create(stage_cfg)
     schemas = {"sft": SFTSettings, "pref": PrefSettings}
-    name = cfg.get("name")
+    name = stage_cfg.get("name")
     if name not in schemas:
         raise PastaError(f"unknown stage {name!r}: use stage=sft or stage=pref")
-    try:
-        settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schemas[name]), cfg))
-    except OmegaConfBaseException as exc:
-        raise PastaError(f"bad stage config: {str(exc).splitlines()[0]}") from None
-    settings.validate()
-    return settings
+    return schema_from(stage_cfg, schemas[name], "stage")
