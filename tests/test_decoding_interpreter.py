@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from pasta.decoding import DecodeConfig
-from pasta.decoding.interpreter import MAIN_ROW, PAD_ROW, Interpreter
+from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.runner import step_inputs
+from pasta.decoding.visibility import MAIN_ROW, PAD_ROW
 from pasta.lang import ReservationPolicy, TagIds, parse, plain_text, schedule
 
 TAGS = TagIds(promise=100, promise_tokens=101, promise_end=102, async_start=103, async_body=104, async_end=105,

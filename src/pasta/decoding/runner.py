@@ -24,8 +24,10 @@ import torch
 
 from pasta.decoding.attention import grouped_query_sdpa
 from pasta.decoding.cache import SlotCache
-from pasta.decoding.interpreter import PAD_ROW, Interpreter, StepPlan
+from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.linears import multirow_linears
+from pasta.decoding.scheduler import StepPlan
+from pasta.decoding.visibility import PAD_ROW
 
 # (request index, logits [n, V] of its choosing rows, the thread of each row) -> the n chosen token ids
 Chooser = Callable[[int, torch.Tensor, list[int]], list[int]]
