@@ -1,7 +1,7 @@
 """The interpreter alone, no model: scripted token streams through fork, join, limits and malformed tags.
 
-A fake vocabulary stands in for the tokenizer (ids 1..9 are words, 10..19 the digits 0..9, 90 eos, 100.. tags),
-and `drive` plays each thread's script, checking the bookkeeping the runner would hand to the model.
+A fake vocabulary (tests/helpers/fake_vocab.py) stands in for the tokenizer, and `drive` plays each thread's
+script, checking the bookkeeping the runner would hand to the model.
 """
 
 from __future__ import annotations
@@ -9,25 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers.fake_vocab import AB, AE, AS, EOS, PE, PT, SY, TAGS, WORDS, P, decode, promise
 from pasta.decoding import DecodeConfig
-from pasta.decoding.interpreter import MAIN_ROW, PAD_ROW, Interpreter
+from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.runner import step_inputs
-from pasta.lang import ReservationPolicy, TagIds, parse, plain_text, schedule
-
-TAGS = TagIds(promise=100, promise_tokens=101, promise_end=102, async_start=103, async_body=104, async_end=105,
-              sync=106)
-EOS = 90
-WORDS = {1: "Tips", 2: " one", 3: " two", 4: ":", 5: " sleep", 6: " early", 7: " walk", 8: '"', 9: "\n",
-         **{10 + d: str(d) for d in range(10)}}
-P, PT, PE, AS, AB, AE, SY = 100, 101, 102, 103, 104, 105, 106
-
-
-def decode(ids):
-    return "".join(WORDS.get(i, "") for i in ids)
-
-
-def promise(topic_ids, count):
-    return [P, *topic_ids, PT, *[10 + int(d) for d in str(count)], PE]
+from pasta.decoding.visibility import MAIN_ROW, PAD_ROW
+from pasta.lang import ReservationPolicy, parse, plain_text, schedule
 
 
 def interpreter(config=None, policy=None, prompt=(1, 4)):

@@ -7,8 +7,10 @@ step for every thread of every request), with teacher forcing and streaming.
     pasta = decode_async(model, tokenizer, [prompt_ids], config, policy)[0]   # policy: pasta.lang.ReservationPolicy
     pasta.text, pasta.annotated, pasta.token_doc, pasta.stats.theoretical_speedup, pasta.stats.wall_s
 
-Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread state machines, no model), with
-threads (the chunk and main-thread records and their states) and render (items -> text, document, TokenDoc),
+Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread state machines, no model), which
+wires parser (the main thread's promise tags -> typed events), visibility (the per-request visibility table and
+cache slots) and scheduler (the StepPlan: which tokens each thread feeds next), with threads (the chunk and
+main-thread records and their states) and render (items -> text, document, TokenDoc),
 cache (slot-indexed KV cache), runner (StepBatch, one step of a batch that requests join and leave, and the step
 loop), plain (the sequential baseline as a step-planning request, for continuous batching), attention
 (grouped-query SDPA on CPU), linears (linear layers of multi-row steps over every CPU thread), grammar (the tokens

@@ -46,10 +46,10 @@ from dataclasses import dataclass
 
 import torch
 
+from pasta.decoding.parser import MAX_COUNT_TOKENS
 from pasta.lang import TagIds, encode_text
-from pasta.lang.syntax import MAX_TOPIC_CHARS, validate_topic
+from pasta.lang.syntax import MAX_TOPIC_CHARS, num_tokens_value, validate_topic
 
-MAX_COUNT_TOKENS = 8  # longer than any sensible tokens="N"; the interpreter falls back beyond it
 PROMISE_MIN_TOKENS = 5  # <|promise|> topic <|promise_tokens|> digit <|promise_end|>
 
 
@@ -164,8 +164,7 @@ class Grammar:
             rules.append(Rule("bad_count", self._digit))
         if budget < 2:
             rules.append(Rule("unclosed_promise", self._digit))
-        raw = count.strip()
-        if not (raw.isascii() and raw.isdigit() and int(raw) > 0):
+        if num_tokens_value(count.strip()) is None:
             rules.append(Rule("bad_count", self._ids_mask([self.tags.promise_end])))
         return Constraint.of(*rules)
 

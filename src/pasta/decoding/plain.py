@@ -16,8 +16,9 @@ from collections.abc import Callable
 import torch
 
 from pasta.decoding.config import DecodeConfig
-from pasta.decoding.interpreter import MAIN_ROW, PAD_ROW, StepPlan
+from pasta.decoding.scheduler import StepPlan
 from pasta.decoding.text import find_stop, settled
+from pasta.decoding.visibility import MAIN_ROW, VisibilityTable
 from pasta.lang import MAIN_THREAD
 
 
@@ -36,9 +37,7 @@ class PlainInterpreter:
         self.eos_ids = set(eos_ids)
         self.config = config
         self.decode = decode
-        self.vis = torch.zeros(2, capacity, dtype=torch.bool, device=device)  # [pad row, main row] x slots
-        self.vis[PAD_ROW, 0] = True
-        self.num_slots = 0
+        self.visibility = VisibilityTable(0, capacity, device)  # the pad row and the main row
         self.num_steps = 0
         self.main_ids: list[int] = []
         self.malformed: Counter[str] = Counter()  # tags are plain tokens here: nothing is malformed
@@ -56,27 +55,22 @@ class PlainInterpreter:
     def num_sampled(self) -> int:
         return len(self.main_ids)
 
+    @property
+    def vis(self) -> torch.Tensor:
+        """The visibility table [2, C]: the pad row, then the main row."""
+        return self.visibility.rows
+
     def ensure_capacity(self, capacity: int) -> None:
-        if capacity > self.vis.shape[1]:
-            grown = self.vis.new_zeros(self.vis.shape[0], capacity)
-            grown[:, : self.vis.shape[1]] = self.vis
-            self.vis = grown
+        self.visibility.ensure_capacity(capacity)
 
     def plan(self) -> StepPlan:
         """The prompt at the first step, then the last sampled token; the last fed row chooses the next one."""
         self.num_steps += 1
-        plan = StepPlan(self.num_slots, [], [], [], [], [MAIN_THREAD], [MAIN_THREAD])
+        plan = StepPlan(self.visibility.num_slots)
         for token_id in self.main_ids[-1:] if self.main_ids else self.prompt_ids:
-            slot = self.num_slots
-            self.num_slots += 1
-            if slot >= self.vis.shape[1]:
-                self.ensure_capacity(2 * self.vis.shape[1])
-            self.vis[MAIN_ROW, slot] = True
-            plan.token_ids.append(token_id)
-            plan.positions.append(slot)  # one thread: positions are slots
-            plan.rows.append(MAIN_ROW)
-            plan.threads.append(MAIN_THREAD)
-        plan.sample_feeds[0] = len(plan.token_ids) - 1
+            slot = self.visibility.take_slot(MAIN_ROW)
+            plan.feed(token_id, slot, MAIN_ROW, MAIN_THREAD)  # one thread: positions are slots
+        plan.sample(MAIN_THREAD)
         return plan
 
     def commit(self, plan: StepPlan, token_ids: list[int]) -> None:

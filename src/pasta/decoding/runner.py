@@ -24,8 +24,10 @@ import torch
 
 from pasta.decoding.attention import grouped_query_sdpa
 from pasta.decoding.cache import SlotCache
-from pasta.decoding.interpreter import PAD_ROW, Interpreter, StepPlan
+from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.linears import multirow_linears
+from pasta.decoding.scheduler import StepPlan
+from pasta.decoding.visibility import PAD_ROW
 
 # (request index, logits [n, V] of its choosing rows, the thread of each row) -> the n chosen token ids
 Chooser = Callable[[int, torch.Tensor, list[int]], list[int]]
@@ -38,6 +40,14 @@ class RequestClock:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     bookkeeping_s: float = 0.0
+
+    def add_step(self, step_s: float, bookkeeping_s: float, *, prefill: bool) -> None:
+        """A step this request took part in: its prefill (the first one) or a decode step."""
+        if prefill:
+            self.prefill_s += step_s
+        else:
+            self.decode_s += step_s
+        self.bookkeeping_s += bookkeeping_s
 
 
 def step_inputs(plans: list[StepPlan], interpreters: list[Interpreter], pad_id: int, used_length: int,
@@ -171,12 +181,7 @@ def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: i
 
             bookkeeping = (planned - started) + (finished - sampled)
             for r in active:
-                clock = clocks[r]
-                clock.bookkeeping_s += bookkeeping
-                if first:
-                    clock.prefill_s = finished - started
-                else:
-                    clock.decode_s += finished - started
+                clocks[r].add_step(finished - started, bookkeeping, prefill=first)
             if first:  # the prompt's prefill ran on transformers' own linears, as generate's does
                 decode_kernels.enter_context(
                     multirow_linears(model, enabled=interpreters[0].config.cpu_multirow_linears))

@@ -5,6 +5,9 @@ max_new_tokens and stop-string rule; tests/test_decoding.py checks it): a batch 
 2-D attention mask and position ids counted from each prompt's first token, as `generate` does, and a single
 prompt runs with no mask at all, as `generate` ends up doing. It writes into the preallocated `SlotCache` instead
 of `DynamicCache`'s concatenation, keeps logits for the last row only, and drops finished requests from the batch.
+Its timings are the asynchronous runner's (`runner.RequestClock`): the prefill, the decode steps after it, and the
+bookkeeping inside both. It does not step through `runner.StepBatch`, whose 4-D visibility mask would change the
+float rounding against `generate` (pasta/decoding/plain.py is the sequential request for that batch).
 On CPU its decode steps (up to 8 requests) run the multi-row linears of pasta/decoding/linears.py, a single row
 included: the same numbers as generate's up to float rounding, about 1.5x faster here.
 """
@@ -12,6 +15,8 @@ included: the same numbers as generate's up to float rounding, about 1.5x faster
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +24,7 @@ from pasta.decoding.cache import SlotCache
 from pasta.decoding.config import DecodeConfig
 from pasta.decoding.linears import multirow_linears
 from pasta.decoding.result import DecodeResult, DecodeStats
+from pasta.decoding.runner import RequestClock
 from pasta.decoding.sampling import choose_tokens, request_generators
 from pasta.decoding.text import (
     TextCallback,
@@ -30,6 +36,120 @@ from pasta.decoding.text import (
     text_decoder,
 )
 from pasta.errors import PastaError
+
+
+@dataclass
+class _Answer:
+    """One request's sampled tokens and why it stopped ("" while it runs)."""
+
+    limit: int  # tokens it may sample: max_new_tokens, or the forced response's length
+    forced: bool  # a replayed response: eos does not end it, its length does
+    token_ids: list[int] = field(default_factory=list)
+    stop_at: int | None = None  # character offset where a stop string starts
+    checked_len: int = 0  # characters already searched for stop strings
+    finish_reason: str = ""
+
+    def take(self, token_id: int, eos_ids: set[int], stop_strings: tuple[str, ...],
+             decode: Callable[[list[int]], str]) -> None:
+        """Append a sampled token; stop at eos, at a stop string ending in it, or at the limit."""
+        self.token_ids.append(token_id)
+        if token_id in eos_ids:
+            if not self.forced:
+                self.finish_reason = "eos"
+        elif stop_strings:
+            text = decode(self.token_ids)
+            self.stop_at = find_stop(text, stop_strings, self.checked_len)
+            self.checked_len = len(text)
+            self.finish_reason = "stop_string" if self.stop_at is not None else ""
+        if not self.finish_reason and len(self.token_ids) >= self.limit:
+            self.finish_reason = "max_new_tokens"
+
+
+@dataclass
+class _Rows:
+    """The requests still decoding, a batch row each, and what their next forward needs."""
+
+    request_ids: list[int]
+    cache: SlotCache
+    padding_mask: torch.Tensor  # [B, used]: 0 for the left padding of shorter prompts
+    next_position: torch.Tensor  # [B]: position of the token each row feeds next, less one
+
+    def keep(self, indices: list[int]) -> None:
+        """Keep these rows, in this order; the others are done."""
+        self.request_ids = [self.request_ids[b] for b in indices]
+        self.cache.keep(indices)
+        index = torch.tensor(indices, device=self.padding_mask.device)
+        self.padding_mask, self.next_position = self.padding_mask[index], self.next_position[index]
+
+
+def _check_inputs(prompt_ids_batch: list[list[int]], forced_ids: list[list[int]] | None) -> None:
+    if not prompt_ids_batch or any(not ids for ids in prompt_ids_batch):
+        raise PastaError("every prompt needs at least one token")
+    if forced_ids is not None and (len(forced_ids) != len(prompt_ids_batch) or any(not ids for ids in forced_ids)):
+        raise PastaError("forced_ids needs one non-empty response per prompt")
+
+
+def _prefill(model, prompt_ids_batch: list[list[int]], pad_id: int, num_new_slots: int,
+             use_mask: bool) -> tuple[_Rows, torch.Tensor]:
+    """The prompts, left-padded, in one forward; the rows and the logits [B, V] of each one's first token."""
+    device = model.device
+    prompt_len = max(len(ids) for ids in prompt_ids_batch)
+    input_ids = torch.tensor([[pad_id] * (prompt_len - len(ids)) + ids for ids in prompt_ids_batch], device=device)
+    padding_mask = torch.tensor(
+        [[0] * (prompt_len - len(ids)) + [1] * len(ids) for ids in prompt_ids_batch], device=device
+    )  # [B, S]
+    position_ids = (padding_mask.cumsum(-1) - 1).masked_fill_(padding_mask == 0, 1)  # [B, S]
+    cache = SlotCache.for_model(model, prompt_len + num_new_slots)
+    cache.begin_step([0] * len(prompt_ids_batch), prompt_len, device)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=padding_mask if use_mask else None,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]  # [B, V]
+    rows = _Rows(list(range(len(prompt_ids_batch))), cache, padding_mask, position_ids[:, -1])
+    return rows, logits
+
+
+def _decode_step(model, rows: _Rows, token_ids: list[int], use_mask: bool) -> torch.Tensor:
+    """Feed each row's last token; the logits [B, V] of its next one."""
+    device = model.device
+    rows.next_position = rows.next_position + 1
+    used = rows.padding_mask.shape[1]
+    rows.padding_mask = torch.cat([rows.padding_mask, rows.padding_mask.new_ones(len(token_ids), 1)],
+                                  dim=1)  # [B, used + 1]
+    rows.cache.begin_step([used] * len(token_ids), 1, device)
+    return model(
+        input_ids=torch.tensor(token_ids, device=device)[:, None],  # [B, 1]
+        attention_mask=rows.padding_mask if use_mask else None,
+        position_ids=rows.next_position[:, None],  # [B, 1]
+        past_key_values=rows.cache,
+        use_cache=True,
+    ).logits[:, -1]  # [B, V]
+
+
+def _choose(logits: torch.Tensor, rows: _Rows, answers: list[_Answer], config: DecodeConfig,
+            generators: list[torch.Generator] | None, forced_ids: list[list[int]] | None) -> list[int]:
+    """Each row's next token: the forced response's, or sampled from its logits [B, V]."""
+    if forced_ids is not None:
+        return [forced_ids[r][len(answers[r].token_ids)] for r in rows.request_ids]
+    if generators is None:
+        return choose_tokens(logits, config.sampling, None).tolist()
+    return [int(choose_tokens(logits[b : b + 1], config.sampling, generators[r])[0])
+            for b, r in enumerate(rows.request_ids)]
+
+
+def _result(answer: _Answer, clock: RequestClock, decode: Callable[[list[int]], str]) -> DecodeResult:
+    text = decode(answer.token_ids)
+    if answer.stop_at is not None:
+        text = text[: answer.stop_at]
+    num_tokens = len(answer.token_ids)
+    stats = DecodeStats(num_tokens=num_tokens, num_steps=num_tokens, prefill_s=clock.prefill_s,
+                        decode_s=clock.decode_s, wall_s=clock.prefill_s + clock.decode_s,
+                        bookkeeping_s=clock.bookkeeping_s, finish_reason=answer.finish_reason)
+    return DecodeResult(text=text, annotated=text, token_doc=None, token_ids=answer.token_ids, stats=stats)
 
 
 @torch.inference_mode()
@@ -48,108 +168,41 @@ def decode_sequential(
     `forced_ids[i]` replays that response for request i instead of sampling (teacher forcing: the benchmark's
     baseline decodes exactly the tokens of the asynchronous run it is compared with).
     """
+    _check_inputs(prompt_ids_batch, forced_ids)
     num_requests = len(prompt_ids_batch)
-    if not num_requests or any(not ids for ids in prompt_ids_batch):
-        raise PastaError("every prompt needs at least one token")
-    if forced_ids is not None and (len(forced_ids) != num_requests or any(not ids for ids in forced_ids)):
-        raise PastaError("forced_ids needs one non-empty response per prompt")
-    started = time.perf_counter()
-    device = model.device
+    step_start = time.perf_counter()
     eos_ids = eos_token_ids(model, tokenizer)
     decode = text_decoder(tokenizer)
-    limits = [len(ids) for ids in forced_ids] if forced_ids else [config.max_new_tokens] * num_requests
+    answers = [_Answer(len(forced_ids[r]) if forced_ids else config.max_new_tokens, forced_ids is not None)
+               for r in range(num_requests)]
     max_stop_len = max((len(s) for s in config.stop_strings), default=0)
-    generators = None if forced_ids else request_generators(config.sampling, num_requests, device, seeds)
+    generators = None if forced_ids else request_generators(config.sampling, num_requests, model.device, seeds)
     stream = TextStream(on_text, num_requests) if on_text else None
-
-    prompt_len = max(len(ids) for ids in prompt_ids_batch)
-    pad_id = pad_token_id(tokenizer)
-    input_ids = torch.tensor([[pad_id] * (prompt_len - len(ids)) + ids for ids in prompt_ids_batch], device=device)
-    padding_mask = torch.tensor(
-        [[0] * (prompt_len - len(ids)) + [1] * len(ids) for ids in prompt_ids_batch], device=device
-    )  # [B, S]
-    position_ids = (padding_mask.cumsum(-1) - 1).masked_fill_(padding_mask == 0, 1)  # [B, S]
-    cache = SlotCache.for_model(model, prompt_len + max(limits) + 1)
-    cache.begin_step([0] * num_requests, prompt_len, device)
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=padding_mask if num_requests > 1 else None,
-        position_ids=position_ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    ).logits[:, -1]  # [B, V]
-
-    outputs: list[list[int]] = [[] for _ in range(num_requests)]
-    stop_at: list[int | None] = [None] * num_requests
-    checked_len = [0] * num_requests
-    reasons = [""] * num_requests
-    clocks = [[0.0, 0.0, 0.0] for _ in range(num_requests)]  # prefill_s, decode_s, bookkeeping_s
-    active = list(range(num_requests))
-    next_position = position_ids[:, -1]  # [B]
-    step_start, first = started, True
+    clocks = [RequestClock() for _ in range(num_requests)]
+    use_mask = num_requests > 1  # a single prompt runs with no mask at all, as generate ends up doing
+    rows, logits = _prefill(model, prompt_ids_batch, pad_token_id(tokenizer),
+                            max(a.limit for a in answers) + 1, use_mask)
+    first = True
     # Decode steps only: the prompt's prefill above ran on transformers' own linears, as generate's does.
     with multirow_linears(model, enabled=config.cpu_multirow_linears):
         while True:
-            if forced_ids is not None:
-                chosen = [forced_ids[r][len(outputs[r])] for r in active]
-            elif generators is None:
-                chosen = choose_tokens(logits, config.sampling, None).tolist()
-            else:
-                chosen = [int(choose_tokens(logits[b : b + 1], config.sampling, generators[r])[0])
-                          for b, r in enumerate(active)]
+            chosen = _choose(logits, rows, answers, config, generators, forced_ids)
             bookkeeping_start = time.perf_counter()
-            keep = []
-            for b, (r, token_id) in enumerate(zip(active, chosen, strict=True)):
-                outputs[r].append(token_id)
-                if forced_ids is None and token_id in eos_ids:
-                    reasons[r] = "eos"
-                elif config.stop_strings and token_id not in eos_ids:
-                    text = decode(outputs[r])
-                    stop_at[r] = find_stop(text, config.stop_strings, checked_len[r])
-                    checked_len[r] = len(text)
-                    reasons[r] = "stop_string" if stop_at[r] is not None else ""
-                if not reasons[r] and len(outputs[r]) >= limits[r]:
-                    reasons[r] = "max_new_tokens"
+            for r, token_id in zip(rows.request_ids, chosen, strict=True):
+                answers[r].take(token_id, eos_ids, config.stop_strings, decode)
                 if stream:
-                    text = decode(outputs[r])
-                    stream.update(r, text if reasons[r] else settled(text, max_stop_len))
-                if not reasons[r]:
-                    keep.append(b)
+                    text = decode(answers[r].token_ids)
+                    stream.update(r, text if answers[r].finish_reason else settled(text, max_stop_len))
+            keep = [b for b, r in enumerate(rows.request_ids) if not answers[r].finish_reason]
             now = time.perf_counter()
-            for r in active:
-                clocks[r][0 if first else 1] += now - step_start
-                clocks[r][2] += now - bookkeeping_start
+            for r in rows.request_ids:
+                clocks[r].add_step(now - step_start, now - bookkeeping_start, prefill=first)
             first = False
             if not keep:
                 break
-            if len(keep) < len(active):
-                active = [active[b] for b in keep]
-                cache.keep(keep)
-                index = torch.tensor(keep, device=device)
-                padding_mask, next_position = padding_mask[index], next_position[index]
+            if len(keep) < len(rows.request_ids):
+                rows.keep(keep)
                 chosen = [chosen[b] for b in keep]
             step_start = time.perf_counter()
-            next_position = next_position + 1
-            used = padding_mask.shape[1]
-            padding_mask = torch.cat([padding_mask, padding_mask.new_ones(len(active), 1)], dim=1)  # [B, used + 1]
-            cache.begin_step([used] * len(active), 1, device)
-            logits = model(
-                input_ids=torch.tensor(chosen, device=device)[:, None],  # [B, 1]
-                attention_mask=padding_mask if num_requests > 1 else None,
-                position_ids=next_position[:, None],  # [B, 1]
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1]  # [B, V]
-
-    results = []
-    for r in range(num_requests):
-        text = decode(outputs[r])
-        if stop_at[r] is not None:
-            text = text[: stop_at[r]]
-        prefill_s, decode_s, bookkeeping_s = clocks[r]
-        stats = DecodeStats(num_tokens=len(outputs[r]), num_steps=len(outputs[r]), prefill_s=prefill_s,
-                            decode_s=decode_s, wall_s=prefill_s + decode_s, bookkeeping_s=bookkeeping_s,
-                            finish_reason=reasons[r])
-        results.append(DecodeResult(text=text, annotated=text, token_doc=None, token_ids=outputs[r], stats=stats))
-    return results
+            logits = _decode_step(model, rows, chosen, use_mask)
+    return [_result(answer, clock, decode) for answer, clock in zip(answers, clocks, strict=True)]

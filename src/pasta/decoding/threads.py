@@ -1,5 +1,6 @@
-"""The records of one request's threads, as the interpreter keeps them: their states, the chunks, and the items of
-the main thread (text runs, promises, syncs) that pasta.decoding.render turns into text and structure."""
+"""The records of one request's threads, as the interpreter keeps them: their states, the main thread and the
+chunks (which pasta.decoding.scheduler feeds), and the items of the main thread (text runs, promises, syncs) that
+pasta.decoding.render turns into text and structure."""
 
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ class PromiseMode(str, Enum):
     TEXT = "text"
     TOPIC = "topic"
     COUNT = "count"
+
+
+@dataclass
+class MainThread:
+    """The main thread's feeding state (what it sampled lives in the interpreter's items)."""
+
+    position: int  # position of the next token it feeds
+    state: MainState = MainState.RUNNING
+    pending: int | None = None  # sampled, fed at the next step
+    prefilled: bool = False
 
 
 @dataclass

@@ -113,10 +113,16 @@ def validate_topic(topic: str) -> str | None:
     return None
 
 
+def num_tokens_value(raw: str) -> int | None:
+    """The value of a promise's tokens="N" written as `raw`: a positive ASCII integer, else None."""
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else None
+
+
 def _parse_num_tokens(raw: str, offset: int) -> int:
-    if not raw.isascii() or not raw.isdigit() or int(raw) <= 0:
+    num_tokens = num_tokens_value(raw)
+    if num_tokens is None:
         raise LangError(f'tokens="{raw}" is not a positive integer', offset)
-    return int(raw)
+    return num_tokens
 
 
 def parse(text: str, *, require_tokens: bool = False) -> Document:

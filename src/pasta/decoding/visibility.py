@@ -1,0 +1,56 @@
+"""One request's visibility table: which cache slots each of its threads sees, and the slots it has used.
+
+A bool table, one row per thread over the request's cache slots, kept incrementally: a fed token takes the next
+slot and sets it in its thread's row (`take_slot`); a fork copies the main row (promise_end included) into a free
+row for the chunk (`fork`); a join ORs a chunk's row into the main row and frees it (`join`). Row 0 is for
+padding: it sees slot 0 only (a query that sees nothing turns softmax into NaN). Row 1 is the main thread's.
+The runner cuts each fed token's row at its own slot, which gives the causal order among one step's tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PAD_ROW = 0
+MAIN_ROW = 1
+
+
+class VisibilityTable:
+    """The rows [R, C] of one request, and its slot counter; rows and slots grow on demand."""
+
+    def __init__(self, num_chunk_rows: int, capacity: int, device: torch.device | str = "cpu"):
+        self.rows = torch.zeros(2 + num_chunk_rows, capacity, dtype=torch.bool, device=device)  # [R, C]
+        self.rows[PAD_ROW, 0] = True
+        self._free_rows = list(range(self.rows.shape[0] - 1, MAIN_ROW, -1))
+        self.num_slots = 0  # cache slots used
+
+    def ensure_capacity(self, capacity: int) -> None:
+        if capacity > self.rows.shape[1]:
+            grown = self.rows.new_zeros(self.rows.shape[0], capacity)
+            grown[:, : self.rows.shape[1]] = self.rows
+            self.rows = grown
+
+    def take_slot(self, row: int) -> int:
+        """The next cache slot, now seen by `row`."""
+        slot = self.num_slots
+        self.num_slots += 1
+        if slot >= self.rows.shape[1]:
+            self.ensure_capacity(2 * self.rows.shape[1])
+        self.rows[row, slot] = True
+        return slot
+
+    def fork(self) -> int:
+        """A free row that sees what the main thread sees now."""
+        if not self._free_rows:
+            old = self.rows.shape[0]
+            self.rows = torch.cat([self.rows, self.rows.new_zeros(old, self.rows.shape[1])])
+            self._free_rows = list(range(2 * old - 1, old - 1, -1))
+        row = self._free_rows.pop()
+        self.rows[row] = self.rows[MAIN_ROW]
+        return row
+
+    def join(self, row: int) -> None:
+        """The main thread sees everything `row` sees; the row is free again (kept as is for this step's mask,
+        a later fork overwrites it)."""
+        self.rows[MAIN_ROW] |= self.rows[row]
+        self._free_rows.append(row)
