@@ -31,6 +31,7 @@ from pasta.decoding.plain import PlainInterpreter
 from pasta.decoding.runner import RequestClock, StepBatch
 from pasta.decoding.sampling import choose_tokens, request_generators
 from pasta.decoding.text import eos_token_ids, pad_token_id, text_decoder
+from pasta.decoding.threads import ChunkState
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy
 from pasta.serving.metrics import ServingMetrics
@@ -298,7 +299,7 @@ class _Group:
 
 
 def _num_running_chunks(interpreter: Interpreter | PlainInterpreter) -> int:
-    return sum(1 for c in interpreter.chunks if c.state in ("opening", "running"))
+    return sum(1 for c in interpreter.chunks if c.state in (ChunkState.OPENING, ChunkState.RUNNING))
 
 
 def _generator(config: DecodeConfig, device) -> torch.Generator | None:
