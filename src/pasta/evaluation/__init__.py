@@ -7,6 +7,8 @@ Modules, one job each:
     generation  decode the prompts of a run (async | sequential | sot), resumable
     sot         Skeleton-of-Thought prompting over the sequential decoder
     quality     win rate and length-controlled win rate through alpaca_eval
+    judge_annotator  a pasta judge as alpaca_eval's annotator, resumable
+    annotations the alpaca_eval annotations: valid preferences, a checked annotations.json
     speed       per-prompt wall-clock and theoretical speedups, bootstrap intervals
     structure   how the answers use PASTA-LANG: forks, promises, malformed output, chunk lengths, overruns
     proxies     offline quality guards: embedding similarity to the reference, distinct-2/3, length ratio

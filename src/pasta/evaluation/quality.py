@@ -6,10 +6,11 @@ Three ways to get annotations, one way to turn them into metrics:
   or a path to one): `alpaca_eval.evaluate` with local `reference_outputs`; its annotator caches verdicts in
   alpaca_eval_cache.json after each chunk, so a rerun after a failure asks only for the missing ones;
 - the pasta judge of the `judge/` group (`eval.annotators_config=null`, judge=hf|openai): the same
-  `alpaca_eval.evaluate`, with `JudgeAnnotator` in place of alpaca_eval's annotator; it turns the judge's
-  P(candidate beats reference) into alpaca_eval preferences (1 + p, in [1, 2]) and appends each chunk to
-  judge_pairs.jsonl, so a rerun judges only the pairs not yet there;
-- saved alpaca_eval annotations (`eval.annotations=PATH/annotations.json`): no judge is called.
+  `alpaca_eval.evaluate`, with `JudgeAnnotator` (pasta.evaluation.judge_annotator) in place of alpaca_eval's
+  annotator; it turns the judge's P(candidate beats reference) into alpaca_eval preferences (1 + p, in [1, 2]) and
+  appends each chunk to judge_pairs.jsonl, so a rerun judges only the pairs not yet there;
+- saved alpaca_eval annotations (`eval.annotations=PATH/annotations.json`, checked by
+  pasta.evaluation.annotations): no judge is called.
 
 Metrics always come from alpaca_eval's own functions: `metrics.get_winrate` for the win rate, and
 `metrics.get_length_controlled_winrate` (GLM `length_controlled_v1`) for the LC win rate. That GLM fits the
@@ -28,27 +29,25 @@ needs the judge's verdicts on them, not the outputs. `eval.length_controlled`:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import openai
 import pandas as pd
-from tqdm.auto import tqdm
 
-from pasta.data import JsonlAppender, iter_numbered_jsonl, read_json_file
 from pasta.endpoints import error_message
 from pasta.errors import PastaError
+from pasta.evaluation.annotations import load_annotations
 from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE
+from pasta.evaluation.judge_annotator import JudgeAnnotator
 from pasta.evaluation.run_files import ALPACA_EVAL_CACHE, JUDGE_PAIRS
-from pasta.judges import Judge, JudgeItem
-
-log = logging.getLogger(__name__)
+from pasta.judges import Judge
 
 LC_MODES = ("auto", "official", "offline", "off")
 # AlpacaEval 2.0's judge and reference: only a run with both has LC numbers comparable with the leaderboard.
@@ -56,107 +55,11 @@ LEADERBOARD_ANNOTATOR = "weighted_alpaca_eval_gpt4_turbo"
 LEADERBOARD_REFERENCE = "gpt4_1106_preview"
 # GroupKFold in alpaca_eval's GLM fit needs several prompts per fold.
 MIN_PROMPTS_FOR_GLM = 10
-ANNOTATION_FIELDS = ("instruction", "output_1", "output_2", "generator_1", "generator_2", "preference")
 
 
 def annotator_slug(name: str) -> str:
     """A folder name for an annotator's results (alpaca_eval keeps each annotator's results in its own folder)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "annotator"
-
-
-# ----------------------------------------------------------------------------------------------- pasta judges
-
-
-def _pair_key(instruction: str, reference: str, candidate: str) -> str:
-    # Both answers are in the key: a pair whose candidate changed (regenerated outputs) is judged again.
-    return hashlib.sha256("\x00".join((instruction, reference, candidate)).encode("utf-8")).hexdigest()[:24]
-
-
-class JudgeAnnotator:
-    """A pasta judge in the place of alpaca_eval's PairwiseAnnotator (`alpaca_eval.evaluate(Annotator=...)`).
-
-    alpaca_eval builds it as `JudgeAnnotator(annotators_config=..., **annotator_kwargs)` and calls
-    `annotate_head2head(outputs_1=reference, outputs_2=model)`; the rows it returns are alpaca_eval annotations.
-    """
-
-    def __init__(self, annotators_config: str, *, judge: Judge, pairs_path: Path, chunk_size: int = 16):
-        self.annotator_name = annotators_config
-        self.judge = judge
-        self.pairs_path = Path(pairs_path)
-        self.chunk_size = chunk_size
-
-    def _judged(self) -> dict[str, float | None]:
-        if not self.pairs_path.is_file():
-            return {}
-        judged = {}
-        for line_no, record in iter_numbered_jsonl(self.pairs_path):
-            if not isinstance(record.get("key"), str) or _preference_problem(record.get("preference")) is not None:
-                raise PastaError(
-                    f"{self.pairs_path}:{line_no}: not a judge verdict (a 'key' string and a preference in [1, 2] "
-                    "or null); score into another output_dir or delete that file"
-                )
-            if record.get("annotator") != self.annotator_name:
-                raise PastaError(
-                    f"{self.pairs_path} holds verdicts of {record.get('annotator')!r}, not of {self.annotator_name!r}; "
-                    "score into another output_dir or delete that file"
-                )
-            if record["preference"] is not None:  # a pair the judge gave up on is asked again on a rerun
-                judged[record["key"]] = record["preference"]
-        return judged
-
-    def annotate_head2head(
-        self, outputs_1: pd.DataFrame | Sequence[dict], outputs_2: pd.DataFrame | Sequence[dict], **_: Any
-    ) -> list[dict[str, Any]]:
-        references = pd.DataFrame(outputs_1)
-        candidates = pd.DataFrame(outputs_2)
-        pairs = candidates.merge(
-            references[["instruction", "output", "generator"]], on="instruction", suffixes=("_2", "_1")
-        )
-        # Opening the appender first drops a verdict line that a kill cut short, before the verdicts are read back.
-        with JsonlAppender(self.pairs_path) as out:
-            return self._annotate(pairs, out)
-
-    def _annotate(self, pairs: pd.DataFrame, out: JsonlAppender) -> list[dict[str, Any]]:
-        judged = self._judged()
-        rows = [
-            {
-                "instruction": row.instruction,
-                "output_1": row.output_1,
-                "generator_1": row.generator_1,
-                "output_2": row.output_2,
-                "generator_2": row.generator_2,
-                "annotator": self.annotator_name,
-                "key": _pair_key(row.instruction, row.output_1, row.output_2),
-            }
-            for row in pairs.itertuples(index=False)
-        ]
-        for row in rows:
-            if row["output_1"] == row["output_2"]:
-                judged[row["key"]] = 1.5  # a tie without asking, as alpaca_eval's own annotators do
-        todo = [row for row in rows if row["key"] not in judged]
-        if todo:
-            log.info("judging %d of %d pairs with %s", len(todo), len(rows), self.annotator_name)
-        progress = tqdm(total=len(todo), desc=f"judge {self.annotator_name}", disable=not todo)
-        for start in range(0, len(todo), self.chunk_size):
-            chunk = todo[start : start + self.chunk_size]
-            items = [JudgeItem(r["instruction"], candidate=r["output_2"], reference=r["output_1"]) for r in chunk]
-            try:
-                probabilities = self.judge.compare(items)
-            except PastaError:
-                raise
-            except Exception as exc:
-                raise PastaError(
-                    f"judge {self.annotator_name} failed after {len(rows) - len(todo) + start} of {len(rows)} "
-                    f"pairs ({type(exc).__name__}: {exc}); they are saved in {self.pairs_path}: rerun to resume"
-                ) from exc
-            for row, probability in zip(chunk, probabilities, strict=True):
-                # None = the judge gave up on this pair; alpaca_eval drops a NaN preference from the metrics.
-                preference = None if probability is None else 1.0 + float(probability)
-                judged[row["key"]] = preference
-                out.append({"key": row["key"], "annotator": self.annotator_name, "preference": preference})
-            progress.update(len(chunk))
-        progress.close()
-        return [{**row, "preference": judged[row["key"]]} for row in rows]
 
 
 # --------------------------------------------------------------------------------------------- metrics
@@ -211,8 +114,6 @@ def make_metric_fn(
         raise PastaError(f"eval.length_controlled={lc_mode} is not one of {', '.join(LC_MODES)}")
 
     def metric_fn(annotations: pd.DataFrame | Sequence[dict]) -> dict[str, Any]:
-        import warnings
-
         from alpaca_eval import metrics as ae_metrics
 
         frame = pd.DataFrame(annotations).reset_index(drop=True)
@@ -220,46 +121,66 @@ def make_metric_fn(
         result: dict[str, Any] = {k: _plain(v) for k, v in ae_metrics.get_winrate(frame).items()}
         result["n_unjudged"] = int(frame["preference"].isna().sum())
         judged = frame[frame["preference"].notna()]
-        if lc_mode == "off":
-            return result
         if lc_mode in ("auto", "official"):
-            available, why = _official_lc_available()
-            if positions is None:
-                available, why = False, f"the evaluation set is not the {ALPACA_EVAL_SIZE}-prompt AlpacaEval set"
-            elif available:
-                unknown = [i for i in judged["instruction"] if i not in positions]
-                if unknown:
-                    available, why = False, f"instruction not in AlpacaEval: {unknown[0][:60]!r}"
-            if available:
-                # alpaca_eval reads instruction difficulty by the frame's index: it must be the AlpacaEval position.
-                indexed = judged.set_index(judged["instruction"].map(positions).rename(None))
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", FutureWarning)  # sklearn's deprecations inside alpaca_eval
-                    lc = ae_metrics.get_length_controlled_winrate(
-                        indexed, save_weights_dir=None, is_add_glm_preference_inplace=False
-                    )
-                result["length_controlled_winrate"] = _plain(lc["length_controlled_winrate"])
-                result["lc_standard_error"] = _plain(lc["lc_standard_error"])
-                result["lc_method"] = "alpaca_eval length_controlled_v1"
-                return result
-            if lc_mode == "official":
-                raise PastaError(f"eval.length_controlled=official, but {why}; use auto or offline")
-            # auto: no LC rather than a number that reads like the leaderboard's and is not.
-            result["lc_unavailable"] = f"{why}; eval.length_controlled=offline gives a non-comparable estimate"
-            return result
-        if len(judged) < MIN_PROMPTS_FOR_GLM:
-            result["lc_unavailable"] = f"{len(judged)} judged pairs: too few to fit the length GLM"
-            return result
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            result["lc_winrate_offline_estimate"] = _offline_lc_estimate(judged)
-        result["lc_method"] = (
-            "offline estimate: alpaca_eval length_controlled_minimal GLM on this run's annotations alone, "
-            "without df_gamed.csv; NOT comparable with the AlpacaEval leaderboard"
-        )
+            result.update(_official_lc(judged, positions, lc_mode))
+        elif lc_mode == "offline":
+            result.update(_offline_lc(judged))
         return result
 
     return metric_fn
+
+
+def _official_lc(judged: pd.DataFrame, positions: dict[str, int] | None, lc_mode: str) -> dict[str, Any]:
+    """alpaca_eval's length-controlled win rate, or (auto) why there is none; official without one is an error."""
+    from alpaca_eval import metrics as ae_metrics
+
+    why = _why_no_official_lc(judged, positions)
+    if why is None:
+        # alpaca_eval reads instruction difficulty by the frame's index: it must be the AlpacaEval position.
+        indexed = judged.set_index(judged["instruction"].map(positions).rename(None))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # sklearn's deprecations inside alpaca_eval
+            lc = ae_metrics.get_length_controlled_winrate(
+                indexed, save_weights_dir=None, is_add_glm_preference_inplace=False
+            )
+        return {
+            "length_controlled_winrate": _plain(lc["length_controlled_winrate"]),
+            "lc_standard_error": _plain(lc["lc_standard_error"]),
+            "lc_method": "alpaca_eval length_controlled_v1",
+        }
+    if lc_mode == "official":
+        raise PastaError(f"eval.length_controlled=official, but {why}; use auto or offline")
+    # auto: no LC rather than a number that reads like the leaderboard's and is not.
+    return {"lc_unavailable": f"{why}; eval.length_controlled=offline gives a non-comparable estimate"}
+
+
+def _why_no_official_lc(judged: pd.DataFrame, positions: dict[str, int] | None) -> str | None:
+    """Why the official LC cannot be computed for these annotations, or None when it can."""
+    available, why = _official_lc_available()
+    if positions is None:
+        return f"the evaluation set is not the {ALPACA_EVAL_SIZE}-prompt AlpacaEval set"
+    if not available:
+        return why
+    unknown = [i for i in judged["instruction"] if i not in positions]
+    if unknown:
+        return f"instruction not in AlpacaEval: {unknown[0][:60]!r}"
+    return None
+
+
+def _offline_lc(judged: pd.DataFrame) -> dict[str, Any]:
+    """The offline LC estimate, labelled as not comparable, or why there is none."""
+    if len(judged) < MIN_PROMPTS_FOR_GLM:
+        return {"lc_unavailable": f"{len(judged)} judged pairs: too few to fit the length GLM"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        estimate = _offline_lc_estimate(judged)
+    return {
+        "lc_winrate_offline_estimate": estimate,
+        "lc_method": (
+            "offline estimate: alpaca_eval length_controlled_minimal GLM on this run's annotations alone, "
+            "without df_gamed.csv; NOT comparable with the AlpacaEval leaderboard"
+        ),
+    }
 
 
 def _plain(value: Any) -> Any:
@@ -357,51 +278,6 @@ def evaluate_outputs(
     metrics = {key: _plain(value) for key, value in row.items()}
     metrics["annotator"] = str(annotators_config)
     return metrics, records
-
-
-def _preference_problem(value: Any) -> str | None:
-    """Why `value` is not an alpaca_eval preference, or None: a number in [1, 2], 0 (alpaca_eval's draw) or null."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"preference {value!r} is not a number"
-    if not (1 <= value <= 2 or value == 0):
-        return f"preference {value!r} is outside [1, 2] (0 = draw, null = not judged)"
-    return None
-
-
-def load_annotations(path: Path) -> pd.DataFrame:
-    """alpaca_eval annotations (annotations.json) of one model against one reference, checked row by row.
-
-    Every row is an object with the ANNOTATION_FIELDS, a valid preference (see _preference_problem) and an
-    instruction no other row has: a bad row would silently drop out of alpaca_eval's totals.
-    """
-    records = read_json_file(path, "annotations file")
-    if not isinstance(records, list) or not records:
-        raise PastaError(f"{path}: not alpaca_eval annotations (expected a non-empty JSON list of objects)")
-    seen: set[str] = set()
-    for index, record in enumerate(records, start=1):
-        if not isinstance(record, dict):
-            raise PastaError(f"{path}: row {index}: not a JSON object")
-        missing = [key for key in ANNOTATION_FIELDS if key not in record]
-        if missing:
-            raise PastaError(f"{path}: row {index}: not an alpaca_eval annotation (missing {', '.join(missing)})")
-        texts = [key for key in ANNOTATION_FIELDS if key != "preference" and not isinstance(record[key], str)]
-        if texts:
-            raise PastaError(f"{path}: row {index}: {', '.join(texts)} must be strings")
-        problem = _preference_problem(record["preference"])
-        if problem is not None:
-            raise PastaError(f"{path}: row {index}: {problem}")
-        if record["instruction"] in seen:
-            raise PastaError(f"{path}: row {index}: instruction given twice: {record['instruction'][:80]!r}")
-        seen.add(record["instruction"])
-    frame = pd.DataFrame(records)
-    frame["preference"] = frame["preference"].astype(float)
-    for column in ("generator_1", "generator_2"):
-        names = sorted(frame[column].astype(str).unique())
-        if len(names) > 1:
-            raise PastaError(f"{path}: {column} holds several models ({', '.join(names[:4])}); one pair of models a file")
-    return frame
 
 
 def rescore_annotations(path: Path, metric_fn: Callable) -> tuple[dict[str, Any], pd.DataFrame]:

@@ -92,8 +92,6 @@ def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
 def run_markdown(summary: dict[str, Any]) -> str:
     """summary.md: what was evaluated and its numbers, for a person."""
     row = headline(summary)
-    quality = summary.get("quality") or {}
-    speed = summary.get("speed") or {}
     lines = [
         f"# Evaluation: {summary.get('generator')}",
         "",
@@ -103,64 +101,79 @@ def run_markdown(summary: dict[str, Any]) -> str:
         "",
         "## Quality",
         "",
+        *_quality_lines(summary.get("quality") or {}),
+        "",
+        "## Speed",
+        "",
+        *_speed_lines(summary.get("speed") or {}),
     ]
-    if quality:
-        lines += [
-            f"- judge: {quality.get('annotator')}; reference: {quality.get('reference')}",
-            f"- win rate: {_fmt(quality.get('win_rate'))} ± {_fmt(quality.get('standard_error'))} "
-            f"(n = {quality.get('n_total')}, unjudged {quality.get('n_unjudged', 0)})",
-        ]
-        if quality.get("length_controlled_winrate") is not None:
-            lines.append(f"- length-controlled win rate: {_fmt(quality['length_controlled_winrate'])} "
-                         f"± {_fmt(quality.get('lc_standard_error'))} ({quality.get('lc_method')})")
-        if quality.get("lc_winrate_offline_estimate") is not None:
-            lines.append(f"- offline LC estimate: {_fmt(quality['lc_winrate_offline_estimate'])} "
-                         f"({quality.get('lc_method')})")
-        if quality.get("lc_unavailable"):
-            lines.append(f"- no length-controlled win rate: {quality['lc_unavailable']}")
-    else:
-        lines.append("- not scored")
-    lines += ["", "## Speed", ""]
-    if speed:
-        theoretical = speed["theoretical_speedup_geomean"]
-        if "num_with_threads" in speed:
-            lines.append(f"- answers that forked chunks: {speed['num_with_threads']} of {speed['num_prompts']}; "
-                         f"with malformed tags (decoded as text): {speed['num_malformed']}")
-        lines.append(f"- theoretical speedup (geomean): {_fmt(theoretical['value'])}x "
-                     f"[{_fmt(theoretical['ci_low'])}, {_fmt(theoretical['ci_high'])}]")
-        if "wall_speedup_geomean" in speed:
-            wall = speed["wall_speedup_geomean"]
-            lines.append(f"- wall-clock speedup (geomean) against {speed.get('sequential_run')}: {_fmt(wall['value'])}x "
-                         f"[{_fmt(wall['ci_low'])}, {_fmt(wall['ci_high'])}], "
-                         f"{int(100 * speed['bootstrap']['confidence'])}% bootstrap interval")
-            lines.append(f"- latency per token (median): {_fmt(speed['ms_per_token_median'], 1)} ms "
-                         f"(sequential {_fmt(speed['sequential_ms_per_token_median'], 1)} ms)")
-        else:
-            lines.append(f"- latency per token (median): {_fmt(speed['ms_per_token_median'], 1)} ms "
-                         "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
-    else:
-        lines.append("- no per-prompt stats")
-    structure = summary.get("structure")
-    if structure:
-        lines += ["", "## Structure", "",
-                  f"- answers that forked: {structure['num_forked']} of {structure['num_answers']}; promises per "
-                  f"answer {_fmt(structure['promises_per_answer'])}; per answer, malformed-output events "
-                  f"{_fmt(structure['malformed_per_answer'])} and duplicate topics "
-                  f"{_fmt(structure['duplicate_topics_per_answer'])}",
-                  f"- chunk length, predicted vs actual ({structure['num_chunks']} chunks): Spearman "
-                  f"{_fmt(structure['length_spearman'])}, mean absolute error {_fmt(structure['length_mae'], 1)} "
-                  f"tokens; {structure['num_overruns']} chunks overran their reservation"]
-    proxies = summary.get("proxies")
-    if proxies:
-        lines += ["", "## Quality guards (offline proxies)", "",
-                  f"- emb-sim (proxy): {_fmt(proxies['embedding_similarity'], 3)} with {proxies['reference']}'s "
-                  f"answers ({proxies['embedding_model']})",
-                  f"- distinct-2 (proxy): {_fmt(proxies['distinct_2'], 3)}; distinct-3 (proxy): "
-                  f"{_fmt(proxies['distinct_3'], 3)}",
-                  f"- length ratio (proxy): {_fmt(proxies['length_ratio'])} against {proxies['baseline'] or '-'}"]
+    if summary.get("structure"):
+        lines += ["", "## Structure", "", *_structure_lines(summary["structure"])]
+    if summary.get("proxies"):
+        lines += ["", "## Quality guards (offline proxies)", "", *_proxy_lines(summary["proxies"])]
     lines += ["", f"Headline: {row['win_rate_kind']} win rate {_fmt(row['win_rate'])}, "
               f"{row['speedup_kind'] or 'no'} speedup {_fmt(row['speedup'])}x", ""]
     return "\n".join(lines)
+
+
+def _quality_lines(quality: dict[str, Any]) -> list[str]:
+    if not quality:
+        return ["- not scored"]
+    lines = [
+        f"- judge: {quality.get('annotator')}; reference: {quality.get('reference')}",
+        f"- win rate: {_fmt(quality.get('win_rate'))} ± {_fmt(quality.get('standard_error'))} "
+        f"(n = {quality.get('n_total')}, unjudged {quality.get('n_unjudged', 0)})",
+    ]
+    if quality.get("length_controlled_winrate") is not None:
+        lines.append(f"- length-controlled win rate: {_fmt(quality['length_controlled_winrate'])} "
+                     f"± {_fmt(quality.get('lc_standard_error'))} ({quality.get('lc_method')})")
+    if quality.get("lc_winrate_offline_estimate") is not None:
+        lines.append(f"- offline LC estimate: {_fmt(quality['lc_winrate_offline_estimate'])} "
+                     f"({quality.get('lc_method')})")
+    if quality.get("lc_unavailable"):
+        lines.append(f"- no length-controlled win rate: {quality['lc_unavailable']}")
+    return lines
+
+
+def _speed_lines(speed: dict[str, Any]) -> list[str]:
+    if not speed:
+        return ["- no per-prompt stats"]
+    lines = []
+    theoretical = speed["theoretical_speedup_geomean"]
+    if "num_with_threads" in speed:
+        lines.append(f"- answers that forked chunks: {speed['num_with_threads']} of {speed['num_prompts']}; "
+                     f"with malformed tags (decoded as text): {speed['num_malformed']}")
+    lines.append(f"- theoretical speedup (geomean): {_fmt(theoretical['value'])}x "
+                 f"[{_fmt(theoretical['ci_low'])}, {_fmt(theoretical['ci_high'])}]")
+    if "wall_speedup_geomean" in speed:
+        wall = speed["wall_speedup_geomean"]
+        lines.append(f"- wall-clock speedup (geomean) against {speed.get('sequential_run')}: {_fmt(wall['value'])}x "
+                     f"[{_fmt(wall['ci_low'])}, {_fmt(wall['ci_high'])}], "
+                     f"{int(100 * speed['bootstrap']['confidence'])}% bootstrap interval")
+        lines.append(f"- latency per token (median): {_fmt(speed['ms_per_token_median'], 1)} ms "
+                     f"(sequential {_fmt(speed['sequential_ms_per_token_median'], 1)} ms)")
+    else:
+        lines.append(f"- latency per token (median): {_fmt(speed['ms_per_token_median'], 1)} ms "
+                     "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
+    return lines
+
+
+def _structure_lines(structure: dict[str, Any]) -> list[str]:
+    return [f"- answers that forked: {structure['num_forked']} of {structure['num_answers']}; promises per "
+            f"answer {_fmt(structure['promises_per_answer'])}; per answer, malformed-output events "
+            f"{_fmt(structure['malformed_per_answer'])} and duplicate topics "
+            f"{_fmt(structure['duplicate_topics_per_answer'])}",
+            f"- chunk length, predicted vs actual ({structure['num_chunks']} chunks): Spearman "
+            f"{_fmt(structure['length_spearman'])}, mean absolute error {_fmt(structure['length_mae'], 1)} "
+            f"tokens; {structure['num_overruns']} chunks overran their reservation"]
+
+
+def _proxy_lines(proxies: dict[str, Any]) -> list[str]:
+    return [f"- emb-sim (proxy): {_fmt(proxies['embedding_similarity'], 3)} with {proxies['reference']}'s "
+            f"answers ({proxies['embedding_model']})",
+            f"- distinct-2 (proxy): {_fmt(proxies['distinct_2'], 3)}; distinct-3 (proxy): "
+            f"{_fmt(proxies['distinct_3'], 3)}",
+            f"- length ratio (proxy): {_fmt(proxies['length_ratio'])} against {proxies['baseline'] or '-'}"]
 
 
 def write_run_summary(run_dir: Path, summary: dict[str, Any]) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import datetime
 import io
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from pasta.errors import PastaError
 from pasta.evaluation import quality as quality_lib
 from pasta.evaluation.config import EvalConfig
 from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE, check_same_subset, eval_prompts, subset_meta
-from pasta.evaluation.proxies import run_proxies
+from pasta.evaluation.proxies import QualityProxies, run_proxies
 from pasta.evaluation.report import write_run_summary
 from pasta.evaluation.run_files import (
     ANNOTATIONS,
@@ -127,6 +129,17 @@ def _speed(
     return speed_metrics(stats, sequential, sequential_name=sequential_name, bootstrap=ecfg.bootstrap)
 
 
+@dataclass
+class _ScoredQuality:
+    """The quality side of a scored run: its metrics, and what the rest of the scoring needs from it."""
+
+    generator: str
+    metrics: dict[str, Any]  # quality.json
+    instructions: list[str]  # the scored prompts
+    annotations: pd.DataFrame | None  # written beside quality.json; None when a saved file was re-scored
+    proxies: QualityProxies | None
+
+
 def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any]:
     """Score the run in `run_dir` (or saved annotations, eval.annotations) and write its summary; returns it."""
     records, all_instructions, positions = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
@@ -136,64 +149,82 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         check_same_subset(meta, ecfg.subset, ecfg.subset_seed, run_dir)
     sequential_run = checked_sequential(ecfg, run_dir, meta)
     if ecfg.annotations is not None:
-        metrics, annotations = quality_lib.rescore_annotations(Path(ecfg.annotations), metric_fn)
-        generator = str(annotations["generator_2"].iloc[0])
-        metrics["reference"] = str(annotations["generator_1"].iloc[0])
-        metrics["annotations"] = str(ecfg.annotations)
-        instructions = list(annotations["instruction"])
-        check_known([{"instruction": i} for i in instructions], all_instructions, str(ecfg.annotations))
-        saved_annotations = None  # the user's file stays where it is; quality.json names it
-        proxies = None  # re-scoring saved verdicts computes nothing new
+        scored = _rescored_quality(ecfg, all_instructions, metric_fn)
     else:
-        outputs_file = outputs_path(Path(ecfg.outputs)) if ecfg.outputs else run_dir / MODEL_OUTPUTS
-        if not outputs_file.is_file() and ecfg.outputs is None:
-            raise PastaError(f"{outputs_file} not found: generate first (eval.mode=generate) or give eval.outputs=PATH")
-        model_outputs = load_model_outputs(outputs_file, expected_generator=None if ecfg.outputs else meta.get("generator"))
-        check_known(model_outputs, all_instructions, str(outputs_file))
-        instructions = [record["instruction"] for record in records]
-        check_covers(model_outputs, instructions, str(outputs_file))
-        wanted = set(instructions)
-        model_outputs = [record for record in model_outputs if record["instruction"] in wanted]
-        references = _reference_outputs(ecfg, records)
-        check_covers(references, instructions, f"reference {ecfg.reference or cfg.eval_data.name}")
-        references = [record for record in references if record["instruction"] in wanted]
-        generator = model_outputs[0]["generator"]
-        judge = None
-        if ecfg.annotators_config is None:
-            from pasta.judges import build_judge
-
-            judge = build_judge(cfg.judge)
-        name = ecfg.annotators_config or judge.name
-        metrics, annotation_records = quality_lib.evaluate_outputs(
-            model_outputs, references, results_dir=run_dir / quality_lib.annotator_slug(name), metric_fn=metric_fn,
-            annotators_config=ecfg.annotators_config, judge=judge, chunk_size=ecfg.judge_chunk_size,
-        )
-        metrics["reference"] = references[0]["generator"]
-        metrics["outputs"] = str(outputs_file)
-        saved_annotations = pd.DataFrame(annotation_records)
-        proxies = run_proxies(model_outputs, records, ecfg.sequential)
-    metrics["generator"] = generator
+        scored = _judged_quality(cfg, ecfg, run_dir, meta, records, all_instructions, metric_fn)
+    metrics = scored.metrics
+    metrics["generator"] = scored.generator
     metrics["comparable_with_leaderboard"] = _comparable(metrics)
-    _write_quality(run_dir / quality_lib.annotator_slug(metrics["annotator"]), metrics, saved_annotations)
-    speed = _speed(ecfg, run_dir, instructions, sequential_run)
+    _write_quality(run_dir / quality_lib.annotator_slug(metrics["annotator"]), metrics, scored.annotations)
+    speed = _speed(ecfg, run_dir, scored.instructions, sequential_run)
     if speed is not None:
         write_json_atomic(run_dir / SPEED, speed)
-    structure = run_dir_structure(run_dir, meta, instructions, cfg.model, cfg.lang)
+    structure = run_dir_structure(run_dir, meta, scored.instructions, cfg.model, cfg.lang)
     summary = {
-        "generator": generator,
+        "generator": scored.generator,
         "model": meta.get("model"),
         "decode": meta.get("decode"),
         "timing": meta.get("timing"),
         "device": meta.get("device"),
         "eval_data": cfg.eval_data.name,
         "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
-        "num_prompts": len(instructions),
+        "num_prompts": len(scored.instructions),
         "quality": metrics,
         "speed": speed,
         "structure": None if structure is None else structure.to_dict(),
-        "proxies": None if proxies is None else proxies.to_dict(),
+        "proxies": None if scored.proxies is None else scored.proxies.to_dict(),
         "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     write_run_summary(run_dir, summary)
-    log.info("scored %s: win rate %.2f", generator, metrics["win_rate"] or float("nan"))
+    log.info("scored %s: win rate %.2f", scored.generator, metrics["win_rate"] or float("nan"))
     return summary
+
+
+def _rescored_quality(ecfg: EvalConfig, all_instructions: list[str], metric_fn: Callable) -> _ScoredQuality:
+    """eval.annotations: saved verdicts re-scored; no judge is called and nothing new is computed."""
+    metrics, annotations = quality_lib.rescore_annotations(Path(ecfg.annotations), metric_fn)
+    metrics["reference"] = str(annotations["generator_1"].iloc[0])
+    metrics["annotations"] = str(ecfg.annotations)
+    instructions = list(annotations["instruction"])
+    check_known([{"instruction": i} for i in instructions], all_instructions, str(ecfg.annotations))
+    # The user's file stays where it is (quality.json names it), so no annotations are written.
+    return _ScoredQuality(str(annotations["generator_2"].iloc[0]), metrics, instructions, None, None)
+
+
+def _judged_quality(
+    cfg: DictConfig,
+    ecfg: EvalConfig,
+    run_dir: Path,
+    meta: dict[str, Any],
+    records: list[dict[str, Any]],
+    all_instructions: list[str],
+    metric_fn: Callable,
+) -> _ScoredQuality:
+    """The run's outputs judged against the reference's (an alpaca_eval annotator or a pasta judge), and proxies."""
+    outputs_file = outputs_path(Path(ecfg.outputs)) if ecfg.outputs else run_dir / MODEL_OUTPUTS
+    if not outputs_file.is_file() and ecfg.outputs is None:
+        raise PastaError(f"{outputs_file} not found: generate first (eval.mode=generate) or give eval.outputs=PATH")
+    model_outputs = load_model_outputs(outputs_file, expected_generator=None if ecfg.outputs else meta.get("generator"))
+    check_known(model_outputs, all_instructions, str(outputs_file))
+    instructions = [record["instruction"] for record in records]
+    check_covers(model_outputs, instructions, str(outputs_file))
+    wanted = set(instructions)
+    model_outputs = [record for record in model_outputs if record["instruction"] in wanted]
+    references = _reference_outputs(ecfg, records)
+    check_covers(references, instructions, f"reference {ecfg.reference or cfg.eval_data.name}")
+    references = [record for record in references if record["instruction"] in wanted]
+    generator = model_outputs[0]["generator"]
+    judge = None
+    if ecfg.annotators_config is None:
+        from pasta.judges import build_judge
+
+        judge = build_judge(cfg.judge)
+    name = ecfg.annotators_config or judge.name
+    metrics, annotation_records = quality_lib.evaluate_outputs(
+        model_outputs, references, results_dir=run_dir / quality_lib.annotator_slug(name), metric_fn=metric_fn,
+        annotators_config=ecfg.annotators_config, judge=judge, chunk_size=ecfg.judge_chunk_size,
+    )
+    metrics["reference"] = references[0]["generator"]
+    metrics["outputs"] = str(outputs_file)
+    proxies = run_proxies(model_outputs, records, ecfg.sequential)
+    return _ScoredQuality(generator, metrics, instructions, pd.DataFrame(annotation_records), proxies)

@@ -134,66 +134,94 @@ def build_layout(
     num_rows = num_layout_rows(len(prompt_ids), doc)
     if max_rows is not None:
         num_rows = min(num_rows, max_rows)
-    visible = torch.zeros(num_rows, num_rows, dtype=torch.bool)  # [S, S]
-    input_ids: list[int] = []
-    position_ids: list[int] = []
-    target_ids: list[int] = []
-    thread_ids: list[int] = []
+    builder = _LayoutBuilder(doc, num_rows)
+    try:
+        builder.add_prompt(prompt_ids)
+        builder.add_response(len(prompt_ids), policy)
+    except _LayoutFull:
+        pass
+    return builder.layout(min(len(prompt_ids), num_rows))
 
-    def add_row(token_id: int, position: int, thread: int, context: torch.Tensor) -> int:
-        row = len(input_ids)
-        if row == num_rows:
+
+@dataclass(frozen=True)
+class _Fork:
+    """A chunk forked and not yet joined."""
+
+    index: int  # the chunk's index in doc.chunks
+    context: torch.Tensor  # [S] bool: what its promise_end row sees
+    start: int  # the chunk's first position
+
+
+class _LayoutBuilder:
+    """The rows of one layout, added in the canonical inline order up to `num_rows` (then `_LayoutFull`)."""
+
+    def __init__(self, doc: TokenDoc, num_rows: int):
+        self.doc = doc
+        self.num_rows = num_rows
+        self.visible = torch.zeros(num_rows, num_rows, dtype=torch.bool)  # [S, S]
+        self.input_ids: list[int] = []
+        self.position_ids: list[int] = []
+        self.target_ids: list[int] = []
+        self.thread_ids: list[int] = []
+        self.main_context = torch.zeros(num_rows, dtype=torch.bool)  # [S] what the next main-thread token sees
+        self.outstanding: list[_Fork] = []
+        self.last_main_row = -1  # the row whose logits predict the next main-thread token
+
+    def add_row(self, token_id: int, position: int, thread: int, context: torch.Tensor) -> int:
+        row = len(self.input_ids)
+        if row == self.num_rows:
             raise _LayoutFull
-        input_ids.append(token_id)
-        position_ids.append(position)
-        target_ids.append(IGNORE_INDEX)
-        thread_ids.append(thread)
-        visible[row] = context
-        visible[row, row] = True
+        self.input_ids.append(token_id)
+        self.position_ids.append(position)
+        self.target_ids.append(IGNORE_INDEX)
+        self.thread_ids.append(thread)
+        self.visible[row] = context
+        self.visible[row, row] = True
         return row
 
-    main_context = torch.zeros(num_rows, dtype=torch.bool)  # what the next main-thread token sees
-    # Chunks forked and not yet joined: (chunk index, the visibility of its promise_end row, its first position).
-    outstanding: list[tuple[int, torch.Tensor, int]] = []
+    def add_prompt(self, prompt_ids: list[int]) -> None:
+        for position, token_id in enumerate(prompt_ids):
+            self.main_context[self.add_row(token_id, position, PROMPT_THREAD, self.main_context)] = True
+        self.last_main_row = len(prompt_ids) - 1
 
-    def emit_chunks() -> None:
-        for index, fork_context, start in outstanding:
-            chunk: TokenChunk = doc.chunks[index]
-            context = fork_context.clone()
+    def add_response(self, position: int, policy: ReservationPolicy) -> None:
+        """The main thread from `position` on, each group's chunks emitted at its sync (or at the end)."""
+        fork_order = iter(range(len(self.doc.chunks)))
+        for token_id in self.doc.main_ids:
+            if self.last_main_row >= 0:
+                self.target_ids[self.last_main_row] = token_id
+            if token_id == self.doc.tag_ids.sync:
+                self.emit_chunks()
+            row = self.add_row(token_id, position, MAIN_THREAD, self.main_context)
+            self.main_context[row] = True
+            self.last_main_row = row
+            position += 1
+            if token_id == self.doc.tag_ids.promise_end:
+                index = next(fork_order)
+                chunk = self.doc.chunks[index]
+                self.outstanding.append(_Fork(index, self.visible[row].clone(), position))
+                position += policy.span(len(chunk.opener_ids), chunk.num_predicted)
+        self.emit_chunks()
+
+    def emit_chunks(self) -> None:
+        """The rows of every outstanding chunk, which the main thread then sees (joined)."""
+        for fork in self.outstanding:
+            chunk: TokenChunk = self.doc.chunks[fork.index]
+            context = fork.context.clone()
             previous = -1
             for offset, token_id in enumerate(chunk.opener_ids + chunk.body_ids):
                 if offset >= len(chunk.opener_ids):
-                    target_ids[previous] = token_id  # body tokens are trained; opener tokens are given
-                row = add_row(token_id, start + offset, index + 1, context)
+                    self.target_ids[previous] = token_id  # body tokens are trained; opener tokens are given
+                row = self.add_row(token_id, fork.start + offset, fork.index + 1, context)
                 context[row] = True
-                main_context[row] = True  # joined: the main thread goes on after these rows only at a sync
+                self.main_context[row] = True  # joined: the main thread goes on after these rows only at a sync
                 previous = row
-        outstanding.clear()
+        self.outstanding.clear()
 
-    try:
-        for position, token_id in enumerate(prompt_ids):
-            main_context[add_row(token_id, position, PROMPT_THREAD, main_context)] = True
-        last_main_row = len(prompt_ids) - 1  # the row whose logits predict the next main-thread token
-        position = len(prompt_ids)
-        fork_order = iter(range(len(doc.chunks)))
-        for token_id in doc.main_ids:
-            if last_main_row >= 0:
-                target_ids[last_main_row] = token_id
-            if token_id == doc.tag_ids.sync:
-                emit_chunks()
-            row = add_row(token_id, position, MAIN_THREAD, main_context)
-            main_context[row] = True
-            last_main_row = row
-            position += 1
-            if token_id == doc.tag_ids.promise_end:
-                index = next(fork_order)
-                chunk = doc.chunks[index]
-                outstanding.append((index, visible[row].clone(), position))
-                position += policy.span(len(chunk.opener_ids), chunk.num_predicted)
-        emit_chunks()
-    except _LayoutFull:
-        pass
-    return Layout(input_ids, position_ids, target_ids, thread_ids, visible, min(len(prompt_ids), num_rows))
+    def layout(self, num_prompt: int) -> Layout:
+        return Layout(
+            self.input_ids, self.position_ids, self.target_ids, self.thread_ids, self.visible, num_prompt
+        )
 
 
 def row_targets(num_prompt_ids: int, doc: TokenDoc) -> list[int]:

@@ -131,86 +131,105 @@ def parse(text: str, *, require_tokens: bool = False) -> Document:
     Async blocks may stand anywhere after their promise and before the group's `<sync/>` (or the end), in promise
     order. With `require_tokens`, every promise must carry `tokens="N"` (training data); teachers leave it out.
     """
-    items: list[Item] = []
-    # Promises of the current group still waiting for their async block: (index in items, offset in text).
-    pending: list[tuple[int, int]] = []
-    group_topics: set[str] = set()
-    pos = 0
+    return _Parser(text, require_tokens).parse()
 
-    def add_text(chunk: str) -> None:
-        if chunk:
-            items.append(Text(chunk))
 
-    def close_group(offset: int, where: str) -> None:
-        if pending:
-            index, promise_offset = pending[0]
-            topic = items[index].topic  # type: ignore[union-attr]
-            raise LangError(f'promise "{topic}" has no async block before {where}', promise_offset)
-        group_topics.clear()
+class _Parser:
+    """One pass over the inline form, tag by tag; the text between tags is main-thread text."""
 
-    for match in _TAG_START.finditer(text):
-        start = match.start()
-        if start < pos:  # inside an async block already consumed
-            continue
-        slash, name = match.groups()
-        add_text(text[pos:start])
+    def __init__(self, text: str, require_tokens: bool):
+        self.text = text
+        self.require_tokens = require_tokens
+        self.items: list[Item] = []
+        # Promises of the current group still waiting for their async block: (index in items, offset in text).
+        self.pending: list[tuple[int, int]] = []
+        self.group_topics: set[str] = set()
+
+    def parse(self) -> Document:
+        pos = 0
+        for match in _TAG_START.finditer(self.text):
+            start = match.start()
+            if start < pos:  # inside an async block already consumed
+                continue
+            slash, name = match.groups()
+            self._add_text(self.text[pos:start])
+            pos = self._tag(slash, name, start)
+        self._add_text(self.text[pos:])
+        self._close_group("the end of the response")
+        return Document(tuple(_merge_texts(self.items)))
+
+    def _tag(self, slash: str, name: str, start: int) -> int:
+        """Read the tag at `start`; returns the offset right after it (after `</async>` for an async block)."""
         if slash == "" and name == "promise":
-            tag = _PROMISE.match(text, start)
-            if not tag:
-                raise LangError(f"malformed promise tag, expected {_EXPECTED[('', 'promise')]}", start)
-            topic, raw_tokens = tag.groups()
-            if reason := validate_topic(topic):
-                raise LangError(reason, start)
-            if topic in group_topics:
-                raise LangError(f'duplicate topic "{topic}" in one group', start)
-            if raw_tokens is None and require_tokens:
-                raise LangError(f'promise "{topic}" has no tokens="N"', start)
-            num_tokens = None if raw_tokens is None else _parse_num_tokens(raw_tokens, start)
-            group_topics.add(topic)
-            pending.append((len(items), start))
-            items.append(Promise(topic=topic, content="", num_tokens=num_tokens))
-            pos = tag.end()
-        elif slash == "" and name == "async":
-            tag = _ASYNC_OPEN.match(text, start)
-            if not tag:
-                raise LangError(f"malformed async tag, expected {_EXPECTED[('', 'async')]}", start)
-            topic = tag.group(1)
-            if not pending:
-                raise LangError(f'async block "{topic}" has no promise before it', start)
-            index, _ = pending[0]
-            expected = items[index].topic  # type: ignore[union-attr]
-            if topic != expected:
-                raise LangError(
-                    f'async block "{topic}" does not match the next waiting promise "{expected}" '
-                    "(async blocks follow their promises in promise order)",
-                    start,
-                )
-            close = _ASYNC_CLOSE.search(text, tag.end())
-            if not close:
-                raise LangError(f'async block "{topic}" is not closed with </async>', start)
-            inner_tag = _TAG_START.search(text, tag.end(), close.start())
-            if inner_tag:
-                raise LangError("tags inside an async block are not allowed (no nesting)", inner_tag.start())
-            content = text[tag.end() : close.start()]
-            if not content.strip():
-                raise LangError(f'async block "{topic}" is empty', start)
-            items[index] = replace(items[index], content=content)  # type: ignore[type-var]
-            pending.pop(0)
-            pos = close.end()
-        elif slash == "/" and name == "async":
+            return self._promise(start)
+        if slash == "" and name == "async":
+            return self._async_block(start)
+        if slash == "/" and name == "async":
             raise LangError("</async> without an open async block", start)
-        elif slash == "" and name == "sync":
-            tag = _SYNC.match(text, start)
+        if slash == "" and name == "sync":
+            tag = _SYNC.match(self.text, start)
             if not tag:
                 raise LangError(f"malformed sync tag, expected {_EXPECTED[('', 'sync')]}", start)
-            close_group(start, "<sync/>")
-            items.append(Sync())
-            pos = tag.end()
-        else:
-            raise LangError(f"unknown closing tag </{name}>", start)
-    add_text(text[pos:])
-    close_group(len(text), "the end of the response")
-    return Document(tuple(_merge_texts(items)))
+            self._close_group("<sync/>")
+            self.items.append(Sync())
+            return tag.end()
+        raise LangError(f"unknown closing tag </{name}>", start)
+
+    def _promise(self, start: int) -> int:
+        tag = _PROMISE.match(self.text, start)
+        if not tag:
+            raise LangError(f"malformed promise tag, expected {_EXPECTED[('', 'promise')]}", start)
+        topic, raw_tokens = tag.groups()
+        if reason := validate_topic(topic):
+            raise LangError(reason, start)
+        if topic in self.group_topics:
+            raise LangError(f'duplicate topic "{topic}" in one group', start)
+        if raw_tokens is None and self.require_tokens:
+            raise LangError(f'promise "{topic}" has no tokens="N"', start)
+        num_tokens = None if raw_tokens is None else _parse_num_tokens(raw_tokens, start)
+        self.group_topics.add(topic)
+        self.pending.append((len(self.items), start))
+        self.items.append(Promise(topic=topic, content="", num_tokens=num_tokens))
+        return tag.end()
+
+    def _async_block(self, start: int) -> int:
+        tag = _ASYNC_OPEN.match(self.text, start)
+        if not tag:
+            raise LangError(f"malformed async tag, expected {_EXPECTED[('', 'async')]}", start)
+        topic = tag.group(1)
+        if not self.pending:
+            raise LangError(f'async block "{topic}" has no promise before it', start)
+        index, _ = self.pending[0]
+        expected = self.items[index].topic  # type: ignore[union-attr]
+        if topic != expected:
+            raise LangError(
+                f'async block "{topic}" does not match the next waiting promise "{expected}" '
+                "(async blocks follow their promises in promise order)",
+                start,
+            )
+        close = _ASYNC_CLOSE.search(self.text, tag.end())
+        if not close:
+            raise LangError(f'async block "{topic}" is not closed with </async>', start)
+        inner_tag = _TAG_START.search(self.text, tag.end(), close.start())
+        if inner_tag:
+            raise LangError("tags inside an async block are not allowed (no nesting)", inner_tag.start())
+        content = self.text[tag.end() : close.start()]
+        if not content.strip():
+            raise LangError(f'async block "{topic}" is empty', start)
+        self.items[index] = replace(self.items[index], content=content)  # type: ignore[type-var]
+        self.pending.pop(0)
+        return close.end()
+
+    def _add_text(self, chunk: str) -> None:
+        if chunk:
+            self.items.append(Text(chunk))
+
+    def _close_group(self, where: str) -> None:
+        if self.pending:
+            index, promise_offset = self.pending[0]
+            topic = self.items[index].topic  # type: ignore[union-attr]
+            raise LangError(f'promise "{topic}" has no async block before {where}', promise_offset)
+        self.group_topics.clear()
 
 
 def _merge_texts(items: list[Item]) -> list[Item]:

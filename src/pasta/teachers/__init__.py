@@ -4,7 +4,7 @@
     with build_teacher(cfg.teacher, device=cfg.device) as teacher:
         for reply in teacher.annotate(requests): ...
 
-- `structural`: rule-based, no model (pasta/teachers/structural.py);
+- `structural`: rule-based, no model (pasta/teachers/structural/);
 - `hf`: a local transformers model with the teacher prompt (pasta/teachers/hf.py);
 - `openai`: any OpenAI-compatible endpoint with the teacher prompt (pasta/teachers/openai_teacher.py).
 

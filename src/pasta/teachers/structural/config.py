@@ -1,0 +1,42 @@
+"""Settings of the structural teacher (conf/teacher/structural.yaml), with the instructions it leaves sequential."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# An instruction matching one of these asks for an answer whose parts depend on each other.
+_DEFAULT_SEQUENTIAL_PATTERNS = [
+    r"\bsteps?\b", r"\bstep-by-step\b", r"\bprocedure\b", r"\bprocess (of|for|to)\b", r"\brecipe\b",
+    r"\binstructions\b", r"\bdirections\b", r"\balgorithm\b", r"\btimeline\b", r"\bchronolog",
+    r"\bin order\b(?! to\b)", r"\bsequence\b",  # "in order to" states a purpose, not an order
+    r"\b(calculate|compute|solve|derive|prove|simplify)\b",
+    r"\bevaluate\b[^.?!]*[\d=+*/^]",  # evaluate an expression, not "evaluate the candidates"
+    # "Write a short story", "compose a Python function": the thing asked for is at most three words after the verb
+    # ("story ideas", "song titles" are lists of separate things).
+    r"\b(write|compose|create|generate|tell|draft)(\W+\w+){0,3}?\W+(story|poem|song|rap|lyrics|haiku|dialogue|"
+    r"conversation|script|letter|email|speech|essay|code|program|function|query|tweet|paragraph)\b"
+    r"(?!\W+(ideas?|titles?|names?|prompts?|topics?)\b)",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StructuralConfig:
+    """Settings of the rule-based teacher (conf/teacher/structural.yaml)."""
+
+    name: str = field(default="structural", metadata={"help": "teacher type: structural | hf | openai"})
+    min_words: int = field(default=40, metadata={"help": "responses with fewer words get no tags"})
+    min_items: int = field(default=2, metadata={"help": "fewest chunks in a group"})
+    min_item_words: int = field(
+        default=5,
+        metadata={"help": "a list or paragraph run whose items are shorter on average stays sequential"},
+    )
+    topic_words: int = field(
+        default=4,
+        metadata={"help": "a topic is the item's label, or its first N words (fewer for short items)"},
+    )
+    sequential_patterns: list[str] = field(
+        default_factory=lambda: list(_DEFAULT_SEQUENTIAL_PATTERNS),
+        metadata={
+            "help": "regexes (case-insensitive): an instruction matching one gets no tags (steps, code, ...)"
+        },
+    )
