@@ -54,7 +54,7 @@ def test_every_stage_that_reads_the_reservation_checks_it(config_name):
         ("eval", ["judge=openai", "judge.max_retries=x"], r"^judge\.max_retries: "),
         ("eval", ["eval.limit=-1"], r"eval\.limit"),
         ("eval", ["eval_data.on_error=ignore"], r"on_error"),
-        ("train", ["stage.batch_size=0"], r"stage\.batch_size"),
+        ("train", ["stage.per_device_train_batch_size=0"], r"stage\.per_device_train_batch_size"),
     ],
 )
 def test_a_bad_setting_is_one_error_naming_its_key(config_name, overrides, message):
