@@ -46,7 +46,7 @@ def test_every_stage_that_reads_the_reservation_checks_it(config_name):
         ("generate", ["max_new_tokens=0"], r"^max_new_tokens: must be an integer >= 1"),
         ("generate", ["format=xml"], r"^format: 'xml' is not one of text, json"),
         ("generate", ["decode.sampling.temperature=-1"], r"^decode\.sampling\.temperature"),
-        ("generate", ["decode=sot"], r"^decode\.mode: 'sot' is not one of async, sequential"),
+        ("generate", ["decode=sot"], r"^decode\.kind: 'sot' is not one of async, sequential"),
         ("annotate", ["teacher=openai", "teacher.concurrency=0"], r"^teacher\.concurrency: must be an integer >= 1"),
         ("annotate", ["teacher=openai", "teacher.timeout_s=0"], r"^teacher\.timeout_s: must be a number > 0"),
         ("annotate", ["on_reject=maybe"], r"^on_reject: 'maybe' is not one of"),

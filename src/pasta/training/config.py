@@ -1,6 +1,6 @@
 """Typed views of the `stage:` configs (conf/stage/sft.yaml, conf/stage/pref.yaml).
 
-`settings_from_cfg(cfg.stage)` checks the composed node against SFTSettings or PrefSettings (by `stage.name`), so a
+`settings_from_cfg(cfg.stage)` checks the composed node against SFTSettings or PrefSettings (by `stage.kind`), so a
 misspelt key or a wrong type stops with one line instead of being ignored.
 
 A training setting that TRL's config (SFTConfig for sft, DPOConfig for pref) also has carries TRL's own name and
@@ -144,7 +144,7 @@ class OptimSettings:
 class SFTSettings(OptimSettings):
     """Stage 1: supervised finetuning on annotated responses in the PASTA-LANG training layout."""
 
-    name: str = field(default="sft", metadata={"help": "the stage: sft"})
+    kind: str = field(default="sft", metadata={"help": "the stage: sft"})
     # 2 x 4 rather than 8 x 1: the same optimizer steps (transformers normalises the loss over the accumulated
     # tokens), but eight 1024-row layouts at once need over 19 GiB on CPU; two peak at 7.4 GiB (the 5K study).
     per_device_train_batch_size: int = field(default=2, metadata={"help": "examples per device per micro-batch"})
@@ -171,7 +171,7 @@ class SFTSettings(OptimSettings):
 class PrefSettings(OptimSettings):
     """Stage 2: rounds of sampling, scoring, best-vs-worst pairing and BoNBoN training."""
 
-    name: str = field(default="pref", metadata={"help": "the stage: pref"})
+    kind: str = field(default="pref", metadata={"help": "the stage: pref"})
     # A round starts from a trained policy and reweights its own samples: smaller batches and a quarter of SFT's
     # learning rate (conf/stage/pref.yaml's values; tests/test_config.py checks the two agree).
     per_device_train_batch_size: int = field(default=4, metadata={"help": "pairs per device per micro-batch"})
@@ -251,10 +251,10 @@ class PrefSettings(OptimSettings):
 
 
 def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:
-    """The typed settings of the composed `cfg.stage` node (its `name` picks sft or pref); an unknown key is an
+    """The typed settings of the composed `cfg.stage` node (its `kind` picks sft or pref); an unknown key is an
     error."""
     schemas = {"sft": SFTSettings, "pref": PrefSettings}
-    name = stage_cfg.get("name")
-    if name not in schemas:
-        raise PastaError(f"unknown stage {name!r}: use stage=sft or stage=pref")
-    return schema_from(stage_cfg, schemas[name], "stage")
+    kind = stage_cfg.get("kind")
+    if kind not in schemas:
+        raise PastaError(f"unknown stage {kind!r}: use stage=sft or stage=pref")
+    return schema_from(stage_cfg, schemas[kind], "stage")
