@@ -190,7 +190,7 @@ def direct_rows(args, prompts: list[str]) -> list[dict]:
     model, tokenizer = load_model(cfg.model, device="cpu")
     add_tag_tokens(tokenizer, model)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    base = schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))
+    base = schema_from(cfg.decode, DecodeConfig, "decode")
     config = dataclasses.replace(base, max_new_tokens=args.max_tokens, max_total_tokens=args.max_tokens,
                                  sampling=dataclasses.replace(base.sampling, temperature=0.0, seed=None))
     latencies: dict[str, list[float]] = {mode: [] for mode in MODES}

@@ -69,7 +69,7 @@ check "annotate teacher.concurrency=0" err $A teacher=openai teacher.concurrency
 check "eval judge.concurrency=0" err $E judge=openai judge.concurrency=0
 check "eval eval.limit=-1" err $E eval.limit=-1
 check "generate sampling.temperature=-1" err $G prompt=hi decode.sampling.temperature=-1
-check "train stage.batch_size=0" err $T stage.batch_size=0
+check "train stage.per_device_train_batch_size=0" err $T stage.per_device_train_batch_size=0
 check "eval bad override syntax" err $E 'eval.limit=[1'
 # prompts are text
 check "generate prompt with \${x}" ok $G 'prompt=What does ${x} mean?'

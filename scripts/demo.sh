@@ -48,12 +48,12 @@ step "2/8 annotate the embedded sample with the structural teacher (rule-based, 
     output="$out/annotated.jsonl"
 
 step "3/8 SFT: learn PASTA-LANG on the annotated records (LoRA, the decoder's attention layout)"
-done_already "$out/sft" || "$python" -m pasta.train experiment=cpu_sft "${train[@]}" "stage.epochs=$sft_epochs" \
-    output_dir="$out/sft"
+done_already "$out/sft" || "$python" -m pasta.train experiment=cpu_sft "${train[@]}" \
+    "stage.num_train_epochs=$sft_epochs" output_dir="$out/sft"
 
 step "4/8 Baseline-SFT: the same records with the annotations stripped (the sequential comparison model)"
 done_already "$out/baseline-sft" || "$python" -m pasta.train experiment=cpu_sft "${train[@]}" \
-    "stage.epochs=$sft_epochs" data.strip_annotations=true output_dir="$out/baseline-sft"
+    "stage.num_train_epochs=$sft_epochs" data.strip_annotations=true output_dir="$out/baseline-sft"
 
 step "5/8 one preference round: sample, score speed + quality (embedding judge), train on best vs worst"
 done_already "$out/pref/round-1" || "$python" -m pasta.train experiment=cpu_pref "${train[@]}" \

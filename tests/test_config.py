@@ -16,7 +16,7 @@ from pasta.config import checkout_root, compose, conf_dir, schema_from
 from pasta.data import DataConfig
 from pasta.errors import PastaError
 from pasta.models import ModelConfig
-from pasta.training.config import settings_from_cfg
+from pasta.training.config import SFTSettings, settings_from_cfg
 
 PRIMARIES = ("annotate", "train", "eval", "generate")
 # Groups whose primary is not found from the defaults lists (added with `+group=...`), or used beyond them.
@@ -95,7 +95,7 @@ def test_every_group_option_composes_with_its_primaries(group, option):
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml")))
 def test_each_experiment_preset_picks_the_stage_it_is_named_for_with_valid_settings(experiment):
     settings = settings_from_cfg(compose("train", [f"experiment={experiment}"]).stage)
-    assert settings.name == experiment.rsplit("_", 1)[1]
+    assert settings.kind == experiment.rsplit("_", 1)[1]
 
 
 def test_a_preference_key_under_stage_sft_is_refused_naming_it():
@@ -220,8 +220,19 @@ def test_schema_from_keeps_the_callers_keys_out_and_fills_frozen_nested_schemas(
     from pasta.decoding import DecodeConfig
 
     config = schema_from(compose("generate", ["decode.stop_strings=[END]", "decode.sampling.top_k=5"]).decode,
-                         DecodeConfig, "decode", ignore=("mode",))
+                         DecodeConfig, "decode")
     assert (config.stop_strings, config.sampling.top_k) == (("END",), 5)
     assert schema_from(config, DecodeConfig, "decode") is config
     data = schema_from({"name": "d", "strip_annotations": True}, DataConfig, "data", only_known=True)
     assert data.name == "d"
+
+
+def test_the_discriminator_kind_reaches_only_a_schema_with_that_field():
+    from pasta.decoding import DecodeConfig
+    from pasta.teachers import StructuralConfig
+
+    assert schema_from({"kind": "sequential", "max_new_tokens": 4}, DecodeConfig, "decode").max_new_tokens == 4
+    assert schema_from({"kind": "structural"}, StructuralConfig, "teacher").kind == "structural"
+    # an unknown key names the config by its kind, as it names a model or data config by its name
+    with pytest.raises(PastaError, match=r"^stage config 'sft' is invalid \(unknown key 'batch_size'\)"):
+        schema_from(compose("train", ["stage=sft", "+stage.batch_size=2"]).stage, SFTSettings, "stage")

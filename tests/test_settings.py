@@ -46,7 +46,7 @@ def test_every_stage_that_reads_the_reservation_checks_it(config_name):
         ("generate", ["max_new_tokens=0"], r"^max_new_tokens: must be an integer >= 1"),
         ("generate", ["format=xml"], r"^format: 'xml' is not one of text, json"),
         ("generate", ["decode.sampling.temperature=-1"], r"^decode\.sampling\.temperature"),
-        ("generate", ["decode=sot"], r"^decode\.mode: 'sot' is not one of async, sequential"),
+        ("generate", ["decode=sot"], r"^decode\.kind: 'sot' is not one of async, sequential"),
         ("annotate", ["teacher=openai", "teacher.concurrency=0"], r"^teacher\.concurrency: must be an integer >= 1"),
         ("annotate", ["teacher=openai", "teacher.timeout_s=0"], r"^teacher\.timeout_s: must be a number > 0"),
         ("annotate", ["on_reject=maybe"], r"^on_reject: 'maybe' is not one of"),
@@ -54,7 +54,7 @@ def test_every_stage_that_reads_the_reservation_checks_it(config_name):
         ("eval", ["judge=openai", "judge.max_retries=x"], r"^judge\.max_retries: "),
         ("eval", ["eval.limit=-1"], r"eval\.limit"),
         ("eval", ["eval_data.on_error=ignore"], r"on_error"),
-        ("train", ["stage.batch_size=0"], r"stage\.batch_size"),
+        ("train", ["stage.per_device_train_batch_size=0"], r"stage\.per_device_train_batch_size"),
     ],
 )
 def test_a_bad_setting_is_one_error_naming_its_key(config_name, overrides, message):

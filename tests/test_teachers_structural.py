@@ -209,7 +209,7 @@ def test_structural_yaml_matches_the_dataclass_defaults():
 
 
 def test_teacher_interface_answers_in_request_order():
-    teacher = build_teacher({"name": "structural"})
+    teacher = build_teacher({"kind": "structural"})
     requests = [TeacherRequest(str(n), "List tips.", "", TIPS if n % 2 else "Short.") for n in range(5)]
     replies = list(teacher.annotate(iter(requests)))
     assert [r.id for r in replies] == [r.id for r in requests]
@@ -222,9 +222,9 @@ def test_unknown_teacher_key_is_a_one_line_error():
     from pasta.errors import PastaError
 
     with pytest.raises(PastaError, match="unknown key.*min_wrds"):
-        build_teacher({"name": "structural", "min_wrds": 3})
-    with pytest.raises(PastaError, match="teacher.name: 'gpt' is not one of structural, hf, openai"):
-        build_teacher({"name": "gpt"})
+        build_teacher({"kind": "structural", "min_wrds": 3})
+    with pytest.raises(PastaError, match="teacher.kind: 'gpt' is not one of structural, hf, openai"):
+        build_teacher({"kind": "gpt"})
 
 
 def test_promises_of_a_document_hold_exactly_the_item_text():

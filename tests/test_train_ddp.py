@@ -34,13 +34,17 @@ COMMON = [
 def test_ddp_on_two_cpu_processes_equals_one_process_with_the_same_global_batch(tmp_path):
     """2 processes x 1 example per step see the same examples per step as 1 process x 2, and DDP averages the
     gradients, so both end with the same weights (full finetuning: no dropout to differ between processes)."""
-    done = accelerate_launch("pasta.train", [*COMMON, "stage.batch_size=1", f"output_dir={tmp_path / 'ddp'}"])
+    done = accelerate_launch(
+        "pasta.train", [*COMMON, "stage.per_device_train_batch_size=1", f"output_dir={tmp_path / 'ddp'}"]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     info = json.loads((tmp_path / "ddp" / "train_info.json").read_text())
     # Two optimizer steps of a global batch of 2 over 12 examples: a third of an epoch.
     assert info["metrics"]["epoch"] == pytest.approx(2 * 2 / 12)
 
-    single = run_sft(compose("train", [*COMMON, "stage.batch_size=2", f"output_dir={tmp_path / 'single'}"]))
+    single = run_sft(
+        compose("train", [*COMMON, "stage.per_device_train_batch_size=2", f"output_dir={tmp_path / 'single'}"])
+    )
     expected = load_file(single / "model.safetensors")
     actual = load_file(tmp_path / "ddp" / "final" / "model.safetensors")
     for name in expected:

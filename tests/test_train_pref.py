@@ -259,7 +259,7 @@ def test_a_few_pref_steps_change_the_weights_and_lower_the_loss_on_a_repeated_pa
     cfg = pref_cfg(
         tmp_path,
         "stage.finetune=full",
-        "stage.batch_size=2",
+        "stage.per_device_train_batch_size=2",
         "stage.max_steps=6",
         "stage.learning_rate=2e-3",
         "stage.max_length=96",
@@ -314,7 +314,7 @@ def rounds_cfg(tmp_path, sft_folder, *overrides):
         "stage.prompts_per_round=3",
         "stage.num_samples=3",
         "stage.max_new_tokens=12",
-        "stage.batch_size=2",
+        "stage.per_device_train_batch_size=2",
         "stage.max_steps=2",
         "stage.sample_batch_size=2",
         "stage.learning_rate=1e-3",
@@ -480,7 +480,7 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
         "stage.num_samples=16",
         "stage.max_new_tokens=40",
         "stage.finetune=full",
-        "stage.batch_size=1",
+        "stage.per_device_train_batch_size=1",
         "stage.max_steps=12",
         "stage.learning_rate=1e-3",
     )

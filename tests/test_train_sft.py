@@ -265,13 +265,12 @@ def test_length_grouped_batches_give_each_example_the_loss_it_has_alone(records,
     max_length = 200  # some examples whole, some cut
     examples, stats = examples_of(records, tokenizer, max_length=max_length)
     assert 0 < stats.num_truncated < len(examples)
-    cfg = sft_cfg(tmp_path, ANNOTATED, "stage.batch_size=4", f"stage.max_length={max_length}")
+    cfg = sft_cfg(tmp_path, ANNOTATED, "stage.per_device_train_batch_size=4", f"stage.max_length={max_length}")
     settings = settings_from_cfg(cfg.stage)
     args = SFTConfig(
         **settings.trainer_kwargs(tmp_path, cfg),
         dataset_kwargs={"skip_prepare_dataset": True},
         packing=False,
-        max_length=None,
     )
     collator = LayoutCollator(tag_ids, tokenizer.pad_token_id, ReservationPolicy(), max_length=max_length)
     trainer = LayoutSFTTrainer(
@@ -389,7 +388,7 @@ def test_a_few_full_sft_steps_on_a_repeated_batch_lower_its_loss(tagged, two_rec
         tmp_path,
         two_records,
         "stage.finetune=full",
-        "stage.batch_size=2",
+        "stage.per_device_train_batch_size=2",
         "stage.max_steps=5",
         "stage.learning_rate=3e-3",
     )
@@ -408,7 +407,9 @@ def test_lora_sft_trains_the_tag_rows_and_both_final_forms_load_alike(tagged, tw
     from transformers import AutoModelForCausalLM
 
     model, tokenizer, tag_ids = tagged
-    common = ("stage.batch_size=2", "stage.max_steps=3", "stage.learning_rate=1e-2", "stage.save_steps=100")
+    common = (
+        "stage.per_device_train_batch_size=2", "stage.max_steps=3", "stage.learning_rate=1e-2", "stage.save_steps=100"
+    )
     merged_dir = run_sft(sft_cfg(tmp_path / "merged", two_records, *common))
     adapter_dir = run_sft(sft_cfg(tmp_path / "adapter", two_records, *common, "stage.merge_lora=false"))
     assert (adapter_dir / "adapter_config.json").is_file() and not (
@@ -447,7 +448,13 @@ def kill_at_step(monkeypatch, step: int | None) -> list[int]:
 
 
 def test_resume_after_a_killed_run_matches_the_uninterrupted_run(two_records, tmp_path, monkeypatch):
-    common = ("stage.batch_size=1", "stage.grad_accum=1", "stage.max_steps=4", "stage.save_steps=2", "stage.learning_rate=5e-3")
+    common = (
+        "stage.per_device_train_batch_size=1",
+        "stage.gradient_accumulation_steps=1",
+        "stage.max_steps=4",
+        "stage.save_steps=2",
+        "stage.learning_rate=5e-3",
+    )
     whole = run_sft(sft_cfg(tmp_path / "whole", two_records, *common))
 
     killed = sft_cfg(tmp_path / "killed", two_records, *common)
@@ -473,7 +480,7 @@ def test_resume_after_a_killed_run_matches_the_uninterrupted_run(two_records, tm
 
 
 def test_resume_on_other_data_is_refused(records, two_records, tmp_path, monkeypatch):
-    common = ("stage.batch_size=1", "stage.max_steps=4", "stage.save_steps=1")
+    common = ("stage.per_device_train_batch_size=1", "stage.max_steps=4", "stage.save_steps=1")
     with monkeypatch.context() as patch:
         kill_at_step(patch, 1)
         with pytest.raises(KeyboardInterrupt):

@@ -1,10 +1,14 @@
-"""The parts the training stages are built from, without a model: what train_info.json records about SFT's data
-and what a preference round's metrics.json records about its training."""
+"""The parts the training stages are built from, without a model: what train_info.json records about SFT's data,
+what a preference round's metrics.json records about its training, and the settings handed to TRL's configs."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from pasta.training.config import PrefSettings, SFTSettings
 from pasta.training.examples import ExampleStats, PromiseBalance
 from pasta.training.pref import round_train_metrics
 from pasta.training.sft import SFTData
@@ -28,3 +32,23 @@ def test_a_round_reports_the_loss_and_margin_of_every_logged_step():
     assert metrics == {"train_loss": 1.75, "loss_history": [2.0, 1.5], "margin_history": [0.1],
                        "last_log": {"loss": 1.5, "step": 2}}
     assert round_train_metrics({}, [])["last_log"] == {}
+
+
+def test_the_settings_trl_also_has_pass_through_to_its_config_by_name():
+    from trl import DPOConfig, SFTConfig
+
+    sft = SFTSettings(num_train_epochs=2.0, per_device_train_batch_size=3, gradient_accumulation_steps=5,
+                      lr_scheduler_type="cosine", warmup_ratio=0.1, finetune="full")
+    kwargs = sft.trainer_kwargs(Path("checkpoints"), OmegaConf.create({"device": "cpu", "seed": 7}))
+    args = SFTConfig(**kwargs)
+    assert (args.num_train_epochs, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2.0, 3, 5)
+    assert args.lr_scheduler_type == "cosine" and args.warmup_steps == 0.1 and args.seed == 7
+    # pasta's collators cut the layouts; TRL must cut nothing and keep every column
+    assert args.max_length is None and args.remove_unused_columns is False
+    assert args.use_cpu and not args.bf16 and args.train_sampling_strategy == "group_by_length"
+    assert not {"finetune", "lora", "too_long", "mixed_precision", "group_by_length", "warmup_ratio"} & kwargs.keys()
+
+    pref = PrefSettings(beta=0.3)
+    assert pref.trl_fields()["beta"] == 0.3 and "beta" not in sft.trl_fields()
+    assert not {"alpha", "rounds", "num_samples", "temperature", "reference"} & pref.trl_fields().keys()
+    assert DPOConfig(**pref.trainer_kwargs(Path("checkpoints"), OmegaConf.create({"device": "cpu"}))).beta == 0.3

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -110,28 +110,32 @@ def _missing_config_message(exc) -> str:
 
 T = TypeVar("T")
 
+# The one discriminator key of the config groups with several schemas (stage, decode, teacher, judge): its value
+# picks the schema. A schema may keep it as a field (a stage's, teacher's or judge's config does); one that has no
+# such field (decode's, whose kind picks the decoder rather than a setting of it) does not see it.
+KIND = "kind"
 
-def schema_from(
-    node: Any, schema: type[T], where: str, *, only_known: bool = False, ignore: Collection[str] = ()
-) -> T:
+
+def schema_from(node: Any, schema: type[T], where: str, *, only_known: bool = False) -> T:
     """`node` (a composed config node, a dict, or already a `schema`) as a checked instance of the dataclass `schema`.
 
     Interpolations are resolved first: they may point outside the node (a model's `${paths.cache_dir}`), which a
-    merged copy no longer has. `ignore` names keys of the node that are the caller's (a discriminator such as
-    decode's `mode`); with `only_known` every key the schema lacks is dropped, for a node that other readers share.
-    Types are checked by OmegaConf, then the schema's own `validate(where)` runs when it has one. Any problem is one
-    PastaError: `<where> config '<name>' is invalid (...); known keys: ...` for an unknown or missing key, else
+    merged copy no longer has. The discriminator `kind` reaches only a schema that has it as a field; with
+    `only_known` every key the schema lacks is dropped, for a node that other readers share. Types are checked by
+    OmegaConf, then the schema's own `validate(where)` runs when it has one. Any problem is one PastaError:
+    `<where> config '<name or kind>' is invalid (...); known keys: ...` for an unknown or missing key, else
     `<where>.<key>: <why>`.
     """
     if isinstance(node, schema):
         return node
     raw = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     known = [f.name for f in dataclasses.fields(schema)]  # type: ignore[arg-type]
-    raw = {k: v for k, v in raw.items() if k not in ignore and (k in known or not only_known)}
+    raw = {k: v for k, v in raw.items() if k in known or (not only_known and k != KIND)}
     try:
         config = OmegaConf.to_object(OmegaConf.merge(_writable_schema(schema), raw))
     except (ConfigKeyError, MissingMandatoryValue) as exc:
-        name = f" {raw.get('name', '<unnamed>')!r}" if "name" in known else ""
+        label = next((key for key in ("name", KIND) if key in known), None)
+        name = f" {raw.get(label, '<unnamed>')!r}" if label else ""
         problem = "unknown key" if isinstance(exc, ConfigKeyError) else "missing value for"
         raise PastaError(
             f"{where} config{name} is invalid ({problem} {exc.full_key!r}); known keys: {', '.join(known)}"

@@ -41,7 +41,7 @@ def run_name(cfg: DictConfig, ecfg: EvalConfig) -> str:
     if ecfg.generator:
         return ecfg.generator
     model = Path(str(cfg.model.path)).name if cfg.model.get("path") else cfg.model.name
-    return f"{model}-{cfg.decode.mode}"
+    return f"{model}-{cfg.decode.kind}"
 
 
 def resolve_mode(cfg: DictConfig, ecfg: EvalConfig) -> str:

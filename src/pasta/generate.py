@@ -31,7 +31,7 @@ FORMATS = ("text", "json")
 
 def decode_config(cfg: DictConfig) -> DecodeConfig:
     """`cfg.decode` with the top-level shortcuts applied; sampling seed defaults to the run's `seed`."""
-    config = schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))
+    config = schema_from(cfg.decode, DecodeConfig, "decode")
     if cfg.get("max_new_tokens") is not None:
         config = dataclasses.replace(config, max_new_tokens=int(cfg.max_new_tokens))
     if config.sampling.seed is None and cfg.get("seed") is not None:
@@ -40,7 +40,7 @@ def decode_config(cfg: DictConfig) -> DecodeConfig:
 
 
 def generate(cfg: DictConfig) -> DecodeResult:
-    """Decode `cfg.prompt` with `cfg.model` in mode `cfg.decode.mode`; print it as `cfg.format` says."""
+    """Decode `cfg.prompt` with `cfg.model` in mode `cfg.decode.kind`; print it as `cfg.format` says."""
     from pasta.config import resolve_device
     from pasta.decoding import decode_async, decode_sequential
     from pasta.lang import ReservationPolicy, add_tag_tokens
@@ -48,8 +48,8 @@ def generate(cfg: DictConfig) -> DecodeResult:
 
     if OmegaConf.is_missing(cfg, "prompt") or not str(cfg.prompt).strip():
         raise PastaError('give the instruction to answer: prompt="..."')
-    if cfg.decode.mode not in DECODE_MODES:
-        raise PastaError(f"decode={cfg.decode.mode} is not one of {', '.join(DECODE_MODES)}")
+    if cfg.decode.kind not in DECODE_MODES:
+        raise PastaError(f"decode={cfg.decode.kind} is not one of {', '.join(DECODE_MODES)}")
     if cfg.format not in FORMATS:
         raise PastaError(f"format={cfg.format} is not one of {', '.join(FORMATS)}")
     config = decode_config(cfg)
@@ -61,7 +61,7 @@ def generate(cfg: DictConfig) -> DecodeResult:
         sys.stdout.flush()
 
     on_text = show if cfg.format == "text" else None
-    if cfg.decode.mode == "async":
+    if cfg.decode.kind == "async":
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
         policy = ReservationPolicy.from_config(cfg.lang.reservation)
         result = decode_async(model, tokenizer, [prompt_ids], config, policy, on_text=on_text)[0]
@@ -69,12 +69,12 @@ def generate(cfg: DictConfig) -> DecodeResult:
         result = decode_sequential(model, tokenizer, [prompt_ids], config, on_text=on_text)[0]
 
     if cfg.format == "json":
-        print(json.dumps({"decode": cfg.decode.mode, **result.to_dict()}, ensure_ascii=False))
+        print(json.dumps({"decode": cfg.decode.kind, **result.to_dict()}, ensure_ascii=False))
     else:
         stats = result.stats
         print(file=sys.stdout, flush=True)
         print(
-            f"[{cfg.decode.mode}] {stats.num_tokens} tokens in {stats.num_steps} steps "
+            f"[{cfg.decode.kind}] {stats.num_tokens} tokens in {stats.num_steps} steps "
             f"(theoretical speedup {stats.theoretical_speedup:.2f}x), {stats.wall_s:.2f} s, "
             f"{stats.num_threads} chunk threads, finish: {stats.finish_reason}"
             + (f", malformed: {stats.malformed}" if stats.malformed else ""),

@@ -41,22 +41,22 @@ def build_app(cfg: DictConfig):
     from pasta.serving.engine import MODES, Engine
     from pasta.serving.scheduler import AdmissionLimits
 
-    if cfg.decode.mode not in MODES:
-        raise PastaError(f"decode={cfg.decode.mode} cannot be served; use one of {', '.join(MODES)}")
+    if cfg.decode.kind not in MODES:
+        raise PastaError(f"decode={cfg.decode.kind} cannot be served; use one of {', '.join(MODES)}")
     limits = cfg.limits
     if int(limits.max_tokens) < 1 or int(limits.max_n) < 1:
         raise PastaError("limits.max_tokens and limits.max_n must be >= 1")
     admission = AdmissionLimits(max_running_requests=int(limits.max_running_requests),
                                 max_tokens_in_flight=int(limits.max_tokens_in_flight),
                                 max_queued_requests=int(limits.max_queued_requests))
-    config = schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))  # each request's defaults; its seed is the request's own
+    config = schema_from(cfg.decode, DecodeConfig, "decode")  # each request's defaults; its seed is the request's own
     model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
     policy = None
-    if cfg.decode.mode == "async":
+    if cfg.decode.kind == "async":
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
         policy = ReservationPolicy.from_config(cfg.lang.reservation)
     context_length = limits.context_length or getattr(model.config, "max_position_embeddings", None) or 2048
-    engine = Engine(model, tokenizer, mode=cfg.decode.mode, policy=policy, limits=admission,
+    engine = Engine(model, tokenizer, mode=cfg.decode.kind, policy=policy, limits=admission,
                     cpu_multirow_linears=config.cpu_multirow_linears)
     settings = ServeSettings(model_name=served_model_name(cfg), decode=config,
                              max_tokens_limit=int(limits.max_tokens), max_n=int(limits.max_n),
@@ -84,7 +84,7 @@ def serve(cfg: DictConfig) -> None:
     app = build_app(cfg)
     logging.getLogger("pasta").setLevel(logging.INFO)
     host, port = sock.getsockname()[:2]
-    print(f"serving {served_model_name(cfg)!r} ({cfg.decode.mode} decoding) on http://{host}:{port}/v1",
+    print(f"serving {served_model_name(cfg)!r} ({cfg.decode.kind} decoding) on http://{host}:{port}/v1",
           flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level=str(cfg.log_level))).run(sockets=[sock])
 

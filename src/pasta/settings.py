@@ -49,9 +49,9 @@ def _runtime(cfg: DictConfig) -> None:
 def _decode(cfg: DictConfig, modes: tuple[str, ...]) -> None:
     from pasta.decoding import DecodeConfig
 
-    _choice("decode.mode", cfg.decode.get("mode"), modes)
+    _choice("decode.kind", cfg.decode.get("kind"), modes)
     try:
-        schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))
+        schema_from(cfg.decode, DecodeConfig, "decode")
     except PastaError as exc:
         message = str(exc)
         raise PastaError(message if message.startswith("decode") else f"decode.{message}") from None

@@ -21,17 +21,17 @@ from pasta.errors import PastaError
 
 
 def train(cfg: DictConfig) -> Path:
-    """Run the stage `cfg.stage.name` names; returns its final model folder."""
-    name = cfg.stage.get("name")
-    if name == "sft":
+    """Run the stage `cfg.stage.kind` names; returns its final model folder."""
+    kind = cfg.stage.get("kind")
+    if kind == "sft":
         from pasta.training.sft import run_sft
 
         return run_sft(cfg)
-    if name == "pref":
+    if kind == "pref":
         from pasta.training.pref import run_pref
 
         return run_pref(cfg)
-    raise PastaError(f"unknown stage {name!r}: use stage=sft or stage=pref")
+    raise PastaError(f"unknown stage {kind!r}: use stage=sft or stage=pref")
 
 
 main = run_entry(train, "train")

@@ -1,9 +1,9 @@
 """The typed view of a `decode:` config (conf/decode/*.yaml): sampling knobs and the decoder's limits.
 
-Callers turn the composed `cfg.decode` node into a DecodeConfig with
-`schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))` (pasta.config, which the decoder may not
-import): unknown keys and impossible values are a PastaError, so a typo in a decode file fails loudly. `mode` picks
-the decoder, which is the caller's choice, not a decoder setting.
+Callers turn the composed `cfg.decode` node into a DecodeConfig with `schema_from(cfg.decode, DecodeConfig, "decode")`
+(pasta.config, which the decoder may not import): unknown keys and impossible values are a PastaError, so a typo in
+a decode file fails loudly. The node's `kind` picks the decoder, which is the caller's choice, not a decoder setting
+(schema_from leaves it out).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def device_description(device: str) -> str:
 
 
 def decode_mode(cfg: DictConfig) -> str:
-    mode = str(cfg.decode.mode)
+    mode = str(cfg.decode.kind)
     if mode not in DECODE_MODES:
         raise PastaError(f"decode={mode} is not one of {', '.join(DECODE_MODES)}")
     return mode
@@ -87,7 +87,7 @@ class Decoder:
 
     def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer):
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
-        self.config = schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",))
+        self.config = schema_from(cfg.decode, DecodeConfig, "decode")
         if mode == "async":
             from pasta.lang import add_tag_tokens
 
@@ -123,7 +123,7 @@ def _run_meta(
         "decode": mode,
         "timing": ecfg.timing,
         "batch_size": 1 if ecfg.timing == "wall" else ecfg.batch_size,
-        "decoding": _as_json(dataclasses.asdict(schema_from(cfg.decode, DecodeConfig, "decode", ignore=("mode",)))),
+        "decoding": _as_json(dataclasses.asdict(schema_from(cfg.decode, DecodeConfig, "decode"))),
         "reservation": (
             _as_json(dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation)))
             if mode == "async" else None

@@ -35,30 +35,30 @@ TEACHERS = ("structural", "hf", "openai")
 
 
 def teacher_config(teacher_cfg: DictConfig | dict[str, Any]) -> Any:
-    """The typed config of the teacher a `teacher:` node names (its `name` key); a bad key is a PastaError."""
-    name = teacher_cfg.get("name")
-    if name == "structural":
+    """The typed config of the teacher a `teacher:` node names (its `kind` key); a bad key is a PastaError."""
+    kind = teacher_cfg.get("kind")
+    if kind == "structural":
         return schema_from(teacher_cfg, StructuralConfig, "teacher")
-    if name == "hf":
+    if kind == "hf":
         from pasta.teachers.hf import HFTeacherConfig
 
         return schema_from(teacher_cfg, HFTeacherConfig, "teacher")
-    if name == "openai":
+    if kind == "openai":
         from pasta.endpoints import check_endpoint_settings
         from pasta.teachers.openai_teacher import OpenAITeacherConfig
 
         config = schema_from(teacher_cfg, OpenAITeacherConfig, "teacher")
         check_endpoint_settings("teacher", config)
         return config
-    raise PastaError(f"teacher.name: {name!r} is not one of {', '.join(TEACHERS)}")
+    raise PastaError(f"teacher.kind: {kind!r} is not one of {', '.join(TEACHERS)}")
 
 
 def build_teacher(teacher_cfg: DictConfig | dict[str, Any], device: str = "auto") -> Teacher:
-    """The teacher a `teacher:` config names (its `name` key); `device` is for the hf teacher."""
+    """The teacher a `teacher:` config names (its `kind` key); `device` is for the hf teacher."""
     config = teacher_config(teacher_cfg)
-    if config.name == "structural":
+    if config.kind == "structural":
         return StructuralTeacher(config)
-    if config.name == "hf":
+    if config.kind == "hf":
         from pasta.teachers.hf import HFTeacher
 
         return HFTeacher(config, device=device)

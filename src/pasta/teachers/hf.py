@@ -38,7 +38,7 @@ class HFTeacherConfig:
     model: dict[str, Any] = field(
         metadata={"help": "a model config (conf/model/*.yaml): the teacher's weights"}
     )
-    name: str = field(default="hf", metadata={"help": "teacher type: structural | hf | openai"})
+    kind: str = field(default="hf", metadata={"help": "teacher type: structural | hf | openai"})
     prompt: str = field(
         default="teacher_v1", metadata={"help": "prompt name in conf/prompts/ or a file path"}
     )

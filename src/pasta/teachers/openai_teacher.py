@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 class OpenAITeacherConfig:
     """Settings of the API teacher (conf/teacher/openai.yaml)."""
 
-    name: str = field(default="openai", metadata={"help": "teacher type: structural | hf | openai"})
+    kind: str = field(default="openai", metadata={"help": "teacher type: structural | hf | openai"})
     base_url: str = field(
         default="https://api.openai.com/v1", metadata={"help": "OpenAI-compatible API root"}
     )

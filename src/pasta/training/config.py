@@ -1,11 +1,17 @@
 """Typed views of the `stage:` configs (conf/stage/sft.yaml, conf/stage/pref.yaml).
 
-`settings_from_cfg(cfg.stage)` checks the composed node against SFTSettings or PrefSettings (by `stage.name`), so a
+`settings_from_cfg(cfg.stage)` checks the composed node against SFTSettings or PrefSettings (by `stage.kind`), so a
 misspelt key or a wrong type stops with one line instead of being ignored.
+
+A training setting that TRL's config (SFTConfig for sft, DPOConfig for pref) also has carries TRL's own name and
+passes straight through to it, as trl/scripts pass their dataclasses (but for max_length, which pasta's collators
+apply); the other settings are pasta's own (finetune, lora, too_long, mixed_precision, the preference rounds'
+sampling and scoring, ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,14 +57,18 @@ class OptimSettings:
         default=True,
         metadata={"help": "final folder holds the merged model; false = adapter + a saved base (both load)"},
     )
-    epochs: float = field(default=1.0, metadata={"help": "passes over the training examples"})
-    max_steps: int = field(default=-1, metadata={"help": "stop after this many optimizer steps; -1 = epochs"})
-    batch_size: int = field(default=8, metadata={"help": "examples per device per micro-batch"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "passes over the training examples"})
+    max_steps: int = field(
+        default=-1, metadata={"help": "stop after this many optimizer steps; -1 = num_train_epochs"}
+    )
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "examples per device per micro-batch"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
     learning_rate: float = field(default=2e-4, metadata={"help": "peak learning rate"})
-    lr_scheduler: str = field(
+    lr_scheduler_type: str = field(
         default="linear", metadata={"help": "transformers scheduler name (linear decays to 0)"}
     )
+    # Not TRL's name: transformers 5 dropped warmup_ratio for a warmup_steps that reads a value below 1 as this
+    # fraction; pasta keeps the fraction (and its [0, 1) check) under the name that says what it is.
     warmup_ratio: float = field(default=0.0, metadata={"help": "fraction of steps with linear warm-up"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
@@ -82,35 +92,35 @@ class OptimSettings:
         default="none", metadata={"help": "transformers report_to: none, tensorboard, wandb"}
     )
 
+    def trl_config(self) -> type:
+        """TRL's config class of this stage's trainer (SFTConfig, DPOConfig)."""
+        raise NotImplementedError(f"{type(self).__name__} names no TRL config")
+
+    def trl_fields(self) -> dict[str, Any]:
+        """The settings whose names TRL's config also has, by name."""
+        trl_names = {f.name for f in dataclasses.fields(self.trl_config())}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in trl_names}
+
     def trainer_kwargs(self, checkpoint_dir: Path, cfg: DictConfig) -> dict[str, Any]:
-        """Keyword arguments of TRL's SFTConfig/DPOConfig. CPU-safe: TRL itself defaults to bf16 and gradient
-        checkpointing, which a CPU cannot use or does not need."""
+        """Keyword arguments of TRL's config: `trl_fields()` plus what pasta decides itself. CPU-safe: TRL itself
+        defaults to bf16 and gradient checkpointing, which a CPU cannot use or does not need."""
         from pasta.config import resolve_device
 
         device = resolve_device(cfg.get("device", "auto"))
-        return dict(
-            output_dir=str(checkpoint_dir),
-            num_train_epochs=self.epochs,
-            max_steps=self.max_steps,
-            per_device_train_batch_size=self.batch_size,
-            gradient_accumulation_steps=self.grad_accum,
-            learning_rate=self.learning_rate,
-            lr_scheduler_type=self.lr_scheduler,
-            warmup_steps=self.warmup_ratio,  # transformers reads a value below 1 as a fraction of the steps
-            weight_decay=self.weight_decay,
-            max_grad_norm=self.max_grad_norm,
-            gradient_checkpointing=self.gradient_checkpointing,
+        return {
+            **self.trl_fields(),
+            "output_dir": str(checkpoint_dir),
+            # The collators build each layout's first max_length rows (what is cut was counted); TRL cutting the
+            # token ids as well would break the layouts.
+            "max_length": None,
+            "warmup_steps": self.warmup_ratio,  # transformers reads a value below 1 as a fraction of the steps
             **mixed_precision_flags(self.mixed_precision, device),
-            use_cpu=device == "cpu",
-            save_strategy="steps",
-            save_steps=self.save_steps,
-            save_total_limit=self.save_total_limit,
-            logging_steps=self.logging_steps,
-            report_to=self.report_to,
-            seed=int(cfg.get("seed") or 0),
-            remove_unused_columns=False,  # the collators need every column of our examples
-            dataloader_num_workers=0,
-        )
+            "use_cpu": device == "cpu",
+            "save_strategy": "steps",
+            "seed": int(cfg.get("seed") or 0),
+            "remove_unused_columns": False,  # the collators need every column of our examples
+            "dataloader_num_workers": 0,
+        }
 
     def validate(self, where: str) -> None:
         if not 0.0 <= self.warmup_ratio < 1.0:
@@ -123,23 +133,31 @@ class OptimSettings:
             raise PastaError(
                 f"{where}.mixed_precision={self.mixed_precision} is not one of auto, no, bf16, fp16"
             )
-        if self.batch_size < 1 or self.grad_accum < 1 or self.max_length < 2:
-            raise PastaError(f"{where}.batch_size and {where}.grad_accum must be >= 1, {where}.max_length >= 2")
+        if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1 or self.max_length < 2:
+            raise PastaError(
+                f"{where}.per_device_train_batch_size and {where}.gradient_accumulation_steps must be >= 1, "
+                f"{where}.max_length >= 2"
+            )
 
 
 @dataclass
 class SFTSettings(OptimSettings):
     """Stage 1: supervised finetuning on annotated responses in the PASTA-LANG training layout."""
 
-    name: str = field(default="sft", metadata={"help": "the stage: sft"})
+    kind: str = field(default="sft", metadata={"help": "the stage: sft"})
     # 2 x 4 rather than 8 x 1: the same optimizer steps (transformers normalises the loss over the accumulated
     # tokens), but eight 1024-row layouts at once need over 19 GiB on CPU; two peak at 7.4 GiB (the 5K study).
-    batch_size: int = field(default=2, metadata={"help": "examples per device per micro-batch"})
-    grad_accum: int = field(default=4, metadata={"help": "micro-batches per optimizer step"})
+    per_device_train_batch_size: int = field(default=2, metadata={"help": "examples per device per micro-batch"})
+    gradient_accumulation_steps: int = field(default=4, metadata={"help": "micro-batches per optimizer step"})
     group_by_length: bool = field(
         default=True,
         metadata={"help": "batch examples of similar length (little padding, so whole examples stay affordable)"},
     )
+
+    def trl_config(self) -> type:
+        from trl import SFTConfig
+
+        return SFTConfig
 
     def trainer_kwargs(self, checkpoint_dir: Path, cfg: DictConfig) -> dict[str, Any]:
         kwargs = super().trainer_kwargs(checkpoint_dir, cfg)
@@ -153,10 +171,10 @@ class SFTSettings(OptimSettings):
 class PrefSettings(OptimSettings):
     """Stage 2: rounds of sampling, scoring, best-vs-worst pairing and BoNBoN training."""
 
-    name: str = field(default="pref", metadata={"help": "the stage: pref"})
+    kind: str = field(default="pref", metadata={"help": "the stage: pref"})
     # A round starts from a trained policy and reweights its own samples: smaller batches and a quarter of SFT's
     # learning rate (conf/stage/pref.yaml's values; tests/test_config.py checks the two agree).
-    batch_size: int = field(default=4, metadata={"help": "pairs per device per micro-batch"})
+    per_device_train_batch_size: int = field(default=4, metadata={"help": "pairs per device per micro-batch"})
     learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate"})
     logging_steps: int = field(default=5, metadata={"help": "log loss and margins every this many steps"})
     rounds: int = field(
@@ -207,6 +225,11 @@ class PrefSettings(OptimSettings):
     heldout_limit: int = field(default=32, metadata={"help": "held-out prompts (a seeded shuffle of the file)"})
     heldout_seed: int = field(default=0, metadata={"help": "seed of the held-out prompts' shuffle"})
 
+    def trl_config(self) -> type:
+        from trl import DPOConfig
+
+        return DPOConfig
+
     def validate(self, where: str) -> None:
         super().validate(where)
         if self.rounds < 1 or self.num_samples < 2:
@@ -228,10 +251,10 @@ class PrefSettings(OptimSettings):
 
 
 def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:
-    """The typed settings of the composed `cfg.stage` node (its `name` picks sft or pref); an unknown key is an
+    """The typed settings of the composed `cfg.stage` node (its `kind` picks sft or pref); an unknown key is an
     error."""
     schemas = {"sft": SFTSettings, "pref": PrefSettings}
-    name = stage_cfg.get("name")
-    if name not in schemas:
-        raise PastaError(f"unknown stage {name!r}: use stage=sft or stage=pref")
-    return schema_from(stage_cfg, schemas[name], "stage")
+    kind = stage_cfg.get("kind")
+    if kind not in schemas:
+        raise PastaError(f"unknown stage {kind!r}: use stage=sft or stage=pref")
+    return schema_from(stage_cfg, schemas[kind], "stage")

@@ -125,15 +125,14 @@ def train_round(
 
 
 def bonbon_args(settings: PrefSettings, cfg: DictConfig, checkpoint_dir: Path):
-    """TRL's DPOConfig for BoNBoN: its "sft" and "ipo" losses weighted alpha and 1 - alpha."""
+    """TRL's DPOConfig for BoNBoN: its "sft" and "ipo" losses weighted alpha and 1 - alpha (IPO's beta is one of
+    the settings that pass through by name)."""
     from trl import DPOConfig
 
     return DPOConfig(
         **settings.trainer_kwargs(checkpoint_dir, cfg),
         loss_type=["sft", "ipo"],
         loss_weights=[settings.alpha, 1.0 - settings.alpha],
-        beta=settings.beta,
-        max_length=None,
         precompute_ref_log_probs=False,
     )
 

@@ -165,7 +165,6 @@ def sft_trainer(
         **settings.trainer_kwargs(run.checkpoint_dir, cfg),
         dataset_kwargs={"skip_prepare_dataset": True},
         packing=False,
-        max_length=None,
     )
     collator = LayoutCollator(
         tag_ids=tag_ids,

@@ -23,7 +23,7 @@ _DEFAULT_SEQUENTIAL_PATTERNS = [
 class StructuralConfig:
     """Settings of the rule-based teacher (conf/teacher/structural.yaml)."""
 
-    name: str = field(default="structural", metadata={"help": "teacher type: structural | hf | openai"})
+    kind: str = field(default="structural", metadata={"help": "teacher type: structural | hf | openai"})
     min_words: int = field(default=40, metadata={"help": "responses with fewer words get no tags"})
     min_items: int = field(default=2, metadata={"help": "fewest chunks in a group"})
     min_item_words: int = field(
