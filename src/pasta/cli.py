@@ -8,13 +8,14 @@ A stage module is a plain function plus one line (pyproject.toml's console scrip
         cli()
 
 The returned function runs `@hydra.main` with the absolute `conf_dir()`, so `--help`, `--cfg job` and overrides
-work from any directory. Before Hydra starts (and creates the run directory) it composes the config once and checks
-every setting (pasta.settings), so Hydra's own errors (an unknown group option such as `model=bogus`, a bad
-override) and a bad value give one `error: <key>: <why>` line and exit code 2, with nothing written. Free-text keys
-(`literal_keys`, e.g. generate's `prompt`) are taken literally: `prompt=What does ${x} mean, then?` is quoted and
-escaped for Hydra here, so neither `${...}` nor a comma is interpreted. Before the task it applies `seed` and
-`num_threads` (pasta.config.setup_runtime) and puts `pasta.errors.redact` on every log handler. A user's mistake
-(PastaError, a missing file, Ctrl-C) is printed as `error: <one line>` on stderr, redacted, with exit code 2, no
+work from any directory; the config schemas are put in Hydra's ConfigStore first (pasta.schemas). Before Hydra
+starts (and creates the run directory) it composes the config once and checks every setting (pasta.settings), so
+Hydra's own errors (an unknown group option such as `model=bogus`, a bad override) and a bad value give one
+`error: <key>: <why>` line and exit code 2, with nothing written. Free-text keys (`literal_keys`, e.g. generate's
+`prompt`) are taken literally: `prompt=What does ${x} mean, then?` is quoted and escaped for Hydra here, so
+neither `${...}` nor a comma is interpreted. Before the task it applies `seed` and `num_threads`
+(pasta.config.setup_runtime) and puts `pasta.errors.redact` on every log handler. A user's mistake (PastaError, a
+missing file, Ctrl-C) is printed as `error: <one line>` on stderr, redacted, with exit code 2, no
 traceback. Run directories come from conf/hydra/default.yaml only.
 """
 
@@ -31,6 +32,7 @@ from omegaconf import DictConfig
 
 from pasta.config import compose, conf_dir, setup_runtime
 from pasta.errors import PastaError, install_log_redaction, one_line, register_env_secrets
+from pasta.schemas import register_schemas
 
 EXIT_USER_ERROR = 2
 
@@ -125,6 +127,7 @@ def run_entry(
         except (PastaError, KeyboardInterrupt) as exc:
             fail(exc)
         try:
+            register_schemas()
             hydra.main(version_base=None, config_path=str(conf_dir()), config_name=config_name)(task)()
         except (PastaError, KeyboardInterrupt) as exc:  # raised while Hydra sets up, e.g. conf_dir() missing
             fail(exc)

@@ -9,7 +9,8 @@ Resolvers registered on import:
   ${pasta_user_cache:}  $XDG_CACHE_HOME/pasta, else ~/.cache/pasta
 
 Tests and plain-function callers compose a config with `compose("train", ["stage=sft"])`; every layer turns a
-composed node into its typed settings with `schema_from(cfg.stage, SFTSettings, "stage")`.
+composed node into its typed settings with `schema_from(cfg.stage, SFTSettings, "stage")`. The groups' defaults
+come from those same dataclasses, stored in Hydra's ConfigStore (pasta.schemas) before anything is composed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 from pasta.errors import PastaError
+from pasta.schemas import register_schemas
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # A primary config that every layout has; used to tell a real config folder from a stray `conf/`.
@@ -86,6 +88,7 @@ def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from omegaconf.errors import OmegaConfBaseException
 
+    register_schemas()
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
     try:
