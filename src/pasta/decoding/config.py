@@ -17,12 +17,15 @@ from pasta.errors import PastaError
 class SamplingConfig:
     """How the next token is chosen from the logits."""
 
-    temperature: float = field(default=0.0, metadata={"help": "0 = greedy (argmax); > 0 divides the logits"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: keep the smallest set with mass >= top_p"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy (argmax); > 0 divides the logits before sampling"})
+    top_p: float = field(
+        default=1.0, metadata={"help": "nucleus sampling: keep the smallest set with mass >= top_p; 1.0 = off"}
+    )
     top_k: int = field(default=0, metadata={"help": "keep the k most likely tokens; 0 = all"})
     seed: int | None = field(
         default=None,
-        metadata={"help": "request i of a batch samples with seed + i; null = drawn from torch's global RNG"},
+        metadata={"help": "request i of a batch samples with seed + i; null = the run's top-level `seed` (pasta.generate), "
+                          "else drawn from torch's global RNG"},
     )
 
     def __post_init__(self) -> None:
@@ -43,10 +46,14 @@ class DecodeConfig:
     """Limits and sampling of one decode call; the async-only fields are ignored by the sequential decoder."""
 
     max_new_tokens: int = field(
-        default=256, metadata={"help": "tokens the main thread (the whole answer, when sequential) may sample"}
+        default=256,
+        metadata={"help": "tokens the main thread may sample (the whole answer when sequential; tags included when "
+                          "async)"},
     )
     stop_strings: tuple[str, ...] = field(
-        default=(), metadata={"help": "main-thread text that ends the answer; the text stops before it"}
+        default=(),
+        metadata={"help": "main-thread text that ends the answer: the text stops before it, the ids keep the token "
+                          "that completed it"},
     )
     sampling: SamplingConfig = field(default_factory=SamplingConfig, metadata={"help": "token choice"})
     max_threads: int = field(
@@ -54,21 +61,29 @@ class DecodeConfig:
         metadata={"help": "async: chunk threads running at once per request; later promises wait in a queue"},
     )
     max_chunk_tokens: int = field(
-        default=256, metadata={"help": "async: tokens one chunk may sample before it is force-closed"}
+        default=256,
+        metadata={"help": "async: tokens one chunk may sample before it is force-closed (counted in "
+                          "stats.malformed.chunk_cap)"},
     )
     max_total_tokens: int | None = field(
-        default=None, metadata={"help": "async: tokens all threads of a request may sample; null = no extra cap"}
+        default=None,
+        metadata={"help": "async: tokens all threads of a request may sample together; null = only the two caps above"},
     )
     constrain: bool = field(
         default=True,
         metadata={"help": "async: the sampler never picks a token that would make a thread's PASTA-LANG malformed "
-                          "(pasta/decoding/grammar.py; replaced choices counted in stats.masked); false = the "
-                          "model's own choices, malformed ones decoded as text and counted in stats.malformed"},
+                          "(a tag the decoder supplies, eos or a stray tag inside a promise, a duplicate topic, a "
+                          "count that is not digits, ...; pasta/decoding/grammar.py; replaced choices counted in "
+                          "stats.masked by the malformed event they avoided); false = the model's own choices, "
+                          "malformed ones decoded as text and counted in stats.malformed, for measuring what the "
+                          "model writes on its own"},
     )
     cpu_multirow_linears: bool = field(
         default=True,
-        metadata={"help": "CPU: decode steps of up to 8 rows run linear layers as W @ x^T, over every thread "
-                          "(pasta/decoding/linears.py); false = transformers' own F.linear"},
+        metadata={"help": "CPU, 2+ torch threads: decode steps of up to 8 rows run linear layers as W @ x^T, which "
+                          "MKL spreads over every thread (x @ W^T runs one row at a time on one thread; "
+                          "pasta/decoding/linears.py); the prefill and larger steps, or false: transformers' own "
+                          "F.linear"},
     )
 
     def __post_init__(self) -> None:

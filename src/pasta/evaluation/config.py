@@ -17,13 +17,18 @@ TIMINGS = ("wall", "throughput")
 
 @dataclass
 class SotConfig:
-    """Skeleton-of-Thought prompting (decode=sot): an outline request, then one request per point, batched."""
+    """Skeleton-of-Thought prompting (decode=sot): an outline request, then one request per point, batched.
+
+    The prompts (conf/eval/default.yaml) are Ning et al. 2023's (arXiv 2307.15337), adapted to chat models; the
+    requests sample as the `decode` node says.
+    """
 
     outline_prompt: str = field(
         metadata={"help": "outline request; {instruction} is the user's request; the reply is a numbered list"}
     )
     point_prompt: str = field(
-        metadata={"help": "one point's expansion; fields {instruction}, {outline}, {index}, {point}"}
+        metadata={"help": "one point's expansion; fields {instruction}, {outline} (the numbered skeleton), {index} "
+                          "and {point} (the point to expand)"}
     )
     max_points: int = field(default=6, metadata={"help": "most outline points expanded; extra points are dropped"})
     outline_max_new_tokens: int = field(default=160, metadata={"help": "token limit of the outline request"})
@@ -32,7 +37,7 @@ class SotConfig:
 
 @dataclass
 class EvalConfig:
-    """What `python -m pasta.eval` does, and how (see conf/eval/default.yaml for the same text)."""
+    """What `python -m pasta.eval` does, and how (the `eval:` node, conf/eval/default.yaml)."""
 
     mode: str = field(
         default="auto",
@@ -47,16 +52,22 @@ class EvalConfig:
     )
     subset: int | None = field(
         default=None,
-        metadata={"help": "a seeded sample of N of eval_data's prompts, the same for every model; null = all"},
+        metadata={"help": "a seeded sample of N of eval_data's prompts (kept in data-set order), the same whatever "
+                          "the model or decode mode; a larger N with the same seed holds the smaller sample. "
+                          "Recorded in run.json: a run is not resumed, nor scored, with another subset. null = all"},
     )
     subset_seed: int = field(default=0, metadata={"help": "seed of eval.subset"})
     timing: str = field(
         default="wall",
         metadata={"help": "wall: one request at a time after a warm-up (per-prompt latency, the paper's setting) "
-                          "| throughput: batches of batch_size"},
+                          "| throughput: batches of batch_size (faster for quality-only runs; no per-prompt "
+                          "speedups)"},
     )
     batch_size: int = field(default=8, metadata={"help": "prompts per batch in timing=throughput"})
-    warmup_prompts: int = field(default=1, metadata={"help": "prompts decoded (and discarded) before timing"})
+    warmup_prompts: int = field(
+        default=1,
+        metadata={"help": "prompts decoded (and discarded) before timing: allocations, kernel selection, torch.compile"},
+    )
     outputs: str | None = field(
         default=None, metadata={"help": "score this AlpacaEval outputs file; null = output_dir/model_outputs.json"}
     )
@@ -66,20 +77,28 @@ class EvalConfig:
                           "own outputs (GPT-4 Turbo for AlpacaEval)"},
     )
     sequential: str | None = field(
-        default=None, metadata={"help": "a sequential run dir (Baseline-SFT) for wall-clock speedups; null = none"}
+        default=None,
+        metadata={"help": "a sequential run dir (Baseline-SFT, decode=sequential, timing=wall) to measure wall-clock "
+                          "speedups against; null = none"},
     )
     annotators_config: str | None = field(
         default=None,
-        metadata={"help": "alpaca_eval annotator config (name or path, e.g. weighted_alpaca_eval_gpt4_turbo); "
-                          "null = the pasta judge of the judge/ group"},
+        metadata={"help": "alpaca_eval annotator config, a name or a path (weighted_alpaca_eval_gpt4_turbo for real "
+                          "runs: needs OPENAI_API_KEY or an OpenAI-compatible endpoint returning logprobs); null = "
+                          "the pasta judge of the judge/ group"},
     )
     annotations: str | None = field(
         default=None, metadata={"help": "re-score these alpaca_eval annotations.json; calls no judge"}
     )
     length_controlled: str = field(
-        default="auto", metadata={"help": "LC win rate: auto | official | offline | off (pasta.evaluation.quality)"}
+        default="auto",
+        metadata={"help": "length-controlled win rate: auto (official when df_gamed.csv can be downloaded, else "
+                          "none) | official | offline (an estimate NOT comparable with the leaderboard) | off "
+                          "(pasta.evaluation.quality)"},
     )
-    judge_chunk_size: int = field(default=16, metadata={"help": "pairs judged between two saves (resume unit)"})
+    judge_chunk_size: int = field(
+        default=16, metadata={"help": "pairs judged between two saves of the verdicts (what a failed judge loses at most)"}
+    )
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig, metadata={"help": "confidence intervals"})
     sot: SotConfig = field(
         default_factory=lambda: SotConfig(outline_prompt="???", point_prompt="???"),

@@ -18,6 +18,8 @@ from pasta.judges.base import JudgeItem
 
 @dataclass
 class EmbeddingJudgeConfig:
+    """Settings of judge=embedding (pointwise `score` only; scores are named "embedding:all-MiniLM-L6-v2")."""
+
     kind: str = field(default="embedding", metadata={"help": "judge type: embedding | openai | hf"})
     model: str | None = field(
         default=None,
@@ -31,7 +33,8 @@ class EmbeddingJudgeConfig:
     batch_size: int = field(default=32, metadata={"help": "texts embedded per forward pass"})
     max_seq_length: int = field(
         default=256,
-        metadata={"help": "word pieces per text; longer texts are truncated (the model's own default)"},
+        metadata={"help": "word pieces per text; longer texts are truncated (256 is the model's own setting, 512 "
+                          "its maximum)"},
     )
 
 

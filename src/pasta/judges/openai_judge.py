@@ -29,6 +29,7 @@ from pasta.judges.base import JudgeItem, rating_to_unit
 from pasta.judges.prompts import (
     COMPARE_FIELDS,
     NO_REFERENCE,
+    PROMPT_HELP,
     SCORE_FIELDS,
     load_prompt,
     parse_choice,
@@ -39,9 +40,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class OpenAIJudgeConfig:
+    """Settings of judge=openai (scores are named "openai:<model>"). For a local vLLM server: judge=openai
+    judge.base_url=http://127.0.0.1:8000/v1 judge.model=Qwen/Qwen2.5-7B-Instruct judge.api_key_env=null. The
+    endpoint settings have the same names and error policy as the openai teacher's (pasta/endpoints.py)."""
+
     kind: str = field(default="openai", metadata={"help": "judge type: embedding | openai | hf"})
     base_url: str = field(
-        default="https://api.openai.com/v1", metadata={"help": "OpenAI-compatible API root"}
+        default="https://api.openai.com/v1", metadata={"help": "OpenAI-compatible API root, ending in /v1 for most servers"}
     )
     model: str = field(default="gpt-4o-mini", metadata={"help": "model name sent with every request"})
     api_key_env: str | None = field(
@@ -50,36 +55,50 @@ class OpenAIJudgeConfig:
     )
     concurrency: int = field(default=8, metadata={"help": "requests in flight at once (thread pool size)"})
     max_retries: int = field(
-        default=6, metadata={"help": "retries with backoff on 429, 5xx, timeouts, no connection"}
+        default=6,
+        metadata={"help": "retries with exponential backoff on 429, 5xx, timeouts, no connection (by the openai "
+                          "client, honouring retry-after); what still fails stops the run (saved verdicts are "
+                          "kept; a rerun resumes)"},
     )
-    timeout_s: float = field(default=60.0, metadata={"help": "seconds before one request attempt times out"})
+    # Shorter than the teacher's 120 s, whose answers rewrite whole responses.
+    timeout_s: float = field(
+        default=60.0, metadata={"help": "seconds before one request attempt times out (then retried)"}
+    )
     max_consecutive_errors: int = field(
-        default=3, metadata={"help": "stop after this many rejected requests (400/422) in a row"}
+        default=3,
+        metadata={"help": "a rejected request (400/422) gives no verdict for its item; this many in a row stop the run"},
     )
-    temperature: float = field(default=0.0, metadata={"help": "sampling temperature of the judge"})
+    temperature: float = field(
+        default=0.0, metadata={"help": "sampling temperature of the judge; 0 for repeatable verdicts"}
+    )
     max_tokens: int = field(
         default=16, metadata={"help": "reply length limit; the prompts ask for one number"}
     )
-    max_rating: int = field(default=10, metadata={"help": "score asks for a rating in 1..max_rating"})
-    parse_retries: int = field(default=1, metadata={"help": "extra asks when a reply does not parse"})
+    max_rating: int = field(
+        default=10,
+        metadata={"help": "score asks for a rating in 1..max_rating, mapped to [0, 1] as (rating - 1) / "
+                          "(max_rating - 1)"},
+    )
+    parse_retries: int = field(
+        default=1, metadata={"help": "extra asks when a reply does not parse; after them the item is None"}
+    )
     order: str = field(
         default="both",
         metadata={
-            "help": "compare: both (each pair in both orders, averaged) | random (one seeded random order)"
+            "help": "compare: both (each pair in both orders, averaged: cancels position bias, 2 requests per "
+            "item) | random (one seeded random order: cancels it on average, 1 request per item)"
         },
     )
     seed: int = field(default=0, metadata={"help": "seed of the random order"})
     use_logprobs: bool = field(
         default=True,
-        metadata={"help": "compare: request top logprobs; set false for servers that reject them"},
+        metadata={"help": "compare: request top logprobs and read P('1') against P('2') (as alpaca_eval's weighted "
+                          "judges do); set false for servers that reject them (the text choice then counts as "
+                          "certain)"},
     )
-    top_logprobs: int = field(default=5, metadata={"help": "how many top logprobs to request"})
-    score_prompt: str = field(
-        default="judge_score.md", metadata={"help": "template path or name in conf/prompts"}
-    )
-    compare_prompt: str = field(
-        default="judge_compare.md", metadata={"help": "template path or name in conf/prompts"}
-    )
+    top_logprobs: int = field(default=5, metadata={"help": "how many top logprobs to request per token"})
+    score_prompt: str = field(default="judge_score.md", metadata={"help": PROMPT_HELP})
+    compare_prompt: str = field(default="judge_compare.md", metadata={"help": PROMPT_HELP})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 

@@ -20,6 +20,8 @@ _PLACEHOLDER_RE = re.compile(r"\{\{(\w+)\}\}")
 SCORE_FIELDS = frozenset({"instruction", "candidate", "reference", "max_rating"})
 COMPARE_FIELDS = frozenset({"instruction", "answer_1", "answer_2"})
 NO_REFERENCE = "(no reference answer given)"
+# The help text of the judges' score_prompt and compare_prompt settings.
+PROMPT_HELP = 'template: a file path, or a name under conf/prompts/ (system text, a line "<!-- user -->", user text)'
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from pasta.teachers.prompt import TeacherPrompt
 
 @dataclass(frozen=True)
 class HFTeacherConfig:
-    """Settings of the local-model teacher (conf/teacher/hf.yaml)."""
+    """Settings of the local-model teacher (conf/teacher/hf.yaml); its model is a `model/` config at teacher.model."""
 
     model: dict[str, Any] = field(
         metadata={"help": "a model config (conf/model/*.yaml): the teacher's weights"}

@@ -34,7 +34,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class OpenAITeacherConfig:
-    """Settings of the API teacher (conf/teacher/openai.yaml)."""
+    """Settings of the API teacher (conf/teacher/openai.yaml). The key is read from the environment variable
+    `api_key_env` names and never logged or written. Endpoints:
+
+        OpenAI:   base_url=https://api.openai.com/v1  model=gpt-4o-mini  api_key_env=OPENAI_API_KEY
+        Gemini:   base_url=https://generativelanguage.googleapis.com/v1beta/openai/  model=gemini-1.5-flash
+                  api_key_env=GEMINI_API_KEY
+        vLLM / SGLang / llama.cpp server / Ollama: base_url=http://localhost:8000/v1 (Ollama: :11434/v1)
+                  api_key_env=null
+    """
 
     kind: str = field(default="openai", metadata={"help": "teacher type: structural | hf | openai"})
     base_url: str = field(

@@ -1,4 +1,4 @@
-"""Typed views of the `stage:` configs (conf/stage/sft.yaml, conf/stage/pref.yaml).
+"""Typed views of the `stage:` configs (conf/stage/sft.yaml, conf/stage/pref.yaml), and their defaults.
 
 `settings_from_cfg(cfg.stage)` checks the composed node against SFTSettings or PrefSettings (by `stage.kind`), so a
 misspelt key or a wrong type stops with one line instead of being ignored.
@@ -50,12 +50,15 @@ class OptimSettings:
     """The optimisation loop shared by both stages (transformers TrainingArguments underneath)."""
 
     finetune: str = field(
-        default="lora", metadata={"help": "lora (adapters + tag rows) or full (every weight)"}
+        default="lora",
+        metadata={"help": "lora (adapters on every linear layer + trainable tag-token rows) or full (every weight, "
+                          "the paper's setting)"},
     )
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "used when finetune=lora"})
     merge_lora: bool = field(
         default=True,
-        metadata={"help": "final folder holds the merged model; false = adapter + a saved base (both load)"},
+        metadata={"help": "LoRA only: final/ holds the merged model; false = final/ holds the adapter over "
+                          "<output_dir>/base (both load)"},
     )
     num_train_epochs: float = field(default=1.0, metadata={"help": "passes over the training examples"})
     max_steps: int = field(
@@ -73,7 +76,9 @@ class OptimSettings:
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
     max_length: int = field(
-        default=1024, metadata={"help": "longest training row count (prompt + all threads)"}
+        default=1024,
+        metadata={"help": "rows of one training layout (prompt + main thread + every chunk); longer ones are "
+                          "truncated or skipped (too_long), counted"},
     )
     too_long: str = field(
         default="truncate",
@@ -85,7 +90,9 @@ class OptimSettings:
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "recompute activations in the backward pass: less memory, about a third more compute"}
     )
-    save_steps: int = field(default=50, metadata={"help": "checkpoint every this many optimizer steps"})
+    save_steps: int = field(
+        default=50, metadata={"help": "checkpoint every this many optimizer steps, under <output_dir>/checkpoints"}
+    )
     save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept (the newest)"})
     logging_steps: int = field(default=10, metadata={"help": "log loss and metrics every this many steps"})
     report_to: str = field(
@@ -142,7 +149,11 @@ class OptimSettings:
 
 @dataclass
 class SFTSettings(OptimSettings):
-    """Stage 1: supervised finetuning on annotated responses in the PASTA-LANG training layout."""
+    """Stage 1: supervised finetuning on annotated responses in the PASTA-LANG training layout.
+
+    Input: data.path=<annotated JSONL from pasta.annotate>; data.strip_annotations=true trains Baseline-SFT on the
+    same records without tags. CPU-friendly defaults: LoRA, fp32.
+    """
 
     kind: str = field(default="sft", metadata={"help": "the stage: sft"})
     # 2 x 4 rather than 8 x 1: the same optimizer steps (transformers normalises the loss over the accumulated
@@ -151,7 +162,8 @@ class SFTSettings(OptimSettings):
     gradient_accumulation_steps: int = field(default=4, metadata={"help": "micro-batches per optimizer step"})
     group_by_length: bool = field(
         default=True,
-        metadata={"help": "batch examples of similar length (little padding, so whole examples stay affordable)"},
+        metadata={"help": "batch examples of similar length (transformers' LengthGroupedSampler): little padding, "
+                          "so whole examples stay affordable"},
     )
 
     def trl_config(self) -> type:
@@ -169,12 +181,20 @@ class SFTSettings(OptimSettings):
 
 @dataclass
 class PrefSettings(OptimSettings):
-    """Stage 2: rounds of sampling, scoring, best-vs-worst pairing and BoNBoN training."""
+    """Stage 2: rounds of sampling, scoring, best-vs-worst pairing and BoNBoN training.
+
+    Each round samples num_samples candidates per prompt with the asynchronous decoder, scores them by speed
+    (theoretical speedup) + quality_weight * quality (the judge group), pairs best vs worst per prompt and trains
+    on the pairs with BoNBoN (alpha * SFT(best) + (1 - alpha) * IPO) through TRL's DPOTrainer, the reference model
+    being the policy at the round's start; the next round starts from the result.
+    """
 
     kind: str = field(default="pref", metadata={"help": "the stage: pref"})
     # A round starts from a trained policy and reweights its own samples: smaller batches and a quarter of SFT's
-    # learning rate (conf/stage/pref.yaml's values; tests/test_config.py checks the two agree).
-    per_device_train_batch_size: int = field(default=4, metadata={"help": "pairs per device per micro-batch"})
+    # learning rate.
+    per_device_train_batch_size: int = field(
+        default=4, metadata={"help": "pairs per device per micro-batch (each pair is two layouts)"}
+    )
     learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate"})
     logging_steps: int = field(default=5, metadata={"help": "log loss and margins every this many steps"})
     rounds: int = field(
@@ -219,7 +239,8 @@ class PrefSettings(OptimSettings):
         default=None,
         metadata={
             "help": "prompts no round samples (.jsonl/.json with instruction and reference output), decoded "
-            "greedily by the starting policy and after each round; null = no held-out check"
+            "greedily by the starting policy and after each round (pasta/training/heldout.py; heldout.json per "
+            "round holds speedup, fork share and the judge's quality proxy); null = no held-out check"
         },
     )
     heldout_limit: int = field(default=32, metadata={"help": "held-out prompts (a seeded shuffle of the file)"})

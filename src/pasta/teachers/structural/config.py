@@ -21,7 +21,10 @@ _DEFAULT_SEQUENTIAL_PATTERNS = [
 
 @dataclass(frozen=True)
 class StructuralConfig:
-    """Settings of the rule-based teacher (conf/teacher/structural.yaml)."""
+    """Settings of the rule-based teacher (conf/teacher/structural.yaml), in the style of Skeleton-of-Thought / APAR
+    heuristics: list items, labelled or announced paragraphs, pros/cons sections and runs of points inside a
+    paragraph ("First, ... Second, ...", "Additionally, ...") become chunks; steps, code, stories and short answers
+    stay sequential. Needs no model and never changes a character."""
 
     kind: str = field(default="structural", metadata={"help": "teacher type: structural | hf | openai"})
     min_words: int = field(default=40, metadata={"help": "responses with fewer words get no tags"})
