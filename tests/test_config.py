@@ -1,5 +1,6 @@
-"""Config lookup and composition: every option of every config group composes with the primary that uses it,
-paths resolve, and an installed (non-editable) wheel finds its configs from any directory."""
+"""Config lookup and composition: every option of every config group composes with the primary that uses it into
+settings its stage accepts, keeps only what differs from its schema, paths resolve, and an installed
+(non-editable) wheel finds its configs from any directory."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pasta.config import checkout_root, compose, conf_dir, schema_from
 from pasta.data import DataConfig
 from pasta.errors import PastaError
 from pasta.models import ModelConfig
+from pasta.settings import GENERATE_DECODE_MODES, check_settings
 from pasta.training.config import SFTSettings, settings_from_cfg
 
 PRIMARIES = ("annotate", "train", "eval", "generate")
@@ -78,7 +80,7 @@ def test_primary_composes_with_the_shared_keys(primary):
 
 
 @pytest.mark.parametrize(("group", "option"), _group_options(), ids=lambda v: v)
-def test_every_group_option_composes_with_its_primaries(group, option):
+def test_every_group_option_composes_with_its_primaries_to_valid_settings(group, option):
     primaries = _primaries_for(group)
     assert primaries, f"config group {group}/ is used by no primary: list it in GROUP_PRIMARIES of {__file__}"
     for primary in sorted(primaries):
@@ -90,6 +92,11 @@ def test_every_group_option_composes_with_its_primaries(group, option):
         if group in ("data", "eval_data"):
             assert schema_from(cfg[group], DataConfig, group, only_known=True).name == option
         assert resolved["paths"]["root_dir"]
+        if group == "decode" and primary == "generate" and option not in GENERATE_DECODE_MODES:
+            with pytest.raises(PastaError, match=r"^decode\.kind: "):  # decode=sot is pasta.eval's only
+                check_settings(cfg, primary)
+        else:
+            check_settings(cfg, primary)  # every group through the typed view its stage reads it with
 
 
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml")))
@@ -168,38 +175,48 @@ def test_installed_wheel_finds_its_configs_from_another_directory(tmp_path):
     assert model_name == "tiny"
 
 
+# The groups whose options extend a schema of pasta.schemas (directly, or through another option of the group).
+SCHEMA_GROUPS = ("model", "data", "eval_data", "decode", "eval", "stage", "judge", "teacher")
+
+
+def _preset_and_base(group: str, option: str):
+    """(the option's own keys, what its defaults list gives it before them: its schema's defaults, then the options
+    of the same group it extends)."""
+    from pasta.schemas import schema_class, schema_defaults
+
+    preset = OmegaConf.to_container(OmegaConf.load(conf_dir() / group / f"{option}.yaml"))
+    base = OmegaConf.create()
+    for entry in preset.pop("defaults", []):
+        if isinstance(entry, str) and entry.startswith("/schema_"):
+            base = OmegaConf.merge(base, schema_defaults(schema_class(entry[1:].split("@")[0])))
+        elif isinstance(entry, str) and entry != "_self_":
+            parent_preset, parent_base = _preset_and_base(group, entry)
+            base = OmegaConf.merge(base, parent_base, parent_preset)
+    return preset, OmegaConf.to_container(base)
+
+
+def _repeated_defaults(preset, base, where: str = "") -> list[str]:
+    """Keys of `preset` set to exactly their value in `base` (True and 1 are not the same value here)."""
+    repeated = []
+    for key, value in preset.items():
+        default = base.get(key, "???")
+        if isinstance(value, dict) and isinstance(default, dict):
+            repeated += _repeated_defaults(value, default, f"{where}{key}.")
+        elif value == default and isinstance(value, bool) == isinstance(default, bool):
+            repeated.append(f"{where}{key}={value!r}")
+    return repeated
+
+
 @pytest.mark.parametrize(
-    ("primary", "override", "node", "schema"),
-    [
-        ("train", "stage=sft", "stage", "pasta.training.config:SFTSettings"),
-        ("train", "stage=pref", "stage", "pasta.training.config:PrefSettings"),
-        ("eval", None, "eval", "pasta.evaluation.config:EvalConfig"),
-    ],
+    ("group", "option"), [(g, o) for g, o in _group_options() if g in SCHEMA_GROUPS], ids=lambda v: v
 )
-def test_a_yaml_default_equals_its_schemas_default(primary, override, node, schema):
-    """The dataclass is what code and `settings_from_cfg` fall back on, the YAML what a run composes: a value that
-    differs between them is a default in two places (conf/stage/pref.yaml once said batch 4 where PrefSettings
-    said 8). A mandatory schema field (`???`) takes the YAML's value."""
-    import dataclasses
-    import importlib
-
-    module, name = schema.split(":")
-    cls = getattr(importlib.import_module(module), name)
-    yaml_values = OmegaConf.to_container(compose(primary, [override] if override else []).get(node), resolve=True)
-    defaults = OmegaConf.to_container(OmegaConf.structured(cls))
-
-    def agree(yaml_value, default):
-        if default == "???":
-            return True
-        if isinstance(default, dict):
-            return isinstance(yaml_value, dict) and yaml_value.keys() == default.keys() and all(
-                agree(yaml_value[k], default[k]) for k in default
-            )
-        return yaml_value == default
-
-    differing = {k: (yaml_values.get(k), defaults[k]) for k in defaults if not agree(yaml_values.get(k), defaults[k])}
-    assert not differing, f"conf/{node} (yaml, schema): {differing}"
-    assert yaml_values.keys() == defaults.keys() == {f.name for f in dataclasses.fields(cls)}
+def test_an_option_keeps_only_what_differs_from_its_schema(group, option):
+    """The dataclass is the one place a default lives (pasta.schemas): a YAML key set to the value its schema (or
+    the option it extends) already gives is a default in two places, which drift apart (conf/stage/pref.yaml once
+    said batch 4 where PrefSettings said 8)."""
+    preset, base = _preset_and_base(group, option)
+    assert base, f"conf/{group}/{option}.yaml names no schema in its defaults list (- /schema_<name>@_here_)"
+    assert not _repeated_defaults(preset, base), f"conf/{group}/{option}.yaml repeats defaults"
 
 
 def test_schema_from_names_an_unknown_key_a_missing_one_and_a_bad_value():
