@@ -21,6 +21,7 @@ COMMON = [
     "device=cpu",
     "stage.finetune=full",
     "stage.max_steps=2",
+    "stage.gradient_accumulation_steps=1",
     "stage.max_length=96",
     "stage.learning_rate=3e-3",
     "stage.logging_steps=1",
