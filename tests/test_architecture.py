@@ -19,11 +19,11 @@ def test_every_dependency_rule_of_the_package_is_kept():
 
 
 def test_an_import_inside_a_function_breaks_a_rule(tmp_path):
-    """The rules see lazy imports: serve.py imports the serving engine only inside `build_app`."""
+    """The rules see lazy imports: serving/server.py imports the serving engine only inside `build_app`."""
     config = tmp_path / "contracts.toml"
     config.write_text('[tool.importlinter]\nroot_package = "pasta"\n\n[[tool.importlinter.contracts]]\n'
-                      'name = "serve.py without the serving engine"\ntype = "forbidden"\n'
-                      'source_modules = ["pasta.serve"]\nforbidden_modules = ["pasta.serving.engine"]\n')
+                      'name = "server.py without the serving engine"\ntype = "forbidden"\n'
+                      'source_modules = ["pasta.serving.server"]\nforbidden_modules = ["pasta.serving.engine"]\n')
     done = lint_imports("--config", str(config))
     assert done.returncode != 0
-    assert "pasta.serve -> pasta.serving.engine" in done.stdout
+    assert "pasta.serving.server -> pasta.serving.engine" in done.stdout

@@ -1,13 +1,14 @@
 """Evaluation: decode the AlpacaEval prompts, score quality (alpaca_eval) and speed, and report.
 
 Modules, one job each:
+    dispatch    what `python -m pasta.eval` runs: the mode, the output folder, then the modules below
     config      the `eval:` config node (EvalConfig)
     run_files   the files of one evaluated run and their checked loading
     eval_set    the evaluated prompts (eval_data, a seeded eval.subset, eval.limit) and their AlpacaEval positions
     generation  decode the prompts of a run (async | sequential | sot), resumable
     sot         Skeleton-of-Thought prompting over the sequential decoder
     quality     win rate and length-controlled win rate through alpaca_eval
-    judge_annotator  a pasta judge as alpaca_eval's annotator, resumable
+    judge_annotator a pasta judge as alpaca_eval's annotator, resumable
     annotations the alpaca_eval annotations: valid preferences, a checked annotations.json
     speed       per-prompt wall-clock and theoretical speedups, bootstrap intervals
     structure   how the answers use PASTA-LANG: forks, promises, malformed output, chunk lengths, overruns
