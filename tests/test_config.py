@@ -18,7 +18,7 @@ from pasta.data import DataConfig
 from pasta.errors import PastaError
 from pasta.models import ModelConfig
 from pasta.settings import GENERATE_DECODE_MODES, check_settings
-from pasta.training.config import SFTSettings, settings_from_cfg
+from pasta.training.config import Finetune, SFTSettings, settings_from_cfg
 
 PRIMARIES = ("annotate", "train", "eval", "generate")
 # Groups whose primary is not found from the defaults lists (added with `+group=...`), or used beyond them.
@@ -253,3 +253,23 @@ def test_the_discriminator_kind_reaches_only_a_schema_with_that_field():
     # an unknown key names the config by its kind, as it names a model or data config by its name
     with pytest.raises(PastaError, match=r"^stage config 'sft' is invalid \(unknown key 'batch_size'\)"):
         schema_from(compose("train", ["stage=sft", "+stage.batch_size=2"]).stage, SFTSettings, "stage")
+
+
+@pytest.mark.parametrize(
+    ("config_name", "override", "message"),
+    [
+        ("train", "stage.finetune=qlora", "stage.finetune: 'qlora' is not one of lora, full"),
+        ("train", "stage.mixed_precision=fp8", "stage.mixed_precision: 'fp8' is not one of auto, no, bf16, fp16"),
+        ("eval", "eval.timing=fast", "eval.timing: 'fast' is not one of wall, throughput"),
+    ],
+)
+def test_a_closed_choice_outside_its_set_is_one_line_naming_the_choices(config_name, override, message):
+    with pytest.raises(PastaError) as caught:
+        check_settings(compose(config_name, [override]), config_name)
+    assert str(caught.value) == message
+
+
+def test_a_closed_choice_reads_as_its_enum_and_still_equals_and_prints_as_its_string():
+    settings = settings_from_cfg(compose("train", ["stage=sft", "stage.finetune=full"]).stage)
+    assert settings.finetune is Finetune.full
+    assert settings.finetune == "full" and f"{settings.finetune}" == "full" and str(settings.finetune) == "full"

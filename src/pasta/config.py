@@ -18,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -119,6 +121,22 @@ T = TypeVar("T")
 KIND = "kind"
 
 
+class Choice(str, Enum):
+    """A closed set of config values (OmegaConf checks them by name): equal to, and printed as, its string."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+def _choice_message(message: str) -> str:
+    """OmegaConf's "Invalid value 'x', expected one of [a, b]" in the words of every other check here."""
+    match = re.match(r"Invalid value '(.*)', expected one of \[(.*)\]", message)
+    return f"{match.group(1)!r} is not one of {match.group(2)}" if match else message
+
+
 def schema_from(node: Any, schema: type[T], where: str, *, only_known: bool = False) -> T:
     """`node` (a composed config node, a dict, or already a `schema`) as a checked instance of the dataclass `schema`.
 
@@ -145,7 +163,7 @@ def schema_from(node: Any, schema: type[T], where: str, *, only_known: bool = Fa
         ) from None
     except OmegaConfBaseException as exc:
         key = ".".join(k for k in (where, exc.full_key) if k)
-        raise PastaError(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}") from None
+        raise PastaError(f"{key + ': ' if key else ''}{_choice_message(str(exc).splitlines()[0])}") from None
     if hasattr(config, "validate"):
         config.validate(where)
     return config  # type: ignore[return-value]

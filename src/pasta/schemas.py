@@ -50,7 +50,7 @@ def schema_class(name: str) -> type:
 
 def schema_defaults(schema: type) -> dict:
     """The defaults of the dataclass `schema` as plain containers; a field with no default is `???` (mandatory)."""
-    return OmegaConf.to_container(OmegaConf.structured(schema))  # type: ignore[return-value]
+    return OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)  # type: ignore[return-value]
 
 
 @functools.cache

@@ -8,11 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pasta.config import Choice
 from pasta.errors import PastaError
 from pasta.evaluation.speed import BootstrapConfig
 
-MODES = ("auto", "generate", "score", "all", "report")
-TIMINGS = ("wall", "throughput")
+
+class EvalMode(Choice):
+    auto = "auto"
+    generate = "generate"
+    score = "score"
+    all = "all"
+    report = "report"
+
+
+class Timing(Choice):
+    wall = "wall"
+    throughput = "throughput"
 
 
 @dataclass
@@ -39,8 +50,8 @@ class SotConfig:
 class EvalConfig:
     """What `python -m pasta.eval` does, and how (the `eval:` node, conf/eval/default.yaml)."""
 
-    mode: str = field(
-        default="auto",
+    mode: EvalMode = field(
+        default=EvalMode.auto,
         metadata={"help": "auto (report if `report` is set, score if eval.annotations is set, else generate then "
                           "score) | generate | score | all | report"},
     )
@@ -57,8 +68,8 @@ class EvalConfig:
                           "Recorded in run.json: a run is not resumed, nor scored, with another subset. null = all"},
     )
     subset_seed: int = field(default=0, metadata={"help": "seed of eval.subset"})
-    timing: str = field(
-        default="wall",
+    timing: Timing = field(
+        default=Timing.wall,
         metadata={"help": "wall: one request at a time after a warm-up (per-prompt latency, the paper's setting) "
                           "| throughput: batches of batch_size (faster for quality-only runs; no per-prompt "
                           "speedups)"},
@@ -106,10 +117,6 @@ class EvalConfig:
     )
 
     def validate(self, where: str) -> None:
-        if self.mode not in MODES:
-            raise PastaError(f"{where}.mode: {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.timing not in TIMINGS:
-            raise PastaError(f"{where}.timing: {self.timing!r} is not one of {', '.join(TIMINGS)}")
         if self.limit is not None and self.limit <= 0:
             raise PastaError(f"{where}.limit: must be >= 1 or null, got {self.limit}")
         if self.subset is not None and self.subset <= 0:

@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pasta.config import schema_from
+from pasta.config import Choice, schema_from
 from pasta.errors import PastaError
 
 
@@ -45,12 +45,34 @@ class LoraSettings:
     )
 
 
+class Finetune(Choice):
+    lora = "lora"
+    full = "full"
+
+
+class TooLong(Choice):
+    truncate = "truncate"
+    skip = "skip"
+
+
+class MixedPrecision(Choice):
+    auto = "auto"
+    no = "no"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class Reference(Choice):
+    output = "output"
+    baseline = "baseline"
+
+
 @dataclass
 class OptimSettings:
     """The optimisation loop shared by both stages (transformers TrainingArguments underneath)."""
 
-    finetune: str = field(
-        default="lora",
+    finetune: Finetune = field(
+        default=Finetune.lora,
         metadata={"help": "lora (adapters on every linear layer + trainable tag-token rows) or full (every weight, "
                           "the paper's setting)"},
     )
@@ -80,12 +102,12 @@ class OptimSettings:
         metadata={"help": "rows of one training layout (prompt + main thread + every chunk); longer ones are "
                           "truncated or skipped (too_long), counted"},
     )
-    too_long: str = field(
-        default="truncate",
+    too_long: TooLong = field(
+        default=TooLong.truncate,
         metadata={"help": "longer examples: truncate (keep the first max_length rows) or skip; both counted"},
     )
-    mixed_precision: str = field(
-        default="auto", metadata={"help": "auto (bf16 on a bf16-capable GPU, none on CPU), no, bf16 or fp16"}
+    mixed_precision: MixedPrecision = field(
+        default=MixedPrecision.auto, metadata={"help": "auto (bf16 on a bf16-capable GPU, none on CPU), no, bf16 or fp16"}
     )
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "recompute activations in the backward pass: less memory, about a third more compute"}
@@ -132,14 +154,6 @@ class OptimSettings:
     def validate(self, where: str) -> None:
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise PastaError(f"{where}.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
-        if self.finetune not in ("lora", "full"):
-            raise PastaError(f"{where}.finetune={self.finetune} is not one of lora, full")
-        if self.too_long not in ("truncate", "skip"):
-            raise PastaError(f"{where}.too_long={self.too_long} is not one of truncate, skip")
-        if self.mixed_precision not in ("auto", "no", "bf16", "fp16"):
-            raise PastaError(
-                f"{where}.mixed_precision={self.mixed_precision} is not one of auto, no, bf16, fp16"
-            )
         if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1 or self.max_length < 2:
             raise PastaError(
                 f"{where}.per_device_train_batch_size and {where}.gradient_accumulation_steps must be >= 1, "
@@ -215,8 +229,8 @@ class PrefSettings(OptimSettings):
     beta: float = field(
         default=0.1, metadata={"help": "IPO regularisation (TRL's beta; target margin 1/(2 beta))"}
     )
-    reference: str = field(
-        default="output",
+    reference: Reference = field(
+        default=Reference.output,
         metadata={
             "help": "quality reference: output (the record's answer) or baseline (decode stage.baseline_model)"
         },
@@ -261,8 +275,6 @@ class PrefSettings(OptimSettings):
             raise PastaError(f"{where}.alpha={self.alpha} must lie in [0, 1]")
         if self.quality_weight < 0 or math.isnan(self.quality_weight):
             raise PastaError(f"{where}.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
-        if self.reference not in ("output", "baseline"):
-            raise PastaError(f"{where}.reference={self.reference} is not one of output, baseline")
         if self.heldout_limit < 1:
             raise PastaError(f"{where}.heldout_limit={self.heldout_limit} must be >= 1")
         if self.reference == "baseline" and not self.baseline_model:
