@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
+from pasta.answer import decode_config
 from pasta.config import compose
 from pasta.errors import PastaError
-from pasta.generate import decode_config, generate
+from pasta.generate import generate
 
 TINY = ["model=tiny", "max_new_tokens=6", "num_threads=1"]
 

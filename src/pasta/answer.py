@@ -1,0 +1,72 @@
+"""Answer one prompt with a model, the work behind `python -m pasta.generate`: check the request, load the model,
+decode (async or sequential), print the answer as text (streamed) or JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+from omegaconf import DictConfig, OmegaConf
+
+from pasta.config import schema_from
+from pasta.decoding import DecodeConfig, DecodeResult
+from pasta.errors import PastaError
+
+DECODE_MODES = ("async", "sequential")
+FORMATS = ("text", "json")
+
+
+def decode_config(cfg: DictConfig) -> DecodeConfig:
+    """`cfg.decode` with the top-level shortcuts applied; sampling seed defaults to the run's `seed`."""
+    config = schema_from(cfg.decode, DecodeConfig, "decode")
+    if cfg.get("max_new_tokens") is not None:
+        config = dataclasses.replace(config, max_new_tokens=int(cfg.max_new_tokens))
+    if config.sampling.seed is None and cfg.get("seed") is not None:
+        config = dataclasses.replace(config, sampling=dataclasses.replace(config.sampling, seed=int(cfg.seed)))
+    return config
+
+
+def answer(cfg: DictConfig) -> DecodeResult:
+    """Decode `cfg.prompt` with `cfg.model` in mode `cfg.decode.kind`; print it as `cfg.format` says."""
+    from pasta.config import resolve_device
+    from pasta.decoding import decode_async, decode_sequential
+    from pasta.lang import ReservationPolicy, add_tag_tokens
+    from pasta.models import encode_prompt, load_model
+
+    if OmegaConf.is_missing(cfg, "prompt") or not str(cfg.prompt).strip():
+        raise PastaError('give the instruction to answer: prompt="..."')
+    if cfg.decode.kind not in DECODE_MODES:
+        raise PastaError(f"decode={cfg.decode.kind} is not one of {', '.join(DECODE_MODES)}")
+    if cfg.format not in FORMATS:
+        raise PastaError(f"format={cfg.format} is not one of {', '.join(FORMATS)}")
+    config = decode_config(cfg)
+    model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
+    prompt_ids = encode_prompt(tokenizer, str(cfg.prompt), str(cfg.input or ""))
+
+    def show(request: int, piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    on_text = show if cfg.format == "text" else None
+    if cfg.decode.kind == "async":
+        add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
+        policy = ReservationPolicy.from_config(cfg.lang.reservation)
+        result = decode_async(model, tokenizer, [prompt_ids], config, policy, on_text=on_text)[0]
+    else:
+        result = decode_sequential(model, tokenizer, [prompt_ids], config, on_text=on_text)[0]
+
+    if cfg.format == "json":
+        print(json.dumps({"decode": cfg.decode.kind, **result.to_dict()}, ensure_ascii=False))
+    else:
+        stats = result.stats
+        print(file=sys.stdout, flush=True)
+        print(
+            f"[{cfg.decode.kind}] {stats.num_tokens} tokens in {stats.num_steps} steps "
+            f"(theoretical speedup {stats.theoretical_speedup:.2f}x), {stats.wall_s:.2f} s, "
+            f"{stats.num_threads} chunk threads, finish: {stats.finish_reason}"
+            + (f", malformed: {stats.malformed}" if stats.malformed else ""),
+            file=sys.stderr,
+        )
+    return result
