@@ -3,7 +3,7 @@
 `decode_sequential` is the reference for benchmarks (exactly `generate`'s tokens). A continuous batch needs
 requests that join and leave between steps, which that loop does not allow, so sequential serving plans its
 requests here with the same interface as the asynchronous `Interpreter` (plan, commit, text, stats fields). The
-stopping rules are decode_sequential's (eos, stop strings after each token, max_new_tokens); greedy tokens equal
+stopping rules are decode_sequential's (text.SampledAnswer: eos, stop strings, max_new_tokens); greedy tokens equal
 its own up to float rounding (the step runner's 4-D mask instead of a 2-D one). Tags a model writes are plain
 tokens here, dropped from the text as special tokens.
 """
@@ -17,7 +17,7 @@ import torch
 
 from pasta.decoding.config import DecodeConfig
 from pasta.decoding.scheduler import StepPlan
-from pasta.decoding.text import find_stop, settled
+from pasta.decoding.text import SampledAnswer, settled
 from pasta.decoding.visibility import MAIN_ROW, VisibilityTable
 from pasta.lang import MAIN_THREAD
 
@@ -39,17 +39,22 @@ class PlainInterpreter:
         self.decode = decode
         self.visibility = VisibilityTable(0, capacity, device)  # the pad row and the main row
         self.num_steps = 0
-        self.main_ids: list[int] = []
+        self.answer = SampledAnswer(config.max_new_tokens)
         self.malformed: Counter[str] = Counter()  # tags are plain tokens here: nothing is malformed
         self.masked: Counter[str] = Counter()  # and nothing is constrained
-        self.finish_reason: str | None = None
-        self._stop_at: int | None = None
-        self._stop_checked_len = 0
         self._max_stop_len = max((len(s) for s in config.stop_strings), default=0)
 
     @property
+    def main_ids(self) -> list[int]:
+        return self.answer.token_ids
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.answer.finish_reason or None
+
+    @property
     def done(self) -> bool:
-        return self.finish_reason is not None
+        return bool(self.answer.finish_reason)
 
     @property
     def num_sampled(self) -> int:
@@ -75,21 +80,10 @@ class PlainInterpreter:
 
     def commit(self, plan: StepPlan, token_ids: list[int]) -> None:
         (token_id,) = token_ids
-        self.main_ids.append(token_id)
-        if token_id in self.eos_ids:
-            self.finish_reason = "eos"
-        elif self.config.stop_strings:
-            text = self.decode(self.main_ids)
-            self._stop_at = find_stop(text, self.config.stop_strings, self._stop_checked_len)
-            self._stop_checked_len = len(text)
-            if self._stop_at is not None:
-                self.finish_reason = "stop_string"
-        if self.finish_reason is None and len(self.main_ids) >= self.config.max_new_tokens:
-            self.finish_reason = "max_new_tokens"
+        self.answer.take(token_id, self.eos_ids, self.config.stop_strings, self.decode)
 
     def text(self) -> str:
-        text = self.decode(self.main_ids)
-        return text[: self._stop_at] if self._stop_at is not None else text
+        return self.answer.text(self.decode)
 
     def final_text(self) -> str:
         """The prefix of the text that later steps cannot change (for streaming)."""

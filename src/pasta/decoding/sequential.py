@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -27,42 +27,15 @@ from pasta.decoding.result import DecodeResult, DecodeStats
 from pasta.decoding.runner import RequestClock
 from pasta.decoding.sampling import choose_tokens, request_generators
 from pasta.decoding.text import (
+    SampledAnswer,
     TextCallback,
     TextStream,
     eos_token_ids,
-    find_stop,
     pad_token_id,
     settled,
     text_decoder,
 )
 from pasta.errors import PastaError
-
-
-@dataclass
-class _Answer:
-    """One request's sampled tokens and why it stopped ("" while it runs)."""
-
-    limit: int  # tokens it may sample: max_new_tokens, or the forced response's length
-    forced: bool  # a replayed response: eos does not end it, its length does
-    token_ids: list[int] = field(default_factory=list)
-    stop_at: int | None = None  # character offset where a stop string starts
-    checked_len: int = 0  # characters already searched for stop strings
-    finish_reason: str = ""
-
-    def take(self, token_id: int, eos_ids: set[int], stop_strings: tuple[str, ...],
-             decode: Callable[[list[int]], str]) -> None:
-        """Append a sampled token; stop at eos, at a stop string ending in it, or at the limit."""
-        self.token_ids.append(token_id)
-        if token_id in eos_ids:
-            if not self.forced:
-                self.finish_reason = "eos"
-        elif stop_strings:
-            text = decode(self.token_ids)
-            self.stop_at = find_stop(text, stop_strings, self.checked_len)
-            self.checked_len = len(text)
-            self.finish_reason = "stop_string" if self.stop_at is not None else ""
-        if not self.finish_reason and len(self.token_ids) >= self.limit:
-            self.finish_reason = "max_new_tokens"
 
 
 @dataclass
@@ -130,7 +103,7 @@ def _decode_step(model, rows: _Rows, token_ids: list[int], use_mask: bool) -> to
     ).logits[:, -1]  # [B, V]
 
 
-def _choose(logits: torch.Tensor, rows: _Rows, answers: list[_Answer], config: DecodeConfig,
+def _choose(logits: torch.Tensor, rows: _Rows, answers: list[SampledAnswer], config: DecodeConfig,
             generators: list[torch.Generator] | None, forced_ids: list[list[int]] | None) -> list[int]:
     """Each row's next token: the forced response's, or sampled from its logits [B, V]."""
     if forced_ids is not None:
@@ -141,10 +114,8 @@ def _choose(logits: torch.Tensor, rows: _Rows, answers: list[_Answer], config: D
             for b, r in enumerate(rows.request_ids)]
 
 
-def _result(answer: _Answer, clock: RequestClock, decode: Callable[[list[int]], str]) -> DecodeResult:
-    text = decode(answer.token_ids)
-    if answer.stop_at is not None:
-        text = text[: answer.stop_at]
+def _result(answer: SampledAnswer, clock: RequestClock, decode: Callable[[list[int]], str]) -> DecodeResult:
+    text = answer.text(decode)
     num_tokens = len(answer.token_ids)
     stats = DecodeStats(num_tokens=num_tokens, num_steps=num_tokens, prefill_s=clock.prefill_s,
                         decode_s=clock.decode_s, wall_s=clock.prefill_s + clock.decode_s,
@@ -173,7 +144,7 @@ def decode_sequential(
     step_start = time.perf_counter()
     eos_ids = eos_token_ids(model, tokenizer)
     decode = text_decoder(tokenizer)
-    answers = [_Answer(len(forced_ids[r]) if forced_ids else config.max_new_tokens, forced_ids is not None)
+    answers = [SampledAnswer(len(forced_ids[r]) if forced_ids else config.max_new_tokens, forced_ids is not None)
                for r in range(num_requests)]
     max_stop_len = max((len(s) for s in config.stop_strings), default=0)
     generators = None if forced_ids else request_generators(config.sampling, num_requests, model.device, seeds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 # (request index, a new piece of final plain text)
 TextCallback = Callable[[int, str], None]
@@ -45,6 +46,39 @@ def find_stop(text: str, stop_strings: tuple[str, ...], checked_len: int) -> int
         if index != -1 and (found is None or index < found):
             found = index
     return found
+
+
+@dataclass
+class SampledAnswer:
+    """One sequentially decoded answer: its sampled tokens and why it stopped ("" while it runs). The stopping
+    rules of `decode_sequential` and of the plain step request (pasta/decoding/plain.py), written once."""
+
+    limit: int  # tokens it may sample: max_new_tokens, or the forced response's length
+    forced: bool = False  # a replayed response: eos does not end it, its length does
+    token_ids: list[int] = field(default_factory=list)
+    stop_at: int | None = None  # character offset where a stop string starts
+    checked_len: int = 0  # characters already searched for stop strings
+    finish_reason: str = ""
+
+    def take(self, token_id: int, eos_ids: set[int], stop_strings: tuple[str, ...],
+             decode: Callable[[list[int]], str]) -> None:
+        """Append a sampled token; stop at eos, at a stop string ending in it, or at the limit."""
+        self.token_ids.append(token_id)
+        if token_id in eos_ids:
+            if not self.forced:
+                self.finish_reason = "eos"
+        elif stop_strings:
+            text = decode(self.token_ids)
+            self.stop_at = find_stop(text, stop_strings, self.checked_len)
+            self.checked_len = len(text)
+            self.finish_reason = "stop_string" if self.stop_at is not None else ""
+        if not self.finish_reason and len(self.token_ids) >= self.limit:
+            self.finish_reason = "max_new_tokens"
+
+    def text(self, decode: Callable[[list[int]], str]) -> str:
+        """The answer's text, cut where a stop string starts."""
+        text = decode(self.token_ids)
+        return text[: self.stop_at] if self.stop_at is not None else text
 
 
 def settled(text: str, max_stop_len: int) -> str:
