@@ -14,7 +14,7 @@ from omegaconf import DictConfig, ListConfig
 
 from pasta.config import schema_from
 from pasta.errors import PastaError
-from pasta.evaluation.config import EvalConfig
+from pasta.evaluation.config import EvalConfig, EvalMode
 from pasta.parallel import current_processes
 
 
@@ -32,22 +32,22 @@ def run_name(cfg: DictConfig, ecfg: EvalConfig) -> str:
     return f"{model}-{cfg.decode.kind}"
 
 
-def resolve_mode(cfg: DictConfig, ecfg: EvalConfig) -> str:
-    if ecfg.mode != "auto":
-        if ecfg.mode == "report" and not cfg.get("report"):
+def resolve_mode(cfg: DictConfig, ecfg: EvalConfig) -> EvalMode:
+    if ecfg.mode != EvalMode.auto:
+        if ecfg.mode == EvalMode.report and not cfg.get("report"):
             raise PastaError("eval.mode=report needs report=[run_dir,...] (paths or globs)")
-        return ecfg.mode
+        return EvalMode(ecfg.mode)
     if cfg.get("report"):
-        return "report"
-    return "score" if ecfg.annotations is not None else "all"
+        return EvalMode.report
+    return EvalMode.score if ecfg.annotations is not None else EvalMode.all
 
 
-def output_dir(cfg: DictConfig, ecfg: EvalConfig, mode: str) -> Path:
+def output_dir(cfg: DictConfig, ecfg: EvalConfig, mode: EvalMode) -> Path:
     """`output_dir`, else <paths.output_root>/eval/<run name> (or /eval/report for a report)."""
     if cfg.get("output_dir"):
         return Path(str(cfg.output_dir))
     root = Path(str(cfg.paths.output_root)) / "eval"
-    if mode == "report":
+    if mode == EvalMode.report:
         return root / "report"
     if ecfg.annotations is not None:
         from pasta.evaluation.quality import load_annotations
@@ -63,7 +63,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     out_dir = output_dir(cfg, ecfg, mode)
     result: dict[str, Any] = {"mode": mode, "output_dir": str(out_dir)}
     processes = current_processes()
-    if mode == "report":
+    if mode == EvalMode.report:
         if not processes.is_main:
             return result
         from pasta.evaluation.report import gather
@@ -73,13 +73,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         print(f"report: {out_dir}")
         result["report"] = report
         return result
-    if mode in ("generate", "all"):
+    if mode in (EvalMode.generate, EvalMode.all):
         from pasta.evaluation.generation import generate_run
 
         generate_run(cfg, ecfg, out_dir, run_name(cfg, ecfg), processes)
     if not processes.is_main:
         return result  # under `accelerate launch` the others decode their share; the main process scores
-    if mode in ("score", "all"):
+    if mode in (EvalMode.score, EvalMode.all):
         from pasta.evaluation.report import run_markdown
         from pasta.evaluation.scoring import score_run
 

@@ -35,7 +35,7 @@ from pasta.config import schema_from
 from pasta.data import JsonlAppender, write_json_atomic
 from pasta.decoding import DecodeConfig, DecodeResult, decode_async, decode_sequential
 from pasta.errors import PastaError
-from pasta.evaluation.config import EvalConfig
+from pasta.evaluation.config import EvalConfig, Timing
 from pasta.evaluation.eval_set import eval_prompts, subset_meta
 from pasta.evaluation.run_files import (
     MODEL_OUTPUTS,
@@ -122,7 +122,7 @@ def _run_meta(
         "model": str(cfg.model.path) if cfg.model.get("path") else str(cfg.model.name),
         "decode": mode,
         "timing": ecfg.timing,
-        "batch_size": 1 if ecfg.timing == "wall" else ecfg.batch_size,
+        "batch_size": 1 if ecfg.timing == Timing.wall else ecfg.batch_size,
         "decoding": _as_json(dataclasses.asdict(schema_from(cfg.decode, DecodeConfig, "decode"))),
         "reservation": (
             _as_json(dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation)))
@@ -164,8 +164,8 @@ def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: st
     log.info("%s: decoding %d of %d prompts (%s, timing=%s)", generator, len(todo), len(records), mode, ecfg.timing)
     model, tokenizer = load_model(cfg.model, device=device)
     decoder = Decoder(cfg, ecfg, mode, model, tokenizer)
-    batch_size = 1 if ecfg.timing == "wall" else ecfg.batch_size
-    if ecfg.timing == "wall":
+    batch_size = 1 if ecfg.timing == Timing.wall else ecfg.batch_size
+    if ecfg.timing == Timing.wall:
         for record in records[: ecfg.warmup_prompts]:
             decoder([record])  # discarded: first-call allocations and kernel choices are not latency
     with tqdm(total=len(todo), desc=f"decode {generator}") as bar:

@@ -23,14 +23,14 @@ from pasta.config import Choice, schema_from
 from pasta.errors import PastaError
 
 
-def mixed_precision_flags(setting: str, device: str) -> dict[str, bool]:
+def mixed_precision_flags(setting: MixedPrecision, device: str) -> dict[str, bool]:
     """TrainingArguments' bf16/fp16 from `stage.mixed_precision`."""
     import torch
 
-    if setting == "auto":
+    if setting == MixedPrecision.auto:
         cuda_bf16 = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        setting = "bf16" if cuda_bf16 else "no"
-    return {"bf16": setting == "bf16", "fp16": setting == "fp16"}
+        setting = MixedPrecision.bf16 if cuda_bf16 else MixedPrecision.no
+    return {"bf16": setting == MixedPrecision.bf16, "fp16": setting == MixedPrecision.fp16}
 
 
 @dataclass
@@ -277,7 +277,7 @@ class PrefSettings(OptimSettings):
             raise PastaError(f"{where}.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
         if self.heldout_limit < 1:
             raise PastaError(f"{where}.heldout_limit={self.heldout_limit} must be >= 1")
-        if self.reference == "baseline" and not self.baseline_model:
+        if self.reference == Reference.baseline and not self.baseline_model:
             raise PastaError(
                 f"{where}.reference=baseline needs {where}.baseline_model=/path/to/baseline-sft/final"
             )

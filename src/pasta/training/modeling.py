@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pasta.lang.tokens import TagIds
-from pasta.training.config import LoraSettings, OptimSettings
+from pasta.training.config import Finetune, LoraSettings, OptimSettings
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def check_sharding(trainer, settings: OptimSettings) -> None:
     from pasta.errors import PastaError
 
     sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
-    if sharded and settings.finetune == "lora" and settings.merge_lora:
+    if sharded and settings.finetune == Finetune.lora and settings.merge_lora:
         raise PastaError("LoRA under FSDP/DeepSpeed saves the adapter only: set stage.merge_lora=false")
 
 

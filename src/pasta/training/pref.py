@@ -42,7 +42,7 @@ from pasta.models import load_model
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
-from pasta.training.config import PrefSettings, settings_from_cfg
+from pasta.training.config import Finetune, PrefSettings, settings_from_cfg
 from pasta.training.examples import loader_config, with_min_promises
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
@@ -96,7 +96,7 @@ def train_round(
     checkpoint_dir = round_dir / "checkpoints"
     resume_from = checkpoint_to_resume(checkpoint_dir, resume)
     args = bonbon_args(settings, cfg, checkpoint_dir)
-    peft_config = lora_config(settings.lora, model, tag_ids) if settings.finetune == "lora" else None
+    peft_config = lora_config(settings.lora, model, tag_ids) if settings.finetune == Finetune.lora else None
     # Full finetuning needs an explicit reference (DPOTrainer would reload it by name); under LoRA the reference is
     # the model with its adapter switched off, which is the round's starting policy.
     ref_model = copy.deepcopy(model).eval() if peft_config is None else None

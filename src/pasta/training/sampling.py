@@ -24,7 +24,7 @@ from pasta.lang import ReservationPolicy
 from pasta.models import encode_prompt, load_model
 from pasta.parallel import Processes, ShardedJsonl
 from pasta.training.candidates import Candidate, ScoredPrompt
-from pasta.training.config import PrefSettings
+from pasta.training.config import PrefSettings, Reference
 from pasta.training.examples import example_from_doc
 from pasta.training.modeling import model_at
 
@@ -67,7 +67,7 @@ def reference_answers(
 ) -> dict[str, str]:
     """Reference answer per prompt key: the record's `output`, or the Baseline-SFT model's greedy answer
     (decoded once, kept in `<output_dir>/baseline_answers.jsonl` and reused on resume)."""
-    if settings.reference == "output":
+    if settings.reference == Reference.output:
         return {prompt_key(r): r["output"] for r in records}
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
 

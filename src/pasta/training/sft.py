@@ -24,7 +24,7 @@ from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens
 from pasta.models import load_model
 from pasta.training.collator import LayoutCollator
-from pasta.training.config import SFTSettings, settings_from_cfg
+from pasta.training.config import Finetune, SFTSettings, settings_from_cfg
 from pasta.training.examples import (
     ExampleStats,
     PromiseBalance,
@@ -157,7 +157,7 @@ def sft_trainer(
 
     cfg, settings, output_dir = run.cfg, run.settings, run.output_dir
     peft_config = None
-    if settings.finetune == "lora":
+    if settings.finetune == Finetune.lora:
         peft_config = lora_config(settings.lora, model, tag_ids)
         if not settings.merge_lora:
             save_base_once(model, tokenizer, output_dir / "base")
