@@ -174,6 +174,9 @@ class SFTSettings(OptimSettings):
     # tokens), but eight 1024-row layouts at once need over 19 GiB on CPU; two peak at 7.4 GiB (the 5K study).
     per_device_train_batch_size: int = field(default=2, metadata={"help": "examples per device per micro-batch"})
     gradient_accumulation_steps: int = field(default=4, metadata={"help": "micro-batches per optimizer step"})
+    # LoRA at 1e-3: at 2e-4 the stage-default student had not learned to fork after 80 steps (0 of 100 held-out
+    # AlpacaEval answers, README "CPU study"); full finetuning wants about 1e-5 (experiment=paper_sft).
+    learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate (LoRA; full finetuning: ~1e-5)"})
     group_by_length: bool = field(
         default=True,
         metadata={"help": "batch examples of similar length (transformers' LengthGroupedSampler): little padding, "
