@@ -20,7 +20,6 @@ import os
 import random
 import re
 from collections.abc import Sequence
-from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -119,16 +118,6 @@ T = TypeVar("T")
 # picks the schema. A schema may keep it as a field (a stage's, teacher's or judge's config does); one that has no
 # such field (decode's, whose kind picks the decoder rather than a setting of it) does not see it.
 KIND = "kind"
-
-
-class Choice(str, Enum):
-    """A closed set of config values (OmegaConf checks them by name): equal to, and printed as, its string."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 def _choice_message(message: str) -> str:

@@ -28,9 +28,12 @@ from omegaconf import OmegaConf
 # import contracts); the classes are imported when they are registered.
 SCHEMAS = {
     "schema_model": "pasta.models.config:ModelConfig",
+    "schema_lang_reservation": "pasta.lang.layout:ReservationPolicy",  # lang/: its `reservation` node
     "schema_data": "pasta.data.instructions:DataConfig",  # data/ and eval_data/
     "schema_decode": "pasta.decoding.config:DecodeConfig",  # async, sequential and sot set only `kind`
     "schema_eval": "pasta.evaluation.config:EvalConfig",
+    "schema_annotate": "pasta.annotation.config:AnnotateConfig",  # conf/annotate.yaml's own keys
+    "schema_serve_limits": "pasta.serving.server:ServeLimits",  # conf/serve.yaml's limits
     "schema_stage_sft": "pasta.training.config:SFTSettings",
     "schema_stage_pref": "pasta.training.config:PrefSettings",
     "schema_judge_embedding": "pasta.judges.embedding:EmbeddingJudgeConfig",

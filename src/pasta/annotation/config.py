@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pasta.choice import Choice
 from pasta.errors import PastaError
 
-ON_REJECT = ("drop", "keep_unannotated")
+
+class OnReject(Choice):
+    drop = "drop"
+    keep_unannotated = "keep_unannotated"
 
 
 @dataclass(frozen=True)
@@ -15,8 +19,9 @@ class AnnotateConfig:
     """The stage's own keys of conf/annotate.yaml (the groups model, data and teacher are read where used)."""
 
     output: str = field(metadata={"help": "JSONL of annotated records; the same path resumes a stopped run"})
-    on_reject: str = field(
-        default="drop", metadata={"help": "drop | keep_unannotated: what happens to a rejected record"}
+    on_reject: OnReject = field(
+        default=OnReject.drop,
+        metadata={"help": "a rejected record: drop (to the rejects file) or keep_unannotated (plain, in the output)"},
     )
     max_response_chars: int | None = field(
         default=20000,
@@ -31,8 +36,6 @@ class AnnotateConfig:
 
     def validate(self, where: str) -> None:
         # The stage's keys are top-level keys of conf/annotate.yaml: `where` is empty, the messages name the key.
-        if self.on_reject not in ON_REJECT:
-            raise PastaError(f"on_reject: {self.on_reject!r} is not one of {', '.join(ON_REJECT)}")
         if self.max_response_chars is not None and self.max_response_chars < 1:
             raise PastaError(f"max_response_chars: must be >= 1 or null, got {self.max_response_chars}")
         if self.keep_teacher_output_chars < 0:

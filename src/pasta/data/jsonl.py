@@ -17,17 +17,22 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from pasta.choice import Choice
 from pasta.errors import PastaError
 
 log = logging.getLogger(__name__)
 
-OnError = Literal["fail", "skip"]
+class OnError(Choice):
+    """A bad record or line: fail (one-line error) or skip (logged)."""
+
+    fail = "fail"
+    skip = "skip"
 
 
 def check_on_error(on_error: str) -> None:
-    if on_error not in ("fail", "skip"):
+    if on_error not in tuple(OnError):
         raise PastaError(f"on_error={on_error} is not one of fail, skip")
 
 
@@ -89,7 +94,7 @@ def parse_json(text: str, check_unicode: bool = True) -> Any:
 
 
 def iter_numbered_jsonl(
-    path: str | Path, on_error: OnError = "fail", check_unicode: bool = True
+    path: str | Path, on_error: OnError | str = OnError.fail, check_unicode: bool = True
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, record) for each JSON object in a .jsonl file; blank lines are ignored.
 
@@ -152,13 +157,13 @@ def read_json_file(path: str | Path, what: str = "file", check_unicode: bool = T
         raise PastaError(f"{path}: {exc}") from None
 
 
-def iter_jsonl(path: str | Path, on_error: OnError = "fail") -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: str | Path, on_error: OnError | str = OnError.fail) -> Iterator[dict[str, Any]]:
     """Yield each JSON object of a .jsonl file (see iter_numbered_jsonl for errors)."""
     for _, record in iter_numbered_jsonl(path, on_error):
         yield record
 
 
-def read_jsonl(path: str | Path, on_error: OnError = "fail") -> list[dict[str, Any]]:
+def read_jsonl(path: str | Path, on_error: OnError | str = OnError.fail) -> list[dict[str, Any]]:
     """All JSON objects of a .jsonl file (see iter_numbered_jsonl for errors)."""
     return list(iter_jsonl(path, on_error))
 

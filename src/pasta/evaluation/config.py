@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pasta.config import Choice
+from pasta.choice import Choice
 from pasta.errors import PastaError
 from pasta.evaluation.speed import BootstrapConfig
 

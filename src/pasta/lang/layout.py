@@ -21,15 +21,24 @@ whose threads interleave. Pass them to a transformers causal LM as `shift_labels
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
 
 import torch
 
+from pasta.choice import Choice
 from pasta.errors import PastaError
 from pasta.lang.tokens import TokenChunk, TokenDoc
 
-RESERVATION_POLICIES = ("exact", "scale", "round_up", "fixed")
+
+class Reservation(Choice):
+    """How a chunk's reserved positions follow from its predicted length N."""
+
+    exact = "exact"  # N
+    scale = "scale"  # ceil(scale * N)
+    round_up = "round_up"  # N rounded up to a multiple of `multiple`
+    fixed = "fixed"  # `fixed`, whatever N
+
+
 RESERVATION_FIELDS = ("policy", "scale", "multiple", "fixed")
 IGNORE_INDEX = -100
 PROMPT_THREAD = -1
@@ -40,23 +49,28 @@ MAIN_THREAD = 0  # chunk k (0-based, in promise order) is thread k + 1
 class ReservationPolicy:
     """How many positions the main thread skips for a chunk whose promise predicted `tokens="N"`."""
 
-    policy: Literal["exact", "scale", "round_up", "fixed"] = (
-        "scale"  # exact: N; scale: ceil(scale*N); round_up: N up to a multiple of `multiple`; fixed: `fixed`
+    policy: Reservation = field(
+        default=Reservation.scale,
+        metadata={"help": "exact: N | scale: ceil(scale * N) | round_up: N up to a multiple of `multiple` | "
+                          "fixed: `fixed` (N: the promise's tokens=\"N\")"},
     )
-    scale: float = 2.0  # used by policy=scale (the paper's Pred-10X is scale=10)
-    multiple: int = 16  # used by policy=round_up
-    fixed: int = 64  # used by policy=fixed
+    scale: float = field(
+        default=2.0, metadata={"help": "used by policy=scale (the paper's Pred-10X is scale=10)"}
+    )
+    multiple: int = field(default=16, metadata={"help": "used by policy=round_up"})
+    fixed: int = field(default=64, metadata={"help": "used by policy=fixed"})
 
     def __post_init__(self) -> None:
         problem = self.problem()
         if problem is not None:
             raise ValueError(f"{problem[0]}: {problem[1]}")
+        object.__setattr__(self, "policy", Reservation(self.policy))  # a config's string, as the member
 
     def problem(self) -> tuple[str, str] | None:
         """(field, why) of the first setting out of range, or None. A zero or negative reservation would place
         the main thread's later tokens on the chunk's positions."""
-        if self.policy not in RESERVATION_POLICIES:
-            return "policy", f"{self.policy!r} is not one of {', '.join(RESERVATION_POLICIES)}"
+        if self.policy not in tuple(Reservation):
+            return "policy", f"{str(self.policy)!r} is not one of {', '.join(Reservation)}"
         if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not self.scale > 0:
             return "scale", f"must be a number > 0, got {self.scale!r}"
         for name in ("multiple", "fixed"):
@@ -67,11 +81,11 @@ class ReservationPolicy:
 
     def num_reserved(self, num_predicted: int) -> int:
         """Positions reserved for the chunk's content."""
-        if self.policy == "exact":
+        if self.policy == Reservation.exact:
             return num_predicted
-        if self.policy == "scale":
+        if self.policy == Reservation.scale:
             return math.ceil(self.scale * num_predicted)
-        if self.policy == "round_up":
+        if self.policy == Reservation.round_up:
             return -(-num_predicted // self.multiple) * self.multiple
         return self.fixed
 

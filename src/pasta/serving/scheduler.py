@@ -33,7 +33,7 @@ class TooLarge(Exception):
 
 @dataclass(frozen=True)
 class AdmissionLimits:
-    """The serve config's admission limits (conf/serve.yaml)."""
+    """How many sequences run and wait, and how many tokens they hold (conf/serve.yaml's `limits`)."""
 
     max_running_requests: int = field(default=16, metadata={"help": "sequences decoded together in one batch"})
     max_tokens_in_flight: int = field(

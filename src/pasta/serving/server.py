@@ -7,11 +7,32 @@ pasta/serving/engine.py's.
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from pasta.errors import PastaError
+from pasta.serving.scheduler import AdmissionLimits
+
+
+@dataclass(frozen=True)
+class ServeLimits(AdmissionLimits):
+    """conf/serve.yaml's `limits`: the scheduler's admission limits, and what one request may ask."""
+
+    max_tokens: int = field(
+        default=4096,
+        metadata={"help": "the largest max_tokens a request may ask (one that leaves it out gets decode.max_new_tokens)"},
+    )
+    max_n: int = field(default=8, metadata={"help": "the most choices (n) one request may ask"})
+    context_length: int | None = field(
+        default=None,
+        metadata={"help": "prompt + max_tokens must fit in this many tokens; null = the model's max_position_embeddings"},
+    )
+
+    def validate(self, where: str) -> None:
+        if self.max_tokens < 1 or self.max_n < 1:
+            raise PastaError(f"{where}.max_tokens and {where}.max_n must be >= 1")
 
 
 def served_model_name(cfg: DictConfig) -> str:
@@ -30,16 +51,10 @@ def build_app(cfg: DictConfig):
     from pasta.models import load_model
     from pasta.serving.app import ServeSettings, create_app
     from pasta.serving.engine import MODES, Engine
-    from pasta.serving.scheduler import AdmissionLimits
 
     if cfg.decode.kind not in MODES:
         raise PastaError(f"decode={cfg.decode.kind} cannot be served; use one of {', '.join(MODES)}")
-    limits = cfg.limits
-    if int(limits.max_tokens) < 1 or int(limits.max_n) < 1:
-        raise PastaError("limits.max_tokens and limits.max_n must be >= 1")
-    admission = AdmissionLimits(max_running_requests=int(limits.max_running_requests),
-                                max_tokens_in_flight=int(limits.max_tokens_in_flight),
-                                max_queued_requests=int(limits.max_queued_requests))
+    limits = schema_from(cfg.limits, ServeLimits, "limits")
     config = schema_from(cfg.decode, DecodeConfig, "decode")  # each request's defaults; its seed is the request's own
     model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
     policy = None
@@ -47,10 +62,10 @@ def build_app(cfg: DictConfig):
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
         policy = ReservationPolicy.from_config(cfg.lang.reservation)
     context_length = limits.context_length or getattr(model.config, "max_position_embeddings", None) or 2048
-    engine = Engine(model, tokenizer, mode=cfg.decode.kind, policy=policy, limits=admission,
+    engine = Engine(model, tokenizer, mode=cfg.decode.kind, policy=policy, limits=limits,
                     cpu_multirow_linears=config.cpu_multirow_linears)
     settings = ServeSettings(model_name=served_model_name(cfg), decode=config,
-                             max_tokens_limit=int(limits.max_tokens), max_n=int(limits.max_n),
+                             max_tokens_limit=limits.max_tokens, max_n=limits.max_n,
                              context_length=int(context_length))
     return create_app(engine, settings)
 

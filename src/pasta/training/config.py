@@ -19,7 +19,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pasta.config import Choice, schema_from
+from pasta.choice import Choice
+from pasta.config import schema_from
 from pasta.errors import PastaError
 
 
