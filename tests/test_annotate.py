@@ -9,7 +9,7 @@ import pytest
 
 from pasta.annotate import annotate, companion_paths
 from pasta.config import compose
-from pasta.data import read_jsonl, record_id
+from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
 from pasta.lang import parse, plain_text
 
@@ -38,7 +38,7 @@ def test_sample_run_keeps_every_response_exactly_and_measures_its_structure(tmp_
     summary = run_annotate(tmp_path)
     records = read_jsonl(tmp_path / "ann.jsonl")
     sources = read_jsonl(SAMPLE)
-    assert [r["id"] for r in records] == [record_id(s) for s in sources]  # input order, every record once
+    assert [r["id"] for r in records] == [Record.from_dict(s).id for s in sources]  # input order, every record once
     for record, source in zip(records, sources, strict=True):
         assert (record["instruction"], record["input"], record["output"]) == (
             source["instruction"], source["input"], source["output"],

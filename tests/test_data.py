@@ -10,11 +10,11 @@ import pytest
 from pasta.config import compose
 from pasta.data import (
     JsonlAppender,
+    Record,
     append_jsonl,
     load_alpaca_eval,
     load_instructions,
     read_jsonl,
-    record_id,
     write_json_atomic,
     write_jsonl_atomic,
 )
@@ -111,12 +111,12 @@ def test_write_jsonl_atomic_round_trips(tmp_path):
 
 
 def test_record_id_is_stable_and_depends_on_content_only():
-    record = {"instruction": "Name three colors.", "input": "", "output": "Red, green, blue."}
+    record = Record(instruction="Name three colors.", input="", output="Red, green, blue.")
     # A fixed value: ids must not change between runs, machines or Python versions.
-    assert record_id(record) == "c15282a533b9a485"
-    assert record_id({**record, "annotated": "x", "id": 7}) == record_id(record)
-    assert record_id({**record, "output": "Red."}) != record_id(record)
-    assert record_id({"instruction": "Name three colors.", "output": "Red, green, blue."}) == record_id(record)
+    assert record.id == "c15282a533b9a485"
+    assert Record("Name three colors.", "Red, green, blue.", annotated="x", extra={"id": 7}).id == record.id
+    assert Record("Name three colors.", "Red.").id != record.id
+    assert Record.from_dict({"instruction": "Name three colors.", "output": "Red, green, blue."}).id == record.id
 
 
 def test_load_instructions_defaults_input_and_keeps_extra_fields(tmp_path):
@@ -125,16 +125,18 @@ def test_load_instructions_defaults_input_and_keeps_extra_fields(tmp_path):
         json.dumps({"instruction": "Add.", "input": "1+1", "output": "2", "annotated": "2"}),
     ])
     records = load_instructions(_data_cfg(path))
-    assert records == [
-        {"instruction": "Say hi.", "input": "", "output": "Hi."},
-        {"instruction": "Add.", "input": "1+1", "output": "2", "annotated": "2"},
-    ]
+    assert records == [Record("Say hi.", "Hi."), Record("Add.", "2", input="1+1", annotated="2")]
+    assert records[1].extra == {}
+    (with_extra,) = load_instructions(_data_cfg(_write_lines(tmp_path / "y.jsonl", [
+        json.dumps({"instruction": "A", "output": "B", "accepted": False, "teacher": "structural"})
+    ])))
+    assert (with_extra.accepted, with_extra.extra) == (False, {"teacher": "structural"})
 
 
 def test_load_instructions_reads_a_json_list(tmp_path):
     path = tmp_path / "alpaca.json"
     path.write_text(json.dumps([{"instruction": "A", "input": "", "output": "B"}]), encoding="utf-8")
-    assert load_instructions(_data_cfg(path)) == [{"instruction": "A", "input": "", "output": "B"}]
+    assert load_instructions(_data_cfg(path)) == [Record("A", "B")]
 
 
 def test_json_list_with_a_bad_record_names_the_record(tmp_path):
@@ -159,6 +161,17 @@ def test_field_that_is_not_a_string_is_rejected(tmp_path):
         load_instructions(_data_cfg(path))
 
 
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [({"annotated": 3}, "field 'annotated' is not a string or null"),
+     ({"accepted": "yes"}, "field 'accepted' is not true or false")],
+)
+def test_annotation_fields_of_the_wrong_type_are_rejected(tmp_path, fields, problem):
+    path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B", **fields})])
+    with pytest.raises(PastaError, match=rf"x\.jsonl:1: {problem}"):
+        load_instructions(_data_cfg(path))
+
+
 def test_skip_mode_drops_bad_records_and_keeps_good_ones(tmp_path):
     path = _write_lines(tmp_path / "x.jsonl", [
         json.dumps({"instruction": "A", "output": "B"}),
@@ -167,7 +180,7 @@ def test_skip_mode_drops_bad_records_and_keeps_good_ones(tmp_path):
         json.dumps({"instruction": "C", "output": "D"}),
     ])
     records = load_instructions(_data_cfg(path, on_error="skip"))
-    assert [r["instruction"] for r in records] == ["A", "C"]
+    assert [r.instruction for r in records] == ["A", "C"]
 
 
 def test_shuffle_offset_and_limit_select_disjoint_reproducible_windows(tmp_path):
@@ -177,9 +190,9 @@ def test_shuffle_offset_and_limit_select_disjoint_reproducible_windows(tmp_path)
     second = load_instructions(_data_cfg(path, shuffle=True, seed=3, offset=5, limit=5))
     assert first == load_instructions(_data_cfg(path, shuffle=True, seed=3, limit=5))
     assert len(first) == len(second) == 5
-    assert not {r["instruction"] for r in first} & {r["instruction"] for r in second}
-    assert [r["instruction"] for r in first] != [f"q{i}" for i in range(5)]
-    assert [r["instruction"] for r in load_instructions(_data_cfg(path, offset=18))] == ["q18", "q19"]
+    assert not {r.instruction for r in first} & {r.instruction for r in second}
+    assert [r.instruction for r in first] != [f"q{i}" for i in range(5)]
+    assert [r.instruction for r in load_instructions(_data_cfg(path, offset=18))] == ["q18", "q19"]
 
 
 def test_negative_limit_is_rejected(tmp_path):
@@ -231,9 +244,9 @@ def test_alpaca_eval_record_without_reference_is_rejected(tmp_path):
 def test_shipped_samples_load_through_the_default_configs():
     train = load_instructions(compose("train").data)
     evaluation = load_alpaca_eval(compose("eval").eval_data)
-    assert len(train) >= 60 and all(r["instruction"] and r["output"] for r in train)
+    assert len(train) >= 60 and all(r.instruction and r.output for r in train)
     assert len(evaluation) >= 20 and all(r["generator"] and r["dataset"] for r in evaluation)
-    assert len({record_id(r) for r in train}) == len(train)
+    assert len({r.id for r in train}) == len(train)
 
 
 def test_shared_alpaca_and_alpaca_eval_load_through_configured_paths(shared_data_dir):

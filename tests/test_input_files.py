@@ -65,7 +65,7 @@ def test_instruction_data_with_a_lone_surrogate_is_refused_or_skipped(tmp_path, 
         load_instructions({"name": "x", "path": str(path)})
     if suffix == ".jsonl":
         kept = load_instructions({"name": "x", "path": str(path), "on_error": "skip"})
-        assert [r["instruction"] for r in kept] == ["a"]
+        assert [r.instruction for r in kept] == ["a"]
 
 
 def test_the_lang_check_command_reports_a_bad_file_in_one_line(tmp_path, capsys):

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from pasta.config import compose
-from pasta.data import read_jsonl
+from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
 from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
 from pasta.training.candidates import Pair, PairSide, ScoredPrompt
@@ -151,7 +151,7 @@ def tagged(tiny_model_and_tokenizer):
 def hand_pairs(tokenizer, num_pairs=2):
     """Chosen: an annotated answer; rejected: the same record's plain answer (so both sides differ)."""
     records = read_jsonl(ANNOTATED)
-    chunked = [r for r in records if "<promise" in r["annotated"]][:num_pairs]
+    chunked = [Record.from_dict(r) for r in records if "<promise" in r["annotated"]][:num_pairs]
     options = {"max_length": 4096, "too_long": "truncate"}
     annotated, _ = build_sft_examples(chunked, tokenizer, strip_annotations=False, **options)
     plain, _ = build_sft_examples(chunked, tokenizer, strip_annotations=True, **options)
@@ -236,7 +236,7 @@ def test_trainer_loss_is_alpha_sft_plus_one_minus_alpha_ipo_on_layout_log_probs(
     assert trainer._metrics["eval"]["logps/chosen"][-1] == pytest.approx(
         logprobs[: len(pairs)].sum(1).mean().item(), rel=1e-5
     )
-    small = {"instruction": "Two tips?", "input": "", "output": "", "annotated": SMALL_ANNOTATED}
+    small = Record("Two tips?", "", annotated=SMALL_ANNOTATED)
     (example,), _ = build_sft_examples(
         [small], tokenizer, strip_annotations=False, max_length=4096, too_long="skip"
     )
@@ -390,11 +390,11 @@ def test_baseline_reference_is_decoded_once_and_reused(sft_folder, tmp_path, mon
 
     cfg = rounds_cfg(tmp_path, sft_folder, "stage.reference=baseline", f"stage.baseline_model={sft_folder}")
     settings = settings_from_cfg(cfg.stage)
-    records = read_jsonl(ANNOTATED)[:3]
+    records = [Record.from_dict(r) for r in read_jsonl(ANNOTATED)[:3]]
     out = tmp_path / "refs"
     out.mkdir()
     answers = sampling.reference_answers(records, settings, cfg, out)
-    assert sorted(answers) == sorted(sampling.prompt_key(r) for r in records)
+    assert sorted(answers) == sorted(r.id for r in records)
     assert all(isinstance(text, str) for text in answers.values())
     assert len(read_jsonl(out / "baseline_answers.jsonl")) == 3
 
@@ -430,7 +430,9 @@ def sometimes_forking(tagged, tmp_path) -> tuple[Path, Path]:
     ]
     data = tmp_path / "tips.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in records))
-    examples, _ = build_sft_examples(records, tokenizer, strip_annotations=False, max_length=256, too_long="skip")
+    examples, _ = build_sft_examples(
+        list(map(Record.from_dict, records)), tokenizer, strip_annotations=False, max_length=256, too_long="skip"
+    )
     collator = LayoutCollator(
         tag_ids=add_tag_tokens(tokenizer), pad_id=tokenizer.pad_token_id, policy=ReservationPolicy(), max_length=256
     )

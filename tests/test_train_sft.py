@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from pasta.config import compose
-from pasta.data import read_jsonl
+from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
 from pasta.lang import (
     IGNORE_INDEX,
@@ -50,7 +50,7 @@ def tagged(tiny_model_and_tokenizer):
 
 def examples_of(records, tokenizer, **kwargs):
     options = {"strip_annotations": False, "max_length": 4096, "too_long": "truncate"} | kwargs
-    return build_sft_examples(records, tokenizer, **options)
+    return build_sft_examples([Record.from_dict(r) for r in records], tokenizer, **options)
 
 
 # --- examples -------------------------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_min_promises_keeps_the_same_promise_bearing_records_for_pasta_and_basel
     plain_texts = [tokenizer.decode(e["main_ids"], skip_special_tokens=True) for e in baseline]
     wanted = [r for r in records if r["annotated"].count("<promise ") >= 5]
     assert plain_texts == [r["output"] for r in wanted]
-    assert with_min_promises(records + [plain], 5) == wanted
+    assert with_min_promises([Record.from_dict(r) for r in records + [plain]], 5) == list(map(Record.from_dict, wanted))
 
 
 def test_too_long_examples_are_truncated_or_skipped_and_counted(records, tagged):
@@ -309,8 +309,8 @@ def test_length_grouped_batches_give_each_example_the_loss_it_has_alone(records,
 
 
 def with_and_without_promises(records, num_plain):
-    plain = [{"instruction": f"Say {i}.", "input": "", "output": f"Plain {i}."} for i in range(num_plain)]
-    return [r for r in records if "<promise " in r["annotated"]], plain
+    plain = [Record(f"Say {i}.", f"Plain {i}.") for i in range(num_plain)]
+    return [Record.from_dict(r) for r in records if "<promise " in r["annotated"]], plain
 
 
 @pytest.mark.parametrize(

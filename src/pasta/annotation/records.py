@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pasta.data import Record
 from pasta.lang import Document, Text, fill_token_counts, schedule, serialize, tokenize_document
 
 STAT_FIELDS = ("num_promises", "num_groups", "chunk_tokens", "num_tokens", "num_steps", "theoretical_speedup")
@@ -43,8 +44,7 @@ def writable(text: str) -> str:
 
 def make_record(
     *,
-    record_id: str,
-    source: dict[str, Any],
+    source: Record,
     teacher: str,
     teacher_model: str,
     doc: Document | None = None,
@@ -56,10 +56,10 @@ def make_record(
 ) -> dict[str, Any]:
     """One output line. Accepted: give `doc`. Rejected: give `reject_reason`, and `keep_unannotated` to keep it."""
     instruction, input_text, output = (
-        writable(source.get(k, "")) for k in ("instruction", "input", "output")
+        writable(text) for text in (source.instruction, source.input, source.output)
     )
     record: dict[str, Any] = {
-        "id": record_id,
+        "id": source.id,
         "instruction": instruction,
         "input": input_text,
         "output": output,

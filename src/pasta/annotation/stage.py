@@ -26,13 +26,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pasta.annotation.config import AnnotateConfig, companion_paths
+from pasta.annotation.config import AnnotateConfig, OnReject, companion_paths
 from pasta.annotation.progress import Progress, RunCounts
 from pasta.annotation.records import make_record
 from pasta.annotation.summary import format_table, summarize
 from pasta.annotation.validate import UNUSABLE_CODES, Rejected, check_original, validate_annotation
 from pasta.config import schema_from
-from pasta.data import JsonlAppender, iter_numbered_jsonl, load_instructions, record_id, write_json_atomic
+from pasta.data import JsonlAppender, Record, iter_numbered_jsonl, load_instructions, write_json_atomic
 from pasta.errors import PastaError
 from pasta.lang import add_tag_tokens
 from pasta.models import load_tokenizer
@@ -65,8 +65,7 @@ def finished_ids(paths: list[Path], teacher: Teacher) -> set[str]:
 class _Pending:
     """A record on its way to the output, in input order: decided already (`line`), or waiting for the teacher."""
 
-    record_id: str
-    source: dict[str, Any]
+    source: Record
     line: dict[str, Any] | None = None
 
 
@@ -103,7 +102,7 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
             f"the teacher failed all {counts.num_requests} requests of this run (last: {counts.last_error}); "
             "check teacher.model and the endpoint, then rerun to resume"
         )
-    input_order = [record_id(source) for source in records]
+    input_order = [source.id for source in records]
     for store in stores:
         store.gather(order=input_order)
     if not processes.is_main:
@@ -126,21 +125,18 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-def _todo(
-    records: list[dict[str, Any]], done: set[str]
-) -> tuple[list[tuple[str, dict[str, Any]]], int, int]:
-    """(record id, record) of each record not yet written, the first of duplicates only; and the counts of records
-    already done and of duplicates skipped."""
-    todo: list[tuple[str, dict[str, Any]]] = []
+def _todo(records: list[Record], done: set[str]) -> tuple[list[Record], int, int]:
+    """The records not yet written, the first of duplicates only; and the counts of records already done and of
+    duplicates skipped."""
+    todo: list[Record] = []
     seen: set[str] = set()
     num_duplicates = 0
     for source in records:
-        rid = record_id(source)
-        if rid in seen:
+        if source.id in seen:
             num_duplicates += 1
-        elif rid not in done:
-            todo.append((rid, source))
-        seen.add(rid)
+        elif source.id not in done:
+            todo.append(source)
+        seen.add(source.id)
     return todo, len(seen & done), num_duplicates
 
 
@@ -164,21 +160,21 @@ class _InputOrderWriter:
                  rejected: JsonlAppender, counts: RunCounts):  # fmt: skip
         self.stage, self.teacher, self.tokenizer = stage, teacher, tokenizer
         self.out, self.rejected, self.counts = out, rejected, counts
-        self.keep_unannotated = stage.on_reject == "keep_unannotated"
+        self.keep_unannotated = stage.on_reject == OnReject.keep_unannotated
         self.queue: deque[_Pending] = deque()
         self.progress: Progress | None = None
 
-    def run(self, todo: list[tuple[str, dict[str, Any]]]) -> None:
+    def run(self, todo: list[Record]) -> None:
         self.progress = Progress(len(todo), self.stage.progress, self.counts)
         replies = self.teacher.annotate(self._requests(todo))
         try:
             for reply in replies:
                 self._flush_decided()
                 pending = self.queue.popleft()
-                if pending.record_id != reply.id:
+                if pending.source.id != reply.id:
                     raise RuntimeError(
                         f"teacher {self.teacher.name} answered {reply.id} out of order "
-                        f"(expected {pending.record_id})"
+                        f"(expected {pending.source.id})"
                     )
                 if reply.error is not None:
                     self.counts.num_failed_requests += 1  # not an answer: nothing written, a rerun asks again
@@ -192,27 +188,25 @@ class _InputOrderWriter:
                 replies.close()
             self.progress.close()
 
-    def _record(self, rid: str, source: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    def _record(self, source: Record, **kwargs: Any) -> dict[str, Any]:
         return make_record(
-            record_id=rid, source=source, teacher=self.teacher.name, teacher_model=self.teacher.model,
+            source=source, teacher=self.teacher.name, teacher_model=self.teacher.model,
             tokenizer=self.tokenizer, keep_teacher_output_chars=self.stage.keep_teacher_output_chars, **kwargs,
         )  # fmt: skip
 
-    def _requests(self, todo: list[tuple[str, dict[str, Any]]]) -> Iterator[TeacherRequest]:
+    def _requests(self, todo: list[Record]) -> Iterator[TeacherRequest]:
         # Pulled lazily by the teacher, so a record decided here is queued only after the requests before it.
-        for rid, source in todo:
+        for source in todo:
             try:
-                check_original(
-                    source["instruction"], source["input"], source["output"], self.stage.max_response_chars
-                )
+                check_original(source.instruction, source.input, source.output, self.stage.max_response_chars)
             except Rejected as rejection:
                 keep = self.keep_unannotated and rejection.code not in UNUSABLE_CODES
-                line = self._record(rid, source, reject_reason=rejection.reason, keep_unannotated=keep)
-                self.queue.append(_Pending(rid, source, line))
+                line = self._record(source, reject_reason=rejection.reason, keep_unannotated=keep)
+                self.queue.append(_Pending(source, line))
                 continue
-            self.queue.append(_Pending(rid, source))
+            self.queue.append(_Pending(source))
             self.counts.num_requests += 1
-            yield TeacherRequest(rid, source["instruction"], source["input"], source["output"])
+            yield TeacherRequest(source.id, source.instruction, source.input, source.output)
 
     def _write(self, line: dict[str, Any]) -> None:
         (self.out if line["annotated"] is not None else self.rejected).append(line)
@@ -225,13 +219,13 @@ class _InputOrderWriter:
             self._write(self.queue.popleft().line)
 
     def _answer(self, pending: _Pending, reply: TeacherReply) -> dict[str, Any]:
-        rid, source = pending.record_id, pending.source
+        source = pending.source
         reason = reply.reject_reason
         if reason is None:
             try:
-                return self._record(rid, source, doc=validate_annotation(source["output"], reply.text))
+                return self._record(source, doc=validate_annotation(source.output, reply.text))
             except Rejected as rejection:
                 reason = rejection.reason
         return self._record(
-            rid, source, reject_reason=reason, keep_unannotated=self.keep_unannotated, teacher_output=reply.text
+            source, reject_reason=reason, keep_unannotated=self.keep_unannotated, teacher_output=reply.text
         )

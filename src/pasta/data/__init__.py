@@ -1,10 +1,10 @@
 """Data: crash-safe JSON Lines I/O and loaders for Alpaca-format instruction data and the AlpacaEval set.
 
     from pasta.data import load_instructions, JsonlAppender
-    records = load_instructions(cfg.data)          # [{"instruction", "input", "output", ...}]
+    records = load_instructions(cfg.data)          # [Record(instruction, output, input, annotated, ...)]
 """
 
-from pasta.data.instructions import DataConfig, load_alpaca_eval, load_instructions, record_id
+from pasta.data.instructions import DataConfig, Record, load_alpaca_eval, load_instructions
 from pasta.data.jsonl import (
     JsonlAppender,
     append_jsonl,
@@ -22,6 +22,7 @@ from pasta.data.jsonl import (
 __all__ = [
     "DataConfig",
     "JsonlAppender",
+    "Record",
     "append_jsonl",
     "check_text",
     "iter_jsonl",
@@ -31,7 +32,6 @@ __all__ = [
     "read_json_file",
     "read_jsonl",
     "read_text_file",
-    "record_id",
     "write_json_atomic",
     "write_jsonl_atomic",
     "write_text_atomic",

@@ -16,6 +16,7 @@ import logging
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +42,46 @@ class DataConfig:
     offset: int = field(default=0, metadata={"help": "skip this many records first"})
     shuffle: bool = field(default=False, metadata={"help": "shuffle before offset and limit"})
     seed: int = field(default=0, metadata={"help": "seed of the shuffle"})
-    on_error: str = field(default="fail", metadata={"help": "bad record: fail (one-line error) or skip (log)"})
+    on_error: OnError = field(default=OnError.fail, metadata={"help": "bad record: fail (one-line error) or skip (log)"})
 
     def validate(self, where: str) -> None:
-        if self.on_error not in ("fail", "skip"):
-            raise PastaError(f"{where}.on_error: {self.on_error!r} is not one of fail, skip")
         for key in ("offset", "limit"):
             value = getattr(self, key)
             if value is not None and value < 0:
                 raise PastaError(f"{where}.{key}: must be an integer >= 0, got {value!r}")
 
 
-def record_id(record: dict[str, Any]) -> str:
-    """A stable id from a record's content (instruction, input, output): same text, same id, on any machine."""
-    content = json.dumps([record.get("instruction", ""), record.get("input", ""), record.get("output", "")])
+def _content_id(instruction: str, input_text: str, output: str) -> str:
+    """A stable id from a record's content: same text, same id, on any machine."""
+    content = json.dumps([instruction, input_text, output])
     return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Alpaca-format instruction record, as `load_instructions` gives it.
+
+    `annotated` and `accepted` are what pasta.annotate adds; any other field of the file (its `id`, the teacher's
+    statistics) is kept, untyped, in `extra`.
+    """
+
+    instruction: str
+    output: str
+    input: str = ""
+    annotated: str | None = None  # the PASTA-LANG annotation of `output`; None: none (plain data, a rejected record)
+    accepted: bool = True  # False: pasta.annotate rejected the annotation; hand-written data has no such field
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def id(self) -> str:
+        """The record's one id (a hash of instruction, input and output): what every stage resumes and dedups by."""
+        return _content_id(self.instruction, self.input, self.output)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Record:
+        typed = {name: raw[name] for name in ("instruction", "output", "input", "annotated", "accepted") if name in raw}
+        return cls(**typed, extra={k: v for k, v in raw.items() if k not in typed})
+
 
 
 def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -83,7 +109,7 @@ def _json_records(path: Path, on_error: OnError, check_unicode: bool) -> Iterato
     for index, record in enumerate(records, start=1):
         if isinstance(record, dict):
             yield f"{path}: record {index}", record
-        elif on_error == "fail":
+        elif on_error == OnError.fail:
             raise PastaError(f"{path}: record {index}: expected a JSON object, got {type(record).__name__}")
         else:
             log.warning("skipping %s: record %d: not a JSON object", path, index)
@@ -107,7 +133,7 @@ def _checked(
     records: Iterator[tuple[str, dict[str, Any]]],
     required: tuple[str, ...],
     optional: tuple[str, ...],
-    on_error: str,
+    on_error: OnError,
     check_unicode: bool = True,
 ) -> list[dict[str, Any]]:
     kept = []
@@ -118,18 +144,28 @@ def _checked(
              if f in record and not isinstance(record[f], str)),
             None,
         )
+        problem = problem or _annotation_problem(record)
         if check_unicode:  # hub records: files are checked as they are read
             problem = problem or invalid_unicode(record)
         if problem is None:
             kept.append(record)
-        elif on_error == "fail":
+        elif on_error == OnError.fail:
             raise PastaError(f"{where}: {problem}")
         else:
             log.warning("skipping %s: %s", where, problem)
     return kept
 
 
-def _select(records: list[dict[str, Any]], cfg: DataConfig) -> list[dict[str, Any]]:
+def _annotation_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with the fields pasta.annotate writes, if they are present."""
+    if record.get("annotated") is not None and not isinstance(record["annotated"], str):
+        return "field 'annotated' is not a string or null"
+    if "accepted" in record and not isinstance(record["accepted"], bool):
+        return "field 'accepted' is not true or false"
+    return None
+
+
+def _select(records: list, cfg: DataConfig) -> list:
     if cfg.shuffle:
         records = records.copy()
         random.Random(cfg.seed).shuffle(records)
@@ -137,10 +173,8 @@ def _select(records: list[dict[str, Any]], cfg: DataConfig) -> list[dict[str, An
     return records[cfg.offset : end]
 
 
-def load_instructions(
-    data_cfg: DataConfig | DictConfig | dict[str, Any], check_unicode: bool = True
-) -> list[dict[str, Any]]:
-    """Alpaca-format records (`instruction`, `input` ("" when absent), `output`, plus any extra fields).
+def load_instructions(data_cfg: DataConfig | DictConfig | dict[str, Any], check_unicode: bool = True) -> list[Record]:
+    """The data's records (`input` "" when absent, extra fields kept in `Record.extra`).
 
     `check_unicode=False` keeps records whose text is not valid Unicode, for a stage that rejects them itself.
     """
@@ -148,9 +182,7 @@ def load_instructions(
     records = _checked(
         _raw_records(cfg, "data", check_unicode), ("instruction", "output"), ("input",), cfg.on_error, check_unicode
     )
-    for record in records:
-        record.setdefault("input", "")
-    return _select(records, cfg)
+    return _select([Record.from_dict(record) for record in records], cfg)
 
 
 def load_alpaca_eval(eval_data_cfg: DataConfig | DictConfig | dict[str, Any]) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ class TeacherError(PastaError):
 
 @dataclass(frozen=True)
 class TeacherRequest:
-    id: str  # the record's id (pasta.data.record_id)
+    id: str  # the record's id (pasta.data.Record.id)
     instruction: str
     input: str
     response: str  # the original response, to be annotated without changing a character

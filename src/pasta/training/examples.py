@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from pasta.data import Record
 from pasta.errors import PastaError
 from pasta.lang import (
     IGNORE_INDEX,
@@ -134,7 +135,7 @@ class SkipRecord(Exception):
     """A record that is left out of training; `args[0]` is the reason counted in `ExampleStats.skipped`."""
 
 
-def with_min_promises(records: list[dict[str, Any]], min_promises: int) -> list[dict[str, Any]]:
+def with_min_promises(records: list[Record], min_promises: int) -> list[Record]:
     """The records whose annotation holds at least `min_promises` promises (unannotated or malformed: none)."""
     if min_promises <= 0:
         return records
@@ -159,7 +160,7 @@ def balance_settings(data_cfg: DictConfig) -> tuple[float | None, int]:
     return (None if share is None else float(share)), max_upsample
 
 
-def has_promises(record: dict[str, Any]) -> bool:
+def has_promises(record: Record) -> bool:
     """Whether the record is used (not `accepted: false`) and its annotation holds a promise."""
     try:
         return bool(response_document(record, strip_annotations=False, min_promises=1).promises)
@@ -168,8 +169,8 @@ def has_promises(record: dict[str, Any]) -> bool:
 
 
 def balance_promises(
-    records: list[dict[str, Any]], *, promise_share: float | None, max_upsample: int, seed: int
-) -> tuple[list[dict[str, Any]], PromiseBalance]:
+    records: list[Record], *, promise_share: float | None, max_upsample: int, seed: int
+) -> tuple[list[Record], PromiseBalance]:
     """The records to train on, so that at least `promise_share` of them carry promises where possible.
 
     Rule-based teachers put promises in few answers (the structural teacher in about 6% of Alpaca's), and a small
@@ -191,23 +192,22 @@ def balance_promises(
     return chosen, PromiseBalance(num_with, num_plain, upsample, num_plain_kept, promise_share)
 
 
-def response_document(record: dict[str, Any], *, strip_annotations: bool, min_promises: int = 0) -> Document:
+def response_document(record: Record, *, strip_annotations: bool, min_promises: int = 0) -> Document:
     """The response to train on; raises SkipRecord (or LangError for a malformed annotation) when unusable.
 
     A record marked `accepted: false` is not used; one without `accepted` (hand-written data) is. Baseline-SFT of a
     plain Alpaca file (no `annotated` field) trains on `output`. `min_promises` leaves out records whose annotation
     has fewer promises, before any stripping, so Baseline-SFT with the same setting keeps the same records.
     """
-    if record.get("accepted", True) is False:
+    if not record.accepted:
         raise SkipRecord("not_accepted")
-    annotated = record.get("annotated")
-    if not isinstance(annotated, str) or not annotated.strip():
+    if record.annotated is None or not record.annotated.strip():
         if min_promises > 0:
             raise SkipRecord("too_few_promises")
-        if strip_annotations and isinstance(record.get("output"), str):
-            return Document((Text(record["output"]),))
+        if strip_annotations:
+            return Document((Text(record.output),))
         raise SkipRecord("no_annotation")
-    doc = parse(annotated)
+    doc = parse(record.annotated)
     if len(doc.promises) < min_promises:
         raise SkipRecord("too_few_promises")
     if strip_annotations:
@@ -254,7 +254,7 @@ def count_cut(stats: ExampleStats, num_prompt_ids: int, doc: TokenDoc, max_lengt
 
 
 def build_sft_examples(
-    records: list[dict[str, Any]],
+    records: list[Record],
     tokenizer,
     *,
     strip_annotations: bool,
@@ -284,7 +284,7 @@ def build_sft_examples(
             stats.skipped["unparseable"] += 1
             continue
         example = example_from_doc(
-            encode_prompt(tokenizer, record["instruction"], record.get("input", "")), token_doc
+            encode_prompt(tokenizer, record.instruction, record.input), token_doc
         )
         if num_rows(example) > max_length:
             if too_long == "skip" or len(example["prompt_ids"]) >= max_length:

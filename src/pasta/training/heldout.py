@@ -19,13 +19,12 @@ import json
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
 from pasta.config import resolve_device
-from pasta.data import load_instructions, record_id, write_json_atomic
+from pasta.data import Record, load_instructions, write_json_atomic
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.judges import JudgeItem
 from pasta.lang import ReservationPolicy, add_tag_tokens
@@ -57,7 +56,7 @@ class HeldoutSummary:
         )
 
 
-def heldout_records(path: str, limit: int, seed: int) -> list[dict[str, Any]]:
+def heldout_records(path: str, limit: int, seed: int) -> list[Record]:
     """`limit` records of the file at `path`, shuffled with `seed`: the same prompts for every policy."""
     return load_instructions({"name": "heldout", "path": path, "shuffle": True, "seed": seed, "limit": limit})
 
@@ -65,7 +64,7 @@ def heldout_records(path: str, limit: int, seed: int) -> list[dict[str, Any]]:
 def check_policy(
     model,
     tokenizer,
-    records: list[dict[str, Any]],
+    records: list[Record],
     judge,
     policy: ReservationPolicy,
     max_new_tokens: int,
@@ -79,23 +78,23 @@ def check_policy(
     store = ShardedJsonl(answers_path, processes, key="id")
     store.gather()
     done = store.keys()
-    todo = processes.shard([r for r in records if record_id(r) not in done])
+    todo = processes.shard([r for r in records if r.id not in done])
     config = DecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=0.0))
     model.eval()
     with store.appender() as out:
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
-            prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for r in batch]
+            prompt_ids = [encode_prompt(tokenizer, r.instruction, r.input) for r in batch]
             with torch.inference_mode():
                 results = decode_async(model, tokenizer, prompt_ids, config, policy)
             qualities = judge.score(
-                [JudgeItem(r["instruction"], res.text, r["output"]) for r, res in zip(batch, results, strict=True)]
+                [JudgeItem(r.instruction, res.text, r.output) for r, res in zip(batch, results, strict=True)]
             )
             for record, result, quality in zip(batch, results, qualities, strict=True):
                 out.append(
                     {
-                        "id": record_id(record),
-                        "instruction": record["instruction"],
+                        "id": record.id,
+                        "instruction": record.instruction,
                         "annotated": result.annotated,
                         "speedup": result.stats.theoretical_speedup,
                         "num_threads": result.stats.num_threads,
@@ -104,7 +103,7 @@ def check_policy(
                         "judge": judge.name,
                     }
                 )
-    ids = [record_id(r) for r in records]
+    ids = [r.id for r in records]
     store.gather(order=ids)
     wanted = set(ids)
     answers = [a for a in store.records() if a["id"] in wanted]

@@ -35,7 +35,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pasta.config import resolve_device
-from pasta.data import load_instructions, write_json_atomic, write_jsonl_atomic
+from pasta.data import Record, load_instructions, write_json_atomic, write_jsonl_atomic
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import load_model
@@ -55,9 +55,7 @@ log = logging.getLogger(__name__)
 ROUND_METRICS = "metrics.json"
 
 
-def round_prompts(
-    records: list[dict[str, Any]], settings: PrefSettings, round_index: int
-) -> list[dict[str, Any]]:
+def round_prompts(records: list[Record], settings: PrefSettings, round_index: int) -> list[Record]:
     """The prompts of round `round_index` (1-based): a window of `prompts_per_round` that moves on each round."""
     count = settings.prompts_per_round
     if count is None or count >= len(records):

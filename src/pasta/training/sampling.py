@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from pasta.config import resolve_device
-from pasta.data import record_id
+from pasta.data import Record
 from pasta.lang import ReservationPolicy
 from pasta.models import encode_prompt, load_model
 from pasta.parallel import Processes, ShardedJsonl
@@ -36,10 +36,6 @@ def thread_ids(doc) -> dict[str, Any]:
     example = example_from_doc([], doc)
     del example["prompt_ids"]
     return example
-
-
-def prompt_key(record: dict[str, Any]) -> str:
-    return str(record.get("id") or record_id(record))
 
 
 def judge_with_retries(judge, items: list, retries: int) -> list[float | None]:
@@ -59,7 +55,7 @@ def judge_with_retries(judge, items: list, retries: int) -> list[float | None]:
 
 
 def reference_answers(
-    records: list[dict[str, Any]],
+    records: list[Record],
     settings: PrefSettings,
     cfg: DictConfig,
     output_dir: Path,
@@ -68,14 +64,14 @@ def reference_answers(
     """Reference answer per prompt key: the record's `output`, or the Baseline-SFT model's greedy answer
     (decoded once, kept in `<output_dir>/baseline_answers.jsonl` and reused on resume)."""
     if settings.reference == Reference.output:
-        return {prompt_key(r): r["output"] for r in records}
+        return {r.id: r.output for r in records}
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
 
     path = output_dir / "baseline_answers.jsonl"
     store = ShardedJsonl(path, processes, key="id")
     store.gather()
     done = store.keys()
-    todo = processes.shard([r for r in records if prompt_key(r) not in done])
+    todo = processes.shard([r for r in records if r.id not in done])
     if todo:
         model_cfg = model_at(cfg.model, settings.baseline_model)
         model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
@@ -85,13 +81,13 @@ def reference_answers(
         with store.appender() as out:
             for start in range(0, len(todo), settings.sample_batch_size):
                 batch = todo[start : start + settings.sample_batch_size]
-                prompts = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for r in batch]
+                prompts = [encode_prompt(tokenizer, r.instruction, r.input) for r in batch]
                 for record, result in zip(
                     batch, decode_sequential(model, tokenizer, prompts, config), strict=True
                 ):
-                    out.append({"id": prompt_key(record), "text": result.text})
+                    out.append({"id": record.id, "text": result.text})
         del model
-    store.gather(order=[prompt_key(r) for r in records])
+    store.gather(order=[r.id for r in records])
     return {a["id"]: a["text"] for a in store.records()}
 
 
@@ -118,7 +114,7 @@ def candidate_record(result, quality: float | None, judge_name: str) -> Candidat
 def sample_and_score(
     model,
     tokenizer,
-    prompts: list[dict[str, Any]],
+    prompts: list[Record],
     references: dict[str, str],
     judge,
     settings: PrefSettings,
@@ -138,18 +134,18 @@ def sample_and_score(
     sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p)
     config = DecodeConfig(max_new_tokens=settings.max_new_tokens, sampling=sampling)
     num = settings.num_samples
-    todo = processes.shard([(index, r) for index, r in enumerate(prompts) if prompt_key(r) not in done])
+    todo = processes.shard([(index, r) for index, r in enumerate(prompts) if r.id not in done])
     model.eval()
     with store.appender() as out:
         for start in range(0, len(todo), settings.sample_batch_size):
             batch = todo[start : start + settings.sample_batch_size]
-            prompt_ids = [encode_prompt(tokenizer, r["instruction"], r.get("input", "")) for _, r in batch]
+            prompt_ids = [encode_prompt(tokenizer, r.instruction, r.input) for _, r in batch]
             seeds = [seed + index * num + k for index, _ in batch for k in range(num)]
             with torch.inference_mode():
                 repeated = [ids for ids in prompt_ids for _ in range(num)]
                 results = decode_async(model, tokenizer, repeated, config, policy, seeds=seeds)
             items = [
-                JudgeItem(r["instruction"], result.text, references[prompt_key(r)])
+                JudgeItem(r.instruction, result.text, references[r.id])
                 for b, (_, r) in enumerate(batch)
                 for result in results[b * num : (b + 1) * num]
             ]
@@ -160,17 +156,17 @@ def sample_and_score(
                 ]
                 failed = any(c.quality is None for c in candidates)
                 entry = ScoredPrompt(
-                    id=prompt_key(record),
+                    id=record.id,
                     prompt_index=index,
-                    instruction=record["instruction"],
-                    input=record.get("input", ""),
-                    reference=references[prompt_key(record)],
+                    instruction=record.instruction,
+                    input=record.input,
+                    reference=references[record.id],
                     prompt_ids=prompt_ids[b],
                     judge=judge.name,
                     status="judge_failed" if failed else "scored",
                     candidates=candidates,
                 )
                 out.append(entry.to_json())
-    store.gather(order=[prompt_key(r) for r in prompts])
+    store.gather(order=[r.id for r in prompts])
     scored = {r["id"]: r for r in store.records()}
-    return [ScoredPrompt.from_json(scored[prompt_key(r)]) for r in prompts]
+    return [ScoredPrompt.from_json(scored[r.id]) for r in prompts]

@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pasta.data import load_instructions
+from pasta.data import Record, load_instructions
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens
 from pasta.models import load_model
@@ -104,7 +104,7 @@ def run_sft(cfg: DictConfig) -> Path:
     return train_and_save(run, trainer, tokenizer, resume_from, {"stage": "sft", **data.info()})
 
 
-def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[dict[str, Any]], PromiseBalance | None]:
+def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], PromiseBalance | None]:
     """The data's records, promise-bearing and plain ones balanced as data.promise_share asks (a logged decision)."""
     promise_share, max_upsample = balance_settings(cfg.data)
     records = load_instructions(loader_config(cfg.data))
@@ -118,7 +118,7 @@ def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[dict[str,
 
 
 def sft_data(
-    run: SFTRun, records: list[dict[str, Any]], balance: PromiseBalance | None, tokenizer, min_promises: int
+    run: SFTRun, records: list[Record], balance: PromiseBalance | None, tokenizer, min_promises: int
 ) -> SFTData:
     """The records as training examples, with what stage.max_length cut logged; refuses PASTA-SFT on data without
     a single promise."""
