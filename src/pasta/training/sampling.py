@@ -61,7 +61,7 @@ def reference_answers(
     output_dir: Path,
     processes: Processes = Processes(),
 ) -> dict[str, str]:
-    """Reference answer per prompt key: the record's `output`, or the Baseline-SFT model's greedy answer
+    """Reference answer per record id: the record's `output`, or the Baseline-SFT model's greedy answer
     (decoded once, kept in `<output_dir>/baseline_answers.jsonl` and reused on resume)."""
     if settings.reference == Reference.output:
         return {r.id: r.output for r in records}
