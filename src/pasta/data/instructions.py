@@ -10,6 +10,7 @@ drops such records instead. Extra fields (such as `annotated`) are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -51,12 +52,6 @@ class DataConfig:
                 raise PastaError(f"{where}.{key}: must be an integer >= 0, got {value!r}")
 
 
-def _content_id(instruction: str, input_text: str, output: str) -> str:
-    """A stable id from a record's content: same text, same id, on any machine."""
-    content = json.dumps([instruction, input_text, output])
-    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class Record:
     """One Alpaca-format instruction record, as `load_instructions` gives it.
@@ -74,14 +69,16 @@ class Record:
 
     @cached_property
     def id(self) -> str:
-        """The record's one id (a hash of instruction, input and output): what every stage resumes and dedups by."""
-        return _content_id(self.instruction, self.input, self.output)
+        """The record's one id, what every stage resumes and dedups by: a hash of instruction, input and output, so
+        the same text has the same id on any machine."""
+        content = json.dumps([self.instruction, self.input, self.output])
+        return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Record:
-        typed = {name: raw[name] for name in ("instruction", "output", "input", "annotated", "accepted") if name in raw}
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+        typed = {name: raw[name] for name in names if name in raw}
         return cls(**typed, extra={k: v for k, v in raw.items() if k not in typed})
-
 
 
 def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -24,6 +24,7 @@ from pasta.errors import PastaError
 
 log = logging.getLogger(__name__)
 
+
 class OnError(Choice):
     """A bad record or line: fail (one-line error) or skip (logged)."""
 
@@ -33,7 +34,7 @@ class OnError(Choice):
 
 def check_on_error(on_error: str) -> None:
     if on_error not in tuple(OnError):
-        raise PastaError(f"on_error={on_error} is not one of fail, skip")
+        raise PastaError(f"on_error={on_error} is not one of {', '.join(OnError)}")
 
 
 class BadInput(ValueError):

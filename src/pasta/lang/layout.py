@@ -20,6 +20,7 @@ whose threads interleave. Pass them to a transformers causal LM as `shift_labels
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -39,7 +40,6 @@ class Reservation(Choice):
     fixed = "fixed"  # `fixed`, whatever N
 
 
-RESERVATION_FIELDS = ("policy", "scale", "multiple", "fixed")
 IGNORE_INDEX = -100
 PROMPT_THREAD = -1
 MAIN_THREAD = 0  # chunk k (0-based, in promise order) is thread k + 1
@@ -96,11 +96,12 @@ class ReservationPolicy:
     @classmethod
     def from_config(cls, cfg, key: str = "lang.reservation") -> ReservationPolicy:
         """From a config node (`lang.reservation`); a bad value is a PastaError `<key>.<field>: <why>`."""
-        unknown = sorted(k for k in cfg if k not in RESERVATION_FIELDS)
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(k for k in cfg if k not in known)
         if unknown:
-            raise PastaError(f"{key}.{unknown[0]}: unknown setting (known: {', '.join(RESERVATION_FIELDS)})")
+            raise PastaError(f"{key}.{unknown[0]}: unknown setting (known: {', '.join(known)})")
         try:
-            return cls(**{k: cfg[k] for k in RESERVATION_FIELDS if k in cfg})
+            return cls(**{k: cfg[k] for k in known if k in cfg})
         except ValueError as exc:
             raise PastaError(f"{key}.{exc}") from None
 
