@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from pasta.config import compose
@@ -27,7 +28,7 @@ from pasta.training.collator import LayoutCollator
 from pasta.training.examples import (
     balance_promises,
     build_sft_examples,
-    has_promises,
+    min_promise_share_setting,
     token_doc_of,
     with_min_promises,
 )
@@ -313,34 +314,35 @@ def with_and_without_promises(records, num_plain):
     return [Record.from_dict(r) for r in records if "<promise " in r["annotated"]], plain
 
 
-@pytest.mark.parametrize(
-    ("num_with", "num_plain", "max_upsample", "upsample", "num_plain_kept"),
-    [(10, 190, 4, 4, 40), (10, 25, 4, 3, 25), (10, 5, 4, 1, 5), (10, 190, 1, 1, 10)],
-)
-def test_few_promise_bearing_records_are_upsampled_then_plain_ones_subsampled_to_the_share(
-    records, num_with, num_plain, max_upsample, upsample, num_plain_kept
-):
+def test_scarce_promise_bearing_records_are_trained_on_alone(records):
+    with_promises, plain = with_and_without_promises(records, 190)
+    chosen, balance = balance_promises(plain + with_promises, min_promise_share=0.5)
+    assert chosen == with_promises and balance.promise_only
+    num_with = len(with_promises)
+    assert (balance.num_with_promises, balance.num_plain) == (num_with, 190)
+    assert f"{num_with} of {num_with + 190} records carry promises" in balance.message()
+    assert f"training on those {num_with} only, leaving out 190 plain ones" in balance.message()
+
+
+@pytest.mark.parametrize(("num_plain", "min_promise_share"), [(0, 0.5), (1, 0.5), (50, None), (50, 0.0)])
+def test_records_are_used_as_they_are_when_promises_are_not_scarce(records, num_plain, min_promise_share):
     with_promises, plain = with_and_without_promises(records, num_plain)
-    with_promises = with_promises[:num_with]
-    chosen, balance = balance_promises(
-        plain + with_promises, promise_share=0.5, max_upsample=max_upsample, seed=0
-    )
-    assert (balance.num_with_promises, balance.num_plain) == (num_with, num_plain)
-    assert (balance.upsample, balance.num_plain_kept) == (upsample, num_plain_kept)
-    assert [has_promises(r) for r in chosen].count(True) == upsample * num_with
-    assert len(chosen) == upsample * num_with + num_plain_kept
-    assert sum(map(has_promises, chosen)) >= 0.5 * len(chosen) or upsample == max_upsample
-    again, _ = balance_promises(plain + with_promises, promise_share=0.5, max_upsample=max_upsample, seed=0)
-    assert again == chosen, "seeded"
-    if upsample > 1:
-        assert f"{num_with} of {num_with + num_plain} records carry promises" in balance.message()
-        assert f"using them {upsample}x and keeping {num_plain_kept} of {num_plain} plain ones" in balance.message()
+    chosen, balance = balance_promises(plain + with_promises, min_promise_share=min_promise_share)
+    assert chosen == plain + with_promises and not balance.promise_only
+    assert "using every record" in balance.message()
 
 
-def test_no_share_uses_the_records_as_they_are(records):
-    with_promises, plain = with_and_without_promises(records, 50)
-    chosen, balance = balance_promises(plain + with_promises, promise_share=None, max_upsample=4, seed=0)
-    assert chosen == plain + with_promises and balance.upsample == 1
+def test_a_share_of_exactly_the_threshold_is_not_scarce(records):
+    with_promises, plain = with_and_without_promises(records, 0)
+    plain = [Record(f"Say {i}.", f"Plain {i}.") for i in range(len(with_promises))]
+    assert not balance_promises(plain + with_promises, min_promise_share=0.5)[1].promise_only
+    assert balance_promises(plain + plain[:1] + with_promises, min_promise_share=0.5)[1].promise_only
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, -0.1, "half"])
+def test_a_min_promise_share_outside_zero_to_one_is_a_one_line_error(bad):
+    with pytest.raises(PastaError, match=r"data.min_promise_share=.* must be a number in \[0, 1\], or null"):
+        min_promise_share_setting(OmegaConf.create({"min_promise_share": bad}))
 
 
 # --- real runs ------------------------------------------------------------------------------------------------

@@ -16,11 +16,11 @@ from pasta.training.sft import SFTData
 
 def test_sft_data_info_is_what_train_info_json_records_about_the_data():
     stats = ExampleStats(max_length=96, num_records=3, num_used=2, skipped=Counter(empty=1))
-    balance = PromiseBalance(num_with_promises=1, num_plain=2, upsample=2, num_plain_kept=2, promise_share=0.5)
+    balance = PromiseBalance(num_with_promises=1, num_plain=2, min_promise_share=0.5, promise_only=True)
     data = SFTData(examples=[], stats=stats, balance=balance, baseline=False, data_path="a.jsonl", sha256="abc")
     info = data.info()
     assert list(info) == ["baseline", "data_sha256", "data_path", "examples", "promise_balance"]
-    assert info["examples"]["skipped"] == {"empty": 1} and info["promise_balance"]["upsample"] == 2
+    assert info["examples"]["skipped"] == {"empty": 1} and info["promise_balance"]["promise_only"]
     unbalanced = SFTData(examples=[], stats=stats, balance=None, baseline=True, data_path=None, sha256="abc")
     assert unbalanced.info()["promise_balance"] is None
 

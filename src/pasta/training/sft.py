@@ -5,8 +5,8 @@ with the mask, positions and targets the decoder will reproduce) through TRL's S
 `data.strip_annotations=true` the same records without tags give Baseline-SFT, the sequential model that speed
 and quality are compared against. Writes `<output_dir>/final` and `<output_dir>/train_info.json`.
 
-Before training it balances promise-bearing and plain records (`data.promise_share`, a logged decision), refuses
-PASTA-SFT on data without a single promise, and counts what `stage.max_length` cuts; batches are grouped by length.
+Before training it keeps only the promise-bearing records when they are scarce (`data.min_promise_share`, a
+logged decision), refuses PASTA-SFT on data without a single promise, and counts what `stage.max_length` cuts; batches are grouped by length.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pasta.training.examples import (
     ExampleStats,
     PromiseBalance,
     balance_promises,
-    balance_settings,
     build_sft_examples,
     examples_sha256,
     loader_config,
+    min_promise_share_setting,
     num_rows,
 )
 from pasta.training.modeling import (
@@ -105,14 +105,13 @@ def run_sft(cfg: DictConfig) -> Path:
 
 
 def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], PromiseBalance | None]:
-    """The data's records, promise-bearing and plain ones balanced as data.promise_share asks (a logged decision)."""
-    promise_share, max_upsample = balance_settings(cfg.data)
+    """The data's records, the promise-bearing ones only when they are scarce (data.min_promise_share, a logged
+    decision)."""
+    min_promise_share = min_promise_share_setting(cfg.data)
     records = load_instructions(loader_config(cfg.data))
     if min_promises > 0:  # with min_promises every record used carries promises: nothing to balance
         return records, None
-    records, balance = balance_promises(
-        records, promise_share=promise_share, max_upsample=max_upsample, seed=int(cfg.get("seed") or 0)
-    )
+    records, balance = balance_promises(records, min_promise_share=min_promise_share)
     log.info("sft: %s", balance.message())
     return records, balance
 
