@@ -51,7 +51,7 @@ step "2/7 annotate $data with the structural teacher (rule-based, no model)"
 "$python" -m pasta.annotate "${common[@]}" teacher=structural "data=$data" "data.limit=$num_records" \
     on_reject=keep_unannotated output="$out/annotated.jsonl"
 
-step "3/7 SFT with the stage defaults (promise-bearing records balanced as the stage decides and logs)"
+step "3/7 SFT with the stage defaults (only the promise-bearing records when they are scarce, as the stage logs)"
 # shellcheck disable=SC2086
 done_already "$out/sft" || "$python" -m pasta.train stage=sft "${train[@]}" output_dir="$out/sft" $sft_args
 
