@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from pasta.errors import PastaError
 from pasta.evaluation.report import load_summaries
 
 NAME = re.compile(r"^pasta-lambda(?P<lam>[^-]+)-round(?P<round>\d+)$")
@@ -25,12 +26,16 @@ PROXY = "emb-sim to reference (proxy)"
 
 
 def point(summary: dict[str, Any]) -> dict[str, Any]:
+    """One run's speedups (geometric means; Baseline-SFT, the sequential reference, is 1 on both), fork share,
+    malformed events and quality proxy, from its summary.json."""
+    speed = summary.get("speed") or {}
     structure = summary.get("structure") or {}
     proxies = summary.get("proxies") or {}
+    sequential = summary.get("decode") == "sequential"
     return {
         "name": summary.get("generator"),
-        "theoretical": structure.get("theoretical_speedup"),
-        "wall": structure.get("wall_speedup"),
+        "theoretical": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
+        "wall": 1.0 if sequential else (speed.get("wall_speedup_geomean") or {}).get("value"),
         "fork_share": structure.get("fork_share"),
         "malformed": structure.get("malformed_per_answer"),
         "proxy": proxies.get("embedding_similarity"),
@@ -98,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("eval_dir", type=Path, help="folder holding the study's evaluation runs")
     parser.add_argument("plot", type=Path, help="where to write the PNG")
     args = parser.parse_args(argv)
-    summaries = load_summaries([str(args.eval_dir / "*")])
+    try:
+        summaries = load_summaries([str(args.eval_dir / "*")])
+    except PastaError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     points = {str(s.get("generator")): point(s) for s in summaries}
     if "pasta-sft" not in points:
         print(f"error: {args.eval_dir} holds no pasta-sft run: run scripts/cpu_study.sh first", file=sys.stderr)

@@ -1,0 +1,62 @@
+"""scripts/study_plot.py: each lambda's line runs from the SFT model through its rounds, at the speedups and the
+proxy that the runs' summary.json files record."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "study_plot.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("study_plot", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def summary(name: str, decode: str, theoretical: float, wall: float | None, proxy: float) -> dict:
+    speed = {"theoretical_speedup_geomean": {"value": theoretical, "ci_low": theoretical, "ci_high": theoretical}}
+    if wall is not None:
+        speed["wall_speedup_geomean"] = {"value": wall, "ci_low": wall, "ci_high": wall}
+    return {
+        "generator": name, "decode": decode, "speed": speed,
+        "structure": {"fork_share": 0.4, "malformed_per_answer": 0.0},
+        "proxies": {"embedding_similarity": proxy},
+    }
+
+
+def write_runs(eval_dir: Path) -> None:
+    runs = [
+        summary("baseline-sft", "sequential", 1.0, None, 0.58),
+        summary("pasta-sft", "async", 1.24, 0.98, 0.60),
+        summary("pasta-lambda1-round2", "async", 1.41, 0.88, 0.59),
+        summary("pasta-lambda1-round1", "async", 1.32, 0.83, 0.599),
+    ]
+    for run in runs:
+        (eval_dir / run["generator"]).mkdir(parents=True)
+        (eval_dir / run["generator"] / "summary.json").write_text(json.dumps(run))
+
+
+def test_each_lambda_line_starts_at_sft_and_follows_its_rounds_at_the_recorded_speedups(tmp_path, capsys):
+    study_plot = load_script()
+    write_runs(tmp_path / "eval")
+    assert study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")]) == 0
+    assert (tmp_path / "study.png").stat().st_size > 0
+    table = capsys.readouterr().out
+    assert "| pasta-lambda1-round2 | 1.41x | 0.88x | 40% | 0.00 | 0.590 |" in table
+    assert "| baseline-sft | 1.00x | 1.00x |" in table
+    points = {s["generator"]: study_plot.point(s) for s in map(json.loads, (
+        p.read_text() for p in (tmp_path / "eval").glob("*/summary.json")))}
+    line = study_plot.sweep_lines(points)["1"]
+    assert [(p["name"], p["theoretical"], p["wall"]) for p in line] == [
+        ("pasta-sft", 1.24, 0.98), ("pasta-lambda1-round1", 1.32, 0.83), ("pasta-lambda1-round2", 1.41, 0.88)]
+
+
+def test_an_eval_folder_without_the_sft_run_is_a_one_line_error(tmp_path, capsys):
+    study_plot = load_script()
+    (tmp_path / "eval").mkdir()
+    assert study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
