@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "pref_noise_floor.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("pref_noise_floor", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers.scripts import load_script
 
 
 def test_the_random_update_has_the_rounds_norm_in_every_tensor_and_another_direction(tiny_model_and_tokenizer):
-    noise_floor = load_script()
+    noise_floor = load_script("pref_noise_floor")
     model = copy.deepcopy(tiny_model_and_tokenizer[0])
     start = {name: p.detach().clone() for name, p in model.named_parameters()}
     generator = torch.Generator().manual_seed(1)

@@ -3,18 +3,10 @@ proxy that the runs' summary.json files record."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "study_plot.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("study_plot", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers.scripts import load_script
 
 
 def summary(name: str, decode: str, theoretical: float, wall: float | None, proxy: float) -> dict:
@@ -41,7 +33,7 @@ def write_runs(eval_dir: Path) -> None:
 
 
 def test_each_lambda_line_starts_at_sft_and_follows_its_rounds_at_the_recorded_speedups(tmp_path, capsys):
-    study_plot = load_script()
+    study_plot = load_script("study_plot")
     write_runs(tmp_path / "eval")
     assert study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")]) == 0
     assert (tmp_path / "study.png").stat().st_size > 0
@@ -56,7 +48,7 @@ def test_each_lambda_line_starts_at_sft_and_follows_its_rounds_at_the_recorded_s
 
 
 def test_an_eval_folder_without_the_sft_run_is_a_one_line_error(tmp_path, capsys):
-    study_plot = load_script()
+    study_plot = load_script("study_plot")
     (tmp_path / "eval").mkdir()
     assert study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
