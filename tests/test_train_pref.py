@@ -385,6 +385,29 @@ def test_a_crashed_round_resumes_without_redoing_finished_work(sft_folder, tmp_p
     assert (final / "config.json").is_file()
 
 
+class DownJudge:
+    """A judge whose endpoint is down: it never scores anything."""
+
+    name = "fake:down"
+
+    def score(self, items):
+        return [None] * len(items)
+
+
+def test_a_round_whose_judge_fails_on_every_prompt_stops_with_one_error_and_keeps_its_samples(
+    sft_folder, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: DownJudge())
+    with pytest.raises(PastaError, match=r"round 1: no pairs from 3 prompts \(\{'judge_failed': 3\}\)"):
+        run_pref(rounds_cfg(tmp_path, sft_folder, "stage.judge_retries=1"))
+    round_dir = tmp_path / "pref" / "round-1"
+    scores = read_jsonl(round_dir / "scores.jsonl")
+    assert [e["status"] for e in scores] == ["judge_failed"] * 3
+    candidates = [c for e in scores for c in e["candidates"]]
+    assert len(candidates) == 9 and all(c["quality"] is None and c["num_tokens"] > 0 for c in candidates)
+    assert not (round_dir / "final").exists() and not (round_dir / "metrics.json").exists()
+
+
 def test_baseline_reference_is_decoded_once_and_reused(sft_folder, tmp_path, monkeypatch):
     from pasta.training import sampling
 
