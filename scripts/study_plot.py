@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pasta.errors import PastaError
+from pasta.errors import PastaError, one_line
 from pasta.evaluation.report import load_summaries
 
 NAME = re.compile(r"^pasta-lambda(?P<lam>[^-]+)-round(?P<round>\d+)$")
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summaries = load_summaries([str(args.eval_dir / "*")])
     except PastaError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 2
     points = {str(s.get("generator")): point(s) for s in summaries}
     if "pasta-sft" not in points:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from helpers.scripts import load_script
+from pasta.evaluation.report import load_summaries
 
 
 def summary(name: str, decode: str, theoretical: float, wall: float | None, proxy: float) -> dict:
@@ -40,8 +41,7 @@ def test_each_lambda_line_starts_at_sft_and_follows_its_rounds_at_the_recorded_s
     table = capsys.readouterr().out
     assert "| pasta-lambda1-round2 | 1.41x | 0.88x | 40% | 0.00 | 0.590 |" in table
     assert "| baseline-sft | 1.00x | 1.00x |" in table
-    points = {s["generator"]: study_plot.point(s) for s in map(json.loads, (
-        p.read_text() for p in (tmp_path / "eval").glob("*/summary.json")))}
+    points = {s["generator"]: study_plot.point(s) for s in load_summaries([str(tmp_path / "eval" / "*")])}
     line = study_plot.sweep_lines(points)["1"]
     assert [(p["name"], p["theoretical"], p["wall"]) for p in line] == [
         ("pasta-sft", 1.24, 0.98), ("pasta-lambda1-round1", 1.32, 0.83), ("pasta-lambda1-round2", 1.41, 0.88)]
