@@ -31,12 +31,12 @@ from pasta.lang import (
     build_layout,
     collate_layouts,
     encode_text,
-    fill_token_counts,
     parse,
     plain_text,
     schedule,
     sequence_logprobs,
     tokenize_document,
+    written_counts,
 )
 from pasta.models import encode_prompt
 
@@ -45,6 +45,7 @@ POLICIES = [
     ReservationPolicy("scale", scale=10.0),
     ReservationPolicy("round_up", multiple=16),
     ReservationPolicy("fixed", fixed=3),
+    ReservationPolicy("uncounted", fixed=5),  # promises without tokens="N"
 ]
 STRUCTURES = [
     'Intro: <promise topic="first tip"/>\n<promise topic="second tip"/> and main text'
@@ -157,15 +158,16 @@ def test_sequential_batch_gives_each_request_its_answer_alone(lively, sampling):
 # --- async: the decoder agrees with the training layout ----------------------------------------------------------
 
 
-def token_doc(tokenizer, text):
-    return tokenize_document(fill_token_counts(parse(text), tokenizer), tokenizer)
+def token_doc(tokenizer, text, policy=ReservationPolicy()):
+    """The structure as training data writes it under `policy` (counted, or uncounted)."""
+    return tokenize_document(written_counts(parse(text), tokenizer, policy.counts), tokenizer)
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.policy)
 @pytest.mark.parametrize("text", STRUCTURES, ids=range(len(STRUCTURES)))
 def test_teacher_forced_logprobs_equal_the_layout_forward(lively, text, policy):
     model, tokenizer = lively
-    doc = token_doc(tokenizer, text)
+    doc = token_doc(tokenizer, text, policy)
     prompt_ids = prompt(tokenizer, "Give tips.")
     logprobs, stats = teacher_forced_logprobs(model, tokenizer, prompt_ids, doc, policy)
 
@@ -192,7 +194,7 @@ def test_teacher_forced_logprobs_equal_the_layout_forward(lively, text, policy):
 def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
     """Replay a structure through the interpreter and the runner's mask builder; compare token by token."""
     _, tokenizer = lively
-    doc = token_doc(tokenizer, STRUCTURES[0])
+    doc = token_doc(tokenizer, STRUCTURES[0], policy)
     prompt_ids = encode_text(tokenizer, "Tips please:")
     config = DecodeConfig(max_new_tokens=len(doc.main_ids), max_chunk_tokens=64)
     interpreter = Interpreter(prompt_ids, tag_ids=doc.tag_ids, eos_ids={tokenizer.eos_token_id}, policy=policy,

@@ -49,7 +49,7 @@ def assert_well_formed(result, tokenizer):
     assert result.token_doc.main_ids == result.token_ids
     for chunk in result.token_doc.chunks:
         assert chunk.body_ids[-1] == tags.async_end and not set(chunk.body_ids[:-1]) & tags.all
-    assert serialize(parse(result.annotated, require_tokens=True)) == result.annotated
+    assert serialize(parse(result.annotated)) == result.annotated  # counted or uncounted promises
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -80,5 +80,6 @@ def test_constraint_masks_every_kind_of_event_that_random_logits_cause_unconstra
         assert free.stats.masked == {}
         malformed.update(free.stats.malformed)
     assert forked > 0
-    assert set(malformed) >= {"async_tag_in_main", "stray_promise_tag", "unclosed_promise", "bad_count"}
+    # (bad_count is rare here: `<|promise|> topic <|promise_end|>` is the valid uncounted form)
+    assert set(malformed) >= {"async_tag_in_main", "stray_promise_tag", "unclosed_promise", "bad_topic"}
     assert set(masked) >= set(malformed) - {"duplicate_topic"}, (masked, malformed)

@@ -56,6 +56,18 @@ def test_chunk_opener_rides_with_its_promise_end_and_starts_one_position_later()
     assert fork_step.sample_threads == [0, 1]
 
 
+def test_an_uncounted_promise_forks_its_chunk_and_reserves_the_fixed_span():
+    it = interpreter(policy=ReservationPolicy("uncounted", fixed=10))
+    plans = drive(it, [1, P, 5, PE, 2, EOS], [[6, 7, AE]])
+    fork_step = next(p for p in plans if PE in p.token_ids)
+    pe_position = fork_step.positions[fork_step.token_ids.index(PE)]
+    assert fork_step.token_ids[fork_step.token_ids.index(PE) + 1 :] == [AS, 5, AB]
+    next_main = next(p for p in plans[plans.index(fork_step) + 1 :] if 2 in p.token_ids)
+    assert next_main.positions[next_main.token_ids.index(2)] == pe_position + 1 + 3 + 10 + 1
+    assert it.malformed == {} and it.text() == "Tips early walk one"
+    assert it.document().promises[0].num_tokens is None
+
+
 def test_sync_waits_for_the_chunk_and_feeds_its_async_end_before_the_sync():
     it = interpreter()
     main = [*promise([5], 4), SY, 2, EOS]
@@ -185,7 +197,6 @@ def test_final_text_grows_as_a_prefix_and_holds_text_after_an_open_chunk():
         ([1, P, *[5] * 101, PT, 12, PE, EOS], "bad_topic", "Tips" + " sleep" * 101 + "2"),
         ([1, P, 5, PT, 1, PE, 2, EOS], "bad_count", "Tips sleepTips one"),
         ([1, P, 5, PT, PE, 2, EOS], "bad_count", "Tips sleep one"),
-        ([1, P, 5, PE, 2, EOS], "bad_count", "Tips sleep one"),
         ([1, P, 5, PT, 10, PE, 2, EOS], "bad_count", "Tips sleep0 one"),
         ([1, AE, 2, AS, AB, EOS], "async_tag_in_main", "Tips one"),
         ([1, PT, 2, PE, EOS], "stray_promise_tag", "Tips one"),
@@ -312,7 +323,6 @@ def first_violation(it, main, chunks=(), grammar=None):
         ([1, P, *[5] * 101, PT, 12, PE, EOS], [], "bad_topic"),
         ([1, P, 5, PT, 1, PE, 2, EOS], [], "bad_count"),
         ([1, P, 5, PT, PE, 2, EOS], [], "bad_count"),
-        ([1, P, 5, PE, 2, EOS], [], "bad_count"),
         ([1, P, 5, PT, 10, PE, 2, EOS], [], "bad_count"),
         ([1, P, 5, PT, *[11] * 9, PE, 2, EOS], [], "bad_count"),
         ([1, AE, 2, AS, AB, EOS], [], "async_tag_in_main"),
@@ -368,10 +378,20 @@ def test_constraint_keeps_a_chunk_from_ending_empty_at_its_cap():
 
 def test_constraint_never_lets_a_topic_become_a_duplicate_where_it_cannot_grow():
     grammar = fake_grammar()
-    # 4 tokens left: " sleep" would make the topic " sleep" again, and only <|promise_tokens|> could follow.
-    assert not grammar.topic([], "", {" sleep"}, budget=4).allowed[5]
-    assert grammar.topic([], "", {" sleep"}, budget=5).allowed[5]
+    # 2 tokens left: " sleep" would make the topic " sleep" again, and only a closing tag could follow.
+    assert not grammar.topic([], "", {" sleep"}, budget=2).allowed[5]
+    assert grammar.topic([], "", {" sleep"}, budget=3).allowed[5]
     assert not grammar.topic([5], " sleep", {" sleep"}, budget=5).allowed[PT]
+    assert not grammar.topic([5], " sleep", {" sleep"}, budget=5).allowed[PE]
+
+
+def test_constraint_closes_a_promise_uncounted_when_no_count_fits():
+    grammar = fake_grammar()
+    assert grammar.topic([5], " sleep", set(), budget=3).allowed[PT]
+    two_left = grammar.topic([5], " sleep", set(), budget=2)
+    assert two_left.allowed[PE] and not two_left.allowed[PT] and two_left.allowed[6]
+    one_left = grammar.topic([5], " sleep", set(), budget=1)
+    assert one_left.allowed.nonzero().flatten().tolist() == [PE]
 
 
 # --- the renderer alone ---------------------------------------------------------------------------------------

@@ -35,6 +35,13 @@ def test_a_valid_promise_opens_then_closes_with_its_topic_and_count():
     assert parser.mode == PromiseMode.TEXT and parser.group_topics == {" sleep"}
 
 
+def test_a_promise_without_a_count_closes_at_its_promise_end():
+    parser = PromiseParser(TAGS, decode)
+    assert events_of([P, 5, PE], parser) == [PromiseOpened(), PromiseClosed(" sleep", [5], [], None)]
+    assert parser.mode == PromiseMode.TEXT and parser.group_topics == {" sleep"}
+    assert events_of([P, 5, PE], parser)[-1] == FallBack("duplicate_topic", [5])
+
+
 @pytest.mark.parametrize(
     ("main", "reason", "text_ids"),
     [
@@ -43,7 +50,8 @@ def test_a_valid_promise_opens_then_closes_with_its_topic_and_count():
         ([P, 5, 8, PT], "bad_topic", [5, 8]),  # a quote in the topic
         ([P, PT], "bad_topic", []),  # an empty topic
         ([P, *[5] * 101], "bad_topic", [5] * 101),  # longer than MAX_TOPIC_CHARS
-        ([P, 5, PE], "bad_count", [5]),  # no <|promise_tokens|>
+        ([P, PE], "bad_topic", []),  # an empty topic, uncounted
+        ([P, 8, PE], "bad_topic", [8]),  # a quote in an uncounted topic
         ([P, 5, PT, PE], "bad_count", [5]),  # no count
         ([P, 5, PT, 1, PE], "bad_count", [5, 1]),  # a word as the count
         ([P, 5, PT, 10, PE], "bad_count", [5, 10]),  # zero

@@ -49,6 +49,15 @@ def test_predicted_vs_actual_chunk_length_gives_the_hand_computed_spearman_and_m
     assert stats.length_mae == pytest.approx((0 + 2 + 3) / 3)
 
 
+def test_uncounted_promises_are_forks_without_a_length_prediction():
+    answers = [*ANSWERS, {"instruction": "uncounted", "malformed": {},
+                          "annotated": '<promise topic="u"/><async topic="u">one two three four five</async>'}]
+    stats = stats_of(answers, ReservationPolicy("uncounted", fixed=4))
+    assert (stats.num_forked, stats.num_chunks) == (3, 4)
+    assert stats.length_mae == pytest.approx((0 + 2 + 3) / 3)  # the three counted chunks only
+    assert stats.num_overruns == 3  # 7 > 4, 5 > 4, and the uncounted chunk's 5 > fixed 4
+
+
 @pytest.mark.parametrize(("policy", "overruns"), [
     (ReservationPolicy("exact"), 2),  # 7 > 5 and 5 > 2
     (ReservationPolicy("scale", scale=2.0), 1),  # reserved 6, 10, 4: only 5 > 4

@@ -10,14 +10,15 @@ from pasta.lang import (
     MAIN_THREAD,
     TAG_TOKENS,
     Document,
-    LangError,
     Promise,
     ReservationPolicy,
     Sync,
+    TagIds,
     Text,
     add_tag_tokens,
     build_layout,
     collate_layouts,
+    drop_token_counts,
     encode_text,
     fill_token_counts,
     num_layout_rows,
@@ -90,10 +91,27 @@ def test_text_that_looks_like_a_tag_never_becomes_a_tag_token(tagged):
     assert not tag_ids & set(ids)
 
 
-def test_tokenizing_requires_measured_token_counts(tagged):
+def test_a_promise_without_a_count_tokenizes_to_the_uncounted_form(tagged):
     _, tokenizer = tagged
-    with pytest.raises(LangError, match="fill_token_counts"):
-        tokenize_document(parse('<promise topic="a"/><async topic="a">x</async>'), tokenizer)
+    tags = TagIds.from_tokenizer(tokenizer)
+    doc = tokenize_document(parse('<promise topic="a"/><async topic="a">x</async>'), tokenizer, add_eos=False)
+    assert doc.main_ids == [tags.promise, *encode_text(tokenizer, "a"), tags.promise_end]
+    assert doc.chunks[0].num_predicted is None
+    counted = tokenize_document(fill_token_counts(parse('<promise topic="a"/><async topic="a">x</async>'),
+                                                  tokenizer), tokenizer, add_eos=False)
+    assert tags.promise_tokens in counted.main_ids and len(counted.main_ids) > len(doc.main_ids)
+
+
+def test_an_uncounted_chunk_reserves_the_fixed_span_in_the_layout(tagged):
+    _, tokenizer = tagged
+    doc = tokenize_document(drop_token_counts(parse(TWO_GROUPS)), tokenizer)
+    policy = ReservationPolicy("uncounted", fixed=40)
+    layout = build_layout([1, 2, 3], doc, policy)
+    after_first_promise = doc.fork_indices[0] + 1  # the main thread's next token, after the first promise_end
+    row = 3 + after_first_promise
+    fork_position = layout.position_ids[3 + doc.fork_indices[0]]
+    assert layout.position_ids[row] == fork_position + policy.span(len(doc.chunks[0].opener_ids), None) + 1
+    assert policy.span(len(doc.chunks[0].opener_ids), None) == len(doc.chunks[0].opener_ids) + 40 + 1
 
 
 def test_fill_token_counts_measures_chunk_content(tagged):

@@ -21,6 +21,7 @@ from pasta.lang import (
     add_tag_tokens,
     build_layout,
     collate_layouts,
+    encode_text,
     has_tag_tokens,
     sequence_logprobs,
 )
@@ -135,6 +136,29 @@ def test_no_usable_record_is_one_clear_error(records, tagged):
         PastaError, match=r"no usable training records out of 2 \(1 no_annotation, 1 not_accepted\)"
     ):
         examples_of([{**records[0], "accepted": False}, {**records[0], "annotated": ""}], tokenizer)
+
+
+def test_uncounted_examples_drop_every_count_and_are_shorter_by_exactly_those_tokens(records, tagged):
+    _, tokenizer, tag_ids = tagged
+    counted, _ = examples_of(records, tokenizer)
+    uncounted, _ = examples_of(records, tokenizer, counts=False)
+    for with_count, without in zip(counted, uncounted, strict=True):
+        assert tag_ids.promise_tokens not in without["main_ids"]
+        assert without["num_predicted"] == [None] * len(with_count["body_ids"])
+        assert without["body_ids"] == with_count["body_ids"]
+        count_tokens = sum(1 + len(encode_text(tokenizer, str(n))) for n in with_count["num_predicted"])
+        assert len(with_count["main_ids"]) - len(without["main_ids"]) == count_tokens
+
+
+def test_collator_builds_the_uncounted_layout_with_fixed_reservations(records, tagged):
+    _, tokenizer, tag_ids = tagged
+    policy = ReservationPolicy(policy="uncounted", fixed=48)
+    examples, _ = examples_of(records[:3], tokenizer, counts=False)
+    batch = LayoutCollator(tag_ids, tokenizer.pad_token_id, policy, max_length=4096)(examples)
+    layouts = [build_layout(e["prompt_ids"], token_doc_of(e, tag_ids), policy) for e in examples]
+    expected = collate_layouts(layouts, tokenizer.pad_token_id)
+    torch.testing.assert_close(batch["position_ids"], expected["position_ids"], rtol=0, atol=0)
+    assert torch.equal(batch["labels"], expected["target_ids"])
 
 
 # --- collator -------------------------------------------------------------------------------------------------

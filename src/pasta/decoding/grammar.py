@@ -8,16 +8,16 @@ fall-backs (`budget`: tokens the main thread may still sample under `max_new_tok
 
     main, in text       <|async|> <|async_body|> <|async_end|> (the decoder supplies them)      async_tag_in_main
                         <|promise_tokens|> <|promise_end|> outside a promise                    stray_promise_tag
-                        <|promise|> with budget < 5 (promise, topic, <|promise_tokens|>, digit,  unclosed_promise
-                        <|promise_end|>: it could not close)
+                        <|promise|> with budget < 3 (promise, topic, <|promise_end|>: it could   unclosed_promise
+                        not close)
     main, topic         eos, <|sync|> or a tag other than <|promise_tokens|> / <|promise_end|>   unclosed_promise
-                        <|promise_end|> before the count                                         bad_count
                         a token with `"`, `<`, `>`, a control character or no character; a      bad_topic
                         blank first token; one that takes the topic past MAX_TOPIC_CHARS;
-                        <|promise_tokens|> after an empty or invalid topic
-                        <|promise_tokens|> after a topic this group already promised; a token     duplicate_topic
-                        that would complete such a topic where it could no longer grow
-                        a topic token with budget < 4, <|promise_tokens|> with budget < 3        unclosed_promise
+                        <|promise_tokens|> or <|promise_end|> after an empty or invalid topic
+                        <|promise_tokens|> or <|promise_end|> after a topic this group already   duplicate_topic
+                        promised; a token that would complete such a topic where it could no
+                        longer grow
+                        a topic token with budget < 2, <|promise_tokens|> with budget < 3        unclosed_promise
     main, count         eos or a tag other than <|promise_end|>; a digit with budget < 2         unclosed_promise
                         a token that is not all ASCII digits; a leading 0; a digit past the      bad_count
                         interpreter's 8 count tokens; <|promise_end|> before a positive count
@@ -27,8 +27,11 @@ fall-backs (`budget`: tokens the main thread may still sample under `max_new_tok
                         token is left before the closing one
                         anything but <|async_end|> on the chunk's last token (max_chunk_tokens)  chunk_cap
 
+The count is optional: `<|promise_end|>` right after the topic closes an uncounted promise (the form a student
+trained with `lang.reservation.policy=uncounted` writes), after the count a counted one.
+
 Every state leaves at least one token: eos or text in the main thread's text, a topic token or
-<|promise_tokens|> (the budget rules close a promise in time, and a topic cannot be a duplicate where it cannot
+<|promise_end|> (the budget rules close a promise in time, and a topic cannot be a duplicate where it cannot
 grow), a digit or <|promise_end|>, text or <|async_end|> in a chunk (with max_chunk_tokens = 1 a chunk can only be
 empty, so there <|async_end|> is allowed and the interpreter counts the empty chunk). A `max_total_tokens` cut
 stops every thread where it stands (chunks spend that budget in the same steps), so it can still leave a promise
@@ -50,7 +53,7 @@ from pasta.decoding.parser import MAX_COUNT_TOKENS
 from pasta.lang import TagIds, encode_text
 from pasta.lang.syntax import MAX_TOPIC_CHARS, num_tokens_value, validate_topic
 
-PROMISE_MIN_TOKENS = 5  # <|promise|> topic <|promise_tokens|> digit <|promise_end|>
+PROMISE_MIN_TOKENS = 3  # <|promise|> topic <|promise_end|>, the uncounted form
 
 
 @dataclass(frozen=True)
@@ -134,21 +137,21 @@ class Grammar:
         num_chars = sum(self.num_chars[i] for i in topic_ids)
         too_long = self._num_chars > MAX_TOPIC_CHARS - num_chars
         bad = self._bad_topic_token | too_long | (self._blank if not topic_ids else torch.zeros_like(too_long))
-        rules = [self._in_topic_escape, Rule("bad_count", self._ids_mask([tags.promise_end])),
-                 Rule("bad_topic", bad & self._text)]
+        rules = [self._in_topic_escape, Rule("bad_topic", bad & self._text)]
         closing_kind = ("bad_topic" if not topic_ids or validate_topic(topic) else
-                        "duplicate_topic" if topic in group_topics else
-                        "unclosed_promise" if budget < 3 else None)
+                        "duplicate_topic" if topic in group_topics else None)
         if closing_kind:
-            rules.append(Rule(closing_kind, self._ids_mask([tags.promise_tokens])))
-        if budget < 4:
+            rules.append(Rule(closing_kind, self._ids_mask([tags.promise_tokens, tags.promise_end])))
+        if budget < 3:  # <|promise_tokens|> digit <|promise_end|> would not fit
+            rules.append(Rule("unclosed_promise", self._ids_mask([tags.promise_tokens])))
+        if budget < 2:  # a topic token and <|promise_end|> would not fit
             rules.append(Rule("unclosed_promise", self._text))
         # A token that completes a promised topic is fine while the topic can still grow past it; where it could
-        # not (no budget, or no characters left), <|promise_tokens|> would be the only way on, and it is forbidden.
+        # not (no budget, or no characters left), a closing tag would be the only way on, and it is forbidden.
         stuck = [
             token_id
             for other in group_topics
-            if other.startswith(topic) and (budget <= 4 or len(other) >= MAX_TOPIC_CHARS)
+            if other.startswith(topic) and (budget <= 2 or len(other) >= MAX_TOPIC_CHARS)
             for token_id in self._ids_by_text.get(other[len(topic) :], [])
         ]
         if stuck:

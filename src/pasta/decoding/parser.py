@@ -1,8 +1,9 @@
 """The main thread's promise parser: its sampled token ids in, typed events out; no model, no scheduling.
 
-A promise is `<|promise|> topic <|promise_tokens|> N <|promise_end|>`; it completes (`PromiseClosed`) when the
-topic passes `pasta.lang.syntax.validate_topic`, N is a positive integer (`pasta.lang.syntax.num_tokens_value`)
-and the topic is new in its group (the promises since the last `<|sync|>`). Anything else falls back to literal
+A promise is `<|promise|> topic <|promise_tokens|> N <|promise_end|>`, or `<|promise|> topic <|promise_end|>`
+uncounted; it completes (`PromiseClosed`) when the topic passes `pasta.lang.syntax.validate_topic`, N (when
+written) is a positive integer (`pasta.lang.syntax.num_tokens_value`) and the topic is new in its group (the
+promises since the last `<|sync|>`). Anything else falls back to literal
 text (`FallBack`): the promise's topic and count tokens become plain text, its tags are dropped, and the reason is
 the malformed event the decoder counts (unclosed_promise, bad_topic, bad_count, duplicate_topic). A tag that
 interrupts a promise ends it as unclosed_promise and is then read as if no promise were open. Stray tags outside
@@ -39,8 +40,8 @@ class PromiseClosed:
 
     topic: str
     topic_ids: list[int]
-    count_ids: list[int]  # the count as sampled
-    num_predicted: int  # the count's value
+    count_ids: list[int]  # the count as sampled; empty when uncounted
+    num_predicted: int | None  # the count's value; None when uncounted
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,12 @@ class PromiseParser:
     def _feed_topic(self, token_id: int, events: list[MainEvent]) -> bool:
         """A token inside the topic; False when it is a tag to read as text after the promise fell back."""
         tags = self.tag_ids
-        if token_id == tags.promise_tokens:
-            if validate_topic(self.decode(self.topic_ids)):
-                events.append(self._fall_back("bad_topic"))
-            else:
-                self.mode = PromiseMode.COUNT
+        if token_id in (tags.promise_tokens, tags.promise_end) and validate_topic(self.decode(self.topic_ids)):
+            events.append(self._fall_back("bad_topic"))
+        elif token_id == tags.promise_tokens:
+            self.mode = PromiseMode.COUNT
         elif token_id == tags.promise_end:
-            events.append(self._fall_back("bad_count"))
+            events.append(self._close())
         elif token_id not in tags.all:
             self.topic_ids.append(token_id)
             if len(self.topic_ids) > MAX_TOPIC_CHARS:
@@ -142,9 +142,11 @@ class PromiseParser:
         return TextToken(token_id)
 
     def _close(self) -> MainEvent:
-        num_predicted = num_tokens_value(self.decode(self.count_ids).strip())
+        """The promise_end: after the topic (uncounted) or after the count."""
+        counted = self.mode == PromiseMode.COUNT
+        num_predicted = num_tokens_value(self.decode(self.count_ids).strip()) if counted else None
         topic = self.decode(self.topic_ids)
-        if num_predicted is None:
+        if counted and num_predicted is None:
             return self._fall_back("bad_count")
         if topic in self.group_topics:
             return self._fall_back("duplicate_topic")

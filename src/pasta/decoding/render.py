@@ -72,7 +72,9 @@ class Renderer:
             elif isinstance(item, PromiseItem):
                 chunk = item.chunk
                 if self.kept(chunk):
-                    main_ids += [tags.promise, *chunk.topic_ids, tags.promise_tokens, *item.count_ids]
+                    main_ids += [tags.promise, *chunk.topic_ids]
+                    if chunk.num_predicted is not None:
+                        main_ids += [tags.promise_tokens, *item.count_ids]
                     main_ids.append(tags.promise_end)
                     chunks.append(TokenChunk(chunk.opener_ids, chunk.body_ids, chunk.num_predicted))
             else:

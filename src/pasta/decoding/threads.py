@@ -53,7 +53,7 @@ class Chunk:
 
     index: int
     topic_ids: list[int]
-    num_predicted: int
+    num_predicted: int | None  # the promise's count; None when uncounted
     opener_ids: list[int]
     state: ChunkState = ChunkState.FORKING
     row: int = -1

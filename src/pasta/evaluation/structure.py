@@ -8,7 +8,8 @@ written in training data, `pasta.lang.fill_token_counts`). Per run:
 - malformed-output events and duplicate-topic events per answer, as the decoder counted them (`malformed` in the
   stats; a repeated topic falls back to text and is counted as `duplicate_topic`, kept apart from the rest);
 - predicted vs actual chunk length: Spearman rank correlation and mean absolute error of `tokens=` against the
-  tokens the chunk took;
+  tokens the chunk took (over the counted promises; an uncounted one, `lang.reservation.policy=uncounted`, predicts
+  nothing);
 - reservation overruns: chunks longer than the positions the run's `lang.reservation` policy reserved for them
   (recorded in run.json), where a chunk's positions run into the main thread's.
 """
@@ -33,7 +34,7 @@ DUPLICATE_TOPIC = "duplicate_topic"
 class ChunkLength:
     """One chunk's length: what its promise predicted, what it took, and what the policy reserved for it."""
 
-    num_predicted: int  # the promise's tokens="N"
+    num_predicted: int | None  # the promise's tokens="N"; None when uncounted
     num_actual: int  # tokens of the chunk's content in the student's tokenizer
     num_reserved: int  # positions reserved for the content (ReservationPolicy.num_reserved)
 
@@ -63,8 +64,8 @@ class StructureStats:
     malformed_per_answer: float
     duplicate_topics_per_answer: float
     num_chunks: int
-    length_spearman: float | None  # None with fewer than two chunks or a constant side (rank correlation undefined)
-    length_mae: float | None  # mean |actual - predicted| in tokens; None without chunks
+    length_spearman: float | None  # None with fewer than two counted chunks or a constant side (undefined)
+    length_mae: float | None  # mean |actual - predicted| in tokens; None without counted chunks
     num_overruns: int  # chunks longer than their reservation
     num_unparsed: int  # answers whose annotated form is missing or not valid PASTA-LANG
     reservation: dict[str, Any] | None  # the policy the overruns were counted under
@@ -86,8 +87,6 @@ def answer_structure(
         return AnswerStructure((), num_malformed, num_duplicates, parsed=False)
     chunks = []
     for promise in doc.promises:
-        if promise.num_tokens is None:  # the decoder always writes tokens=; a hand-edited file may not
-            raise PastaError(f'an annotated answer has a promise without tokens="N": {record["instruction"][:80]!r}')
         chunks.append(ChunkLength(promise.num_tokens, count_tokens(promise.content),
                                   policy.num_reserved(promise.num_tokens)))
     return AnswerStructure(tuple(chunks), num_malformed, num_duplicates, parsed=True)
@@ -107,8 +106,9 @@ def structure_stats(answers: Sequence[AnswerStructure], reservation: dict[str, A
     if not answers:
         raise PastaError("no answers to measure the structure of")
     chunks = [chunk for answer in answers for chunk in answer.chunks]
-    predicted = [chunk.num_predicted for chunk in chunks]
-    actual = [chunk.num_actual for chunk in chunks]
+    counted = [chunk for chunk in chunks if chunk.num_predicted is not None]
+    predicted = [chunk.num_predicted for chunk in counted]
+    actual = [chunk.num_actual for chunk in counted]
     num = len(answers)
     num_forked = sum(1 for answer in answers if answer.chunks)
     return StructureStats(
@@ -120,7 +120,7 @@ def structure_stats(answers: Sequence[AnswerStructure], reservation: dict[str, A
         duplicate_topics_per_answer=sum(answer.num_duplicate_topics for answer in answers) / num,
         num_chunks=len(chunks),
         length_spearman=spearman(predicted, actual),
-        length_mae=sum(abs(a - p) for p, a in zip(predicted, actual, strict=True)) / len(chunks) if chunks else None,
+        length_mae=sum(abs(a - p) for p, a in zip(predicted, actual, strict=True)) / len(counted) if counted else None,
         num_overruns=sum(1 for chunk in chunks if chunk.overran),
         num_unparsed=sum(1 for answer in answers if not answer.parsed),
         reservation=reservation,

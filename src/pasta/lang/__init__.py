@@ -36,10 +36,12 @@ from pasta.lang.tokens import (
     TokenChunk,
     TokenDoc,
     add_tag_tokens,
+    drop_token_counts,
     encode_text,
     fill_token_counts,
     has_tag_tokens,
     tokenize_document,
+    written_counts,
 )
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "add_tag_tokens",
     "build_layout",
     "collate_layouts",
+    "drop_token_counts",
     "encode_text",
     "fill_token_counts",
     "has_tag_tokens",
@@ -76,4 +79,5 @@ __all__ = [
     "strip_tags",
     "tokenize_document",
     "validate_topic",
+    "written_counts",
 ]

@@ -38,6 +38,9 @@ class Reservation(Choice):
     scale = "scale"  # ceil(scale * N)
     round_up = "round_up"  # N rounded up to a multiple of `multiple`
     fixed = "fixed"  # `fixed`, whatever N
+    # No N at all: training data writes promises without tokens="N" (two tokens and the digits fewer on the main
+    # thread's critical path, for a count the student did not learn to predict), and every chunk gets `fixed`.
+    uncounted = "uncounted"
 
 
 IGNORE_INDEX = -100
@@ -52,13 +55,17 @@ class ReservationPolicy:
     policy: Reservation = field(
         default=Reservation.scale,
         metadata={"help": "exact: N | scale: ceil(scale * N) | round_up: N up to a multiple of `multiple` | "
-                          "fixed: `fixed` (N: the promise's tokens=\"N\")"},
+                          "fixed: `fixed` (N: the promise's tokens=\"N\") | uncounted: promises are trained "
+                          "without tokens=\"N\", every chunk reserves `fixed`"},
     )
     scale: float = field(
         default=2.0, metadata={"help": "used by policy=scale (the paper's Pred-10X is scale=10)"}
     )
     multiple: int = field(default=16, metadata={"help": "used by policy=round_up"})
-    fixed: int = field(default=64, metadata={"help": "used by policy=fixed"})
+    fixed: int = field(
+        default=64,
+        metadata={"help": "used by policy=fixed and uncounted, and by any promise written without tokens=\"N\""},
+    )
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -79,8 +86,15 @@ class ReservationPolicy:
                 return name, f"must be an integer >= 1, got {value!r}"
         return None
 
-    def num_reserved(self, num_predicted: int) -> int:
-        """Positions reserved for the chunk's content."""
+    @property
+    def counts(self) -> bool:
+        """Whether promises carry tokens="N" in training data (the decoder reads either form)."""
+        return self.policy != Reservation.uncounted
+
+    def num_reserved(self, num_predicted: int | None) -> int:
+        """Positions reserved for the chunk's content; `fixed` for a promise without a count."""
+        if num_predicted is None:
+            return self.fixed
         if self.policy == Reservation.exact:
             return num_predicted
         if self.policy == Reservation.scale:
@@ -89,7 +103,7 @@ class ReservationPolicy:
             return -(-num_predicted // self.multiple) * self.multiple
         return self.fixed
 
-    def span(self, num_opener_ids: int, num_predicted: int) -> int:
+    def span(self, num_opener_ids: int, num_predicted: int | None) -> int:
         """Positions the main thread skips after `<|promise_end|>`: opener, reserved content, `<|async_end|>`."""
         return num_opener_ids + self.num_reserved(num_predicted) + 1
 

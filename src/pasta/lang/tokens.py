@@ -8,6 +8,7 @@ into a tag token. The special-token strings are not the inline-form strings, so 
 accident; the decoder renders the inline form from the ids.
 
     main thread:  <|promise|> topic <|promise_tokens|> N <|promise_end|>  ...  <|sync|>  ...  eos
+                  (or, uncounted: <|promise|> topic <|promise_end|>)
     chunk thread: <|async|> topic <|async_body|> (decoder-supplied, not trained)  content <|async_end|> (trained)
 """
 
@@ -118,7 +119,7 @@ class TokenChunk:
 
     opener_ids: list[int]  # <|async|> topic <|async_body|>: supplied by the decoder, never trained
     body_ids: list[int]  # content then <|async_end|>: sampled by the thread and trained
-    num_predicted: int  # the promise's tokens="N": the chunk length the main thread predicted
+    num_predicted: int | None  # the promise's tokens="N": the chunk length the main thread predicted; None uncounted
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ class TokenDoc:
 
 
 def tokenize_document(doc: Document, tokenizer, *, add_eos: bool = True) -> TokenDoc:
-    """The ids each thread of `doc` samples. Every promise needs `tokens=` (see `fill_token_counts`)."""
+    """The ids each thread of `doc` samples. A promise without `tokens=` takes the uncounted form (see
+    `fill_token_counts` and `drop_token_counts`)."""
     tag_ids = TagIds.from_tokenizer(tokenizer)
     main_ids: list[int] = []
     chunks: list[TokenChunk] = []
@@ -155,11 +157,11 @@ def tokenize_document(doc: Document, tokenizer, *, add_eos: bool = True) -> Toke
         if isinstance(item, Text):
             main_ids += encode_text(tokenizer, item.text)
         elif isinstance(item, Promise):
-            if item.num_tokens is None:
-                raise LangError(f'promise "{item.topic}" has no tokens="N": run fill_token_counts first')
             topic_ids = encode_text(tokenizer, item.topic)
-            main_ids += [tag_ids.promise, *topic_ids, tag_ids.promise_tokens]
-            main_ids += [*encode_text(tokenizer, str(item.num_tokens)), tag_ids.promise_end]
+            main_ids += [tag_ids.promise, *topic_ids]
+            if item.num_tokens is not None:
+                main_ids += [tag_ids.promise_tokens, *encode_text(tokenizer, str(item.num_tokens))]
+            main_ids.append(tag_ids.promise_end)
             chunks.append(
                 TokenChunk(
                     opener_ids=[tag_ids.async_start, *topic_ids, tag_ids.async_body],
@@ -174,6 +176,17 @@ def tokenize_document(doc: Document, tokenizer, *, add_eos: bool = True) -> Toke
             raise LangError("tokenizer has no eos token")
         main_ids.append(tokenizer.eos_token_id)
     return TokenDoc(main_ids=main_ids, chunks=chunks, tag_ids=tag_ids)
+
+
+def drop_token_counts(doc: Document) -> Document:
+    """Every promise without `tokens=` (the uncounted form, `ReservationPolicy(policy="uncounted")`)."""
+    return Document(tuple(replace(item, num_tokens=None) if isinstance(item, Promise) else item
+                          for item in doc.items))
+
+
+def written_counts(doc: Document, tokenizer, counts: bool) -> Document:
+    """The promises as training data writes them: counted in `tokenizer`'s tokens, or uncounted."""
+    return fill_token_counts(doc, tokenizer) if counts else drop_token_counts(doc)
 
 
 def fill_token_counts(doc: Document, tokenizer) -> Document:

@@ -28,11 +28,11 @@ from pasta.lang import (
     Text,
     TokenChunk,
     TokenDoc,
-    fill_token_counts,
     parse,
     plain_text,
     row_targets,
     tokenize_document,
+    written_counts,
 )
 from pasta.lang.tokens import TagIds
 from pasta.models import encode_prompt
@@ -217,7 +217,7 @@ def example_from_doc(prompt_ids: list[int], doc: TokenDoc) -> dict[str, Any]:
 
 def token_doc_of(example: dict[str, Any], tag_ids: TagIds) -> TokenDoc:
     chunks = [
-        TokenChunk(opener_ids=list(o), body_ids=list(b), num_predicted=int(n))
+        TokenChunk(opener_ids=list(o), body_ids=list(b), num_predicted=None if n is None else int(n))
         for o, b, n in zip(example["opener_ids"], example["body_ids"], example["num_predicted"], strict=True)
     ]
     return TokenDoc(main_ids=list(example["main_ids"]), chunks=chunks, tag_ids=tag_ids)
@@ -251,10 +251,12 @@ def build_sft_examples(
     max_length: int,
     too_long: str,
     min_promises: int = 0,
+    counts: bool = True,
 ) -> tuple[list[dict[str, Any]], ExampleStats]:
     """Token-level examples of the usable records, and the account of all records (see the module docstring).
 
-    `min_promises` keeps only records whose annotation holds at least that many promises (`data.min_promises`).
+    `min_promises` keeps only records whose annotation holds at least that many promises (`data.min_promises`);
+    `counts` writes each promise's tokens="N" (false: the uncounted form, `ReservationPolicy.counts`).
 
     Too long means the layout has more than `max_length` rows: `too_long=skip` drops the example, `truncate` keeps
     it (the collator builds only its first `max_length` rows, a valid layout since a row sees only earlier rows)
@@ -266,7 +268,7 @@ def build_sft_examples(
     for record in records:
         try:
             doc = response_document(record, strip_annotations=strip_annotations, min_promises=min_promises)
-            token_doc = tokenize_document(fill_token_counts(doc, tokenizer), tokenizer)
+            token_doc = tokenize_document(written_counts(doc, tokenizer, counts), tokenizer)
         except SkipRecord as exc:
             stats.skipped[exc.args[0]] += 1
             continue

@@ -97,7 +97,7 @@ def run_sft(cfg: DictConfig) -> Path:
     records, balance = balanced_records(cfg, min_promises)
     model, tokenizer = load_model(cfg.model, device="cpu")  # the trainer moves it to its device
     tag_ids = add_tag_tokens(tokenizer, model)
-    data = sft_data(run, records, balance, tokenizer, min_promises)
+    data = sft_data(run, records, balance, tokenizer, min_promises, policy)
     resume_from = checkpoint_to_resume(run.checkpoint_dir, bool(cfg.get("resume", False)))
     check_same_data(run.output_dir, data.sha256)
     trainer = sft_trainer(run, model, tokenizer, tag_ids, policy, data.examples)
@@ -117,7 +117,8 @@ def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], 
 
 
 def sft_data(
-    run: SFTRun, records: list[Record], balance: PromiseBalance | None, tokenizer, min_promises: int
+    run: SFTRun, records: list[Record], balance: PromiseBalance | None, tokenizer, min_promises: int,
+    policy: ReservationPolicy,
 ) -> SFTData:
     """The records as training examples, with what stage.max_length cut logged; refuses PASTA-SFT on data without
     a single promise."""
@@ -130,6 +131,7 @@ def sft_data(
         max_length=settings.max_length,
         too_long=settings.too_long,
         min_promises=min_promises,
+        counts=policy.counts,
     )
     if not strip and not any(example["opener_ids"] for example in examples):
         source = cfg.data.get("path") or cfg.data.get("name")
