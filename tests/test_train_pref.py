@@ -4,6 +4,7 @@ a few real steps, and whole rounds with resume after a crash."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -18,7 +19,7 @@ from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
 from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
 from pasta.training.candidates import Pair, PairSide, ScoredPrompt
-from pasta.training.config import settings_from_cfg
+from pasta.training.config import SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
 from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pairs
 from pasta.training.pref import run_pref, train_round
@@ -97,15 +98,31 @@ def test_make_pairs_skips_ties_and_failed_judging_and_names_the_judge_on_every_s
         scored_entry("b", [0.5, 0.5]),
         scored_entry("c", [0.5, None], status="judge_failed"),
     ]
-    pairs, skipped = make_pairs(scored, 4.0)
+    pairs, skipped = make_pairs(scored, 4.0, SpeedReward.theoretical)
     assert skipped == Counter({"tie": 1, "judge_failed": 1})
     (pair,) = pairs
     assert (pair.chosen.index, pair.rejected.index) == (1, 0)
     assert pair.chosen.score == pytest.approx(1.0 + 4 * 0.8)
     assert pair.judge == pair.chosen.judge == pair.rejected.judge == "fake:j"
     assert pair.chosen.tokens["main_ids"] == [6]
-    pairs, _ = make_pairs(scored[:1], math.inf)
+    pairs, _ = make_pairs(scored[:1], math.inf, SpeedReward.theoretical)
     assert pairs[0].quality_weight == "inf"
+
+
+def test_the_latency_reward_prefers_the_answer_that_takes_fewer_steps_not_more_tokens_per_step():
+    # A writes 100 tokens in 50 steps (theoretical 2.0), B 40 tokens in 30 steps (1.33); the reference has 60.
+    entry = scored_entry("a", [0.5, 0.5], speedups=[2.0, 40 / 30])
+    entry = dataclasses.replace(entry, reference_num_tokens=60, candidates=[
+        dataclasses.replace(entry.candidates[0], num_tokens=100, num_steps=50),
+        dataclasses.replace(entry.candidates[1], num_tokens=40, num_steps=30),
+    ])
+    (by_theoretical,), _ = make_pairs([entry], 1.0, SpeedReward.theoretical)
+    assert (by_theoretical.chosen.index, by_theoretical.rejected.index) == (0, 1)
+    (by_latency,), _ = make_pairs([entry], 1.0, SpeedReward.latency)
+    assert (by_latency.chosen.index, by_latency.rejected.index) == (1, 0)
+    assert by_latency.chosen.speed == pytest.approx(60 / 30) and by_latency.chosen.speedup == pytest.approx(40 / 30)
+    with pytest.raises(PastaError, match="stage.speed_reward=theoretical"):
+        make_pairs([dataclasses.replace(entry, reference_num_tokens=None)], 1.0, SpeedReward.latency)
 
 
 # --- judging --------------------------------------------------------------------------------------------------
@@ -160,7 +177,7 @@ def hand_pairs(tokenizer, num_pairs=2):
         return {k: example[k] for k in ("main_ids", "opener_ids", "body_ids", "num_predicted")}
 
     def side(example):
-        return PairSide(index=0, score=0.0, num_malformed=0, speedup=1.0, quality=None, judge="hand", text="",
+        return PairSide(index=0, score=0.0, num_malformed=0, speed=1.0, speedup=1.0, quality=None, judge="hand", text="",
                         annotated="", tokens=threads(example))  # fmt: skip
 
     return [
@@ -488,7 +505,8 @@ class ConstantJudge:
 
 
 def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_path, monkeypatch):
-    # lambda = 0 and a constant judge: the reward is the theoretical speedup alone, so the round's pair is a
+    # lambda = 0, a constant judge and speed_reward=theoretical: the reward is the theoretical speedup alone, so
+    # the round's pair is a
     # (well-formed, constrained) fork against a plain answer, and the held-out check must see the greedy answer
     # of the trained policy fork where the starting policy's did not: the reward went up, not only the weights.
     folder, data = sometimes_forking
@@ -501,6 +519,7 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
         f"stage.heldout_path={data}",
         "stage.heldout_limit=1",
         "stage.quality_weight=0",
+        "stage.speed_reward=theoretical",
         "stage.prompts_per_round=1",
         "stage.num_samples=16",
         "stage.max_new_tokens=40",

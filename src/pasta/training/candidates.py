@@ -56,6 +56,9 @@ class ScoredPrompt:
     judge: str
     status: str
     candidates: list[Candidate]
+    # The reference answer's tokens in the student's tokenizer, eos included: the steps a sequential decode of it
+    # takes, against which `stage.speed_reward=latency` scores a candidate's steps. None in older scores files.
+    reference_num_tokens: int | None = None
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> ScoredPrompt:
@@ -71,9 +74,10 @@ class PairSide:
     """The chosen or the rejected candidate of a pair, with its place among the prompt's candidates."""
 
     index: int
-    score: float  # speedup + quality_weight * quality
+    score: float  # speed + quality_weight * quality
     num_malformed: int
-    speedup: float
+    speed: float  # the speed reward's value (stage.speed_reward)
+    speedup: float  # theoretical: the candidate's tokens / its steps
     quality: float | None
     judge: str
     text: str

@@ -68,6 +68,13 @@ class Reference(Choice):
     baseline = "baseline"
 
 
+class SpeedReward(Choice):
+    """How a candidate's speed is scored (pasta.training.pairs.speed_score)."""
+
+    latency = "latency"  # reference answer's tokens / the candidate's decoding steps: a longer answer is slower
+    theoretical = "theoretical"  # the candidate's own tokens / steps: the paper's, which a longer answer can raise
+
+
 @dataclass
 class OptimSettings:
     """The optimisation loop shared by both stages (transformers TrainingArguments underneath)."""
@@ -202,7 +209,7 @@ class PrefSettings(OptimSettings):
     """Stage 2: rounds of sampling, scoring, best-vs-worst pairing and BoNBoN training.
 
     Each round samples num_samples candidates per prompt with the asynchronous decoder, scores them by speed
-    (theoretical speedup) + quality_weight * quality (the judge group), pairs best vs worst per prompt and trains
+    (speed_reward) + quality_weight * quality (the judge group), pairs best vs worst per prompt and trains
     on the pairs with BoNBoN (alpha * SFT(best) + (1 - alpha) * IPO) through TRL's DPOTrainer, the reference model
     being the policy at the round's start; the next round starts from the result.
     """
@@ -228,7 +235,14 @@ class PrefSettings(OptimSettings):
     num_samples: int = field(default=4, metadata={"help": "candidates sampled per prompt (the paper: 10)"})
     quality_weight: float = field(
         default=1.0,
-        metadata={"help": "the paper's lambda: score = speedup + lambda * quality; inf = quality only"},
+        metadata={"help": "the paper's lambda: score = speed + lambda * quality; inf = quality only"},
+    )
+    speed_reward: SpeedReward = field(
+        default=SpeedReward.latency,
+        metadata={"help": "latency: the reference answer's tokens (what a sequential decode of it takes in steps) "
+                          "over the candidate's decoding steps, the unit the evaluation's wall-clock speedup "
+                          "measures | theoretical: the candidate's own tokens over its steps (the paper's; a longer "
+                          "answer with more chunks raises it)"},
     )
     alpha: float = field(
         default=0.5, metadata={"help": "BoNBoN: alpha * SFT(best) + (1 - alpha) * IPO(margin)"}

@@ -47,11 +47,15 @@ class HeldoutSummary:
     malformed_per_answer: float
     quality_proxy: float | None  # mean judge score against the reference; None if the judge scored nothing
     judge: str  # whose scores quality_proxy averages
+    # What wall-clock time follows: steps (and the tokens behind them). None in checks written before they were kept.
+    mean_tokens: float | None = None
+    mean_steps: float | None = None
 
     def line(self) -> str:
         proxy = "n/a" if self.quality_proxy is None else f"{self.quality_proxy:.3f}"
+        steps = "" if self.mean_steps is None else f", steps/answer {self.mean_steps:.1f}"
         return (
-            f"held-out speedup {self.mean_speedup:.3f}, forks {self.fork_share:.0%}, malformed/answer "
+            f"held-out speedup {self.mean_speedup:.3f}{steps}, forks {self.fork_share:.0%}, malformed/answer "
             f"{self.malformed_per_answer:.2f}, quality proxy ({self.judge}) {proxy} over {self.num_prompts} prompts"
         )
 
@@ -97,6 +101,8 @@ def check_policy(
                         "instruction": record.instruction,
                         "annotated": result.annotated,
                         "speedup": result.stats.theoretical_speedup,
+                        "num_tokens": result.stats.num_tokens,
+                        "num_steps": result.stats.num_steps,
                         "num_threads": result.stats.num_threads,
                         "num_malformed": sum(result.stats.malformed.values()),
                         "quality": quality,
@@ -115,10 +121,18 @@ def check_policy(
         malformed_per_answer=statistics.fmean(a["num_malformed"] for a in answers),
         quality_proxy=statistics.fmean(qualities) if qualities else None,
         judge=judge.name,
+        mean_tokens=mean_of(answers, "num_tokens"),
+        mean_steps=mean_of(answers, "num_steps"),
     )
     if processes.is_main:
         write_json_atomic(out_dir / SUMMARY, asdict(summary))
     return summary
+
+
+def mean_of(answers: list[dict], key: str) -> float | None:
+    """The mean of `key` over the answers, or None when an answer written before it was kept lacks it."""
+    values = [a.get(key) for a in answers]
+    return None if None in values else statistics.fmean(values)
 
 
 def read_summary(out_dir: Path) -> HeldoutSummary | None:

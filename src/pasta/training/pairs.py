@@ -1,7 +1,10 @@
 """Preference pairs from scored candidates: combined score, best vs worst per prompt, ties skipped.
 
 The paper scores each sampled answer by speed + lambda * quality, where speed is the decoder's theoretical speedup
-(tokens / decoding steps) and quality the judge's score; lambda = inf ranks by quality alone. The best and the worst
+(tokens / decoding steps) and quality the judge's score; lambda = inf ranks by quality alone. The theoretical
+speedup grows with an answer's own length (more chunks, more tokens per step), which the evaluation's wall-clock
+speedup does not reward: a longer answer takes more steps. So by default speed is latency, the reference answer's
+tokens (the steps a sequential decode of it takes) over the candidate's steps (`stage.speed_reward`). The best and the worst
 candidate of a prompt make its pair; a prompt whose candidates all score the same teaches nothing and is skipped.
 `make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
 scores, the judge's name, its text and its thread ids; `summarize` puts a round's samples and pairs in numbers.
@@ -21,23 +24,37 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from pasta.errors import PastaError
 from pasta.training.candidates import Candidate, Pair, PairSide, ScoredPrompt
+from pasta.training.config import SpeedReward
 
 
 @dataclass(frozen=True)
 class Scored:
     """One candidate's rewards."""
 
-    speedup: float  # theoretical speedup of the candidate (>= 1)
+    speed: float  # the speed reward (speed_score)
     quality: float  # the judge's score in [0, 1]
     num_malformed: int = 0  # malformed-output events of the candidate's decode (see the module docstring)
 
 
 def combined_score(candidate: Scored, quality_weight: float) -> float:
-    """speedup + quality_weight * quality; quality alone when quality_weight is inf."""
+    """speed + quality_weight * quality; quality alone when quality_weight is inf."""
     if math.isinf(quality_weight):
         return candidate.quality
-    return candidate.speedup + quality_weight * candidate.quality
+    return candidate.speed + quality_weight * candidate.quality
+
+
+def speed_score(candidate: Candidate, reference_num_tokens: int | None, reward: SpeedReward) -> float:
+    """The candidate's speed: its theoretical speedup, or the reference's tokens over its own steps (latency)."""
+    if reward == SpeedReward.theoretical:
+        return candidate.speedup
+    if not reference_num_tokens:
+        raise PastaError(
+            "stage.speed_reward=latency needs each prompt's reference answer length, which this scores.jsonl "
+            "lacks (written before it was recorded): resample the round, or set stage.speed_reward=theoretical"
+        )
+    return reference_num_tokens / max(candidate.num_steps, 1)
 
 
 def best_and_worst(candidates: list[Scored], quality_weight: float) -> tuple[int, int] | None:
@@ -61,16 +78,18 @@ def json_number(value: float) -> float | str:
     return "inf" if math.isinf(value) else value
 
 
-def scored_of(candidate: Candidate) -> Scored:
-    return Scored(candidate.speedup, candidate.quality, candidate.num_malformed)
+def scored_of(candidate: Candidate, entry: ScoredPrompt, reward: SpeedReward) -> Scored:
+    return Scored(speed_score(candidate, entry.reference_num_tokens, reward), candidate.quality,
+                  candidate.num_malformed)
 
 
-def pair_side(candidate: Candidate, index: int, quality_weight: float) -> PairSide:
+def pair_side(candidate: Candidate, scored: Scored, index: int, quality_weight: float) -> PairSide:
     """One side of a pair: the candidate's scores (with the judge's name), its text and its thread ids."""
     return PairSide(
         index=index,
-        score=combined_score(scored_of(candidate), quality_weight),
+        score=combined_score(scored, quality_weight),
         num_malformed=candidate.num_malformed,
+        speed=scored.speed,
         speedup=candidate.speedup,
         quality=candidate.quality,
         judge=candidate.judge,
@@ -80,7 +99,8 @@ def pair_side(candidate: Candidate, index: int, quality_weight: float) -> PairSi
     )
 
 
-def make_pairs(scored: list[ScoredPrompt], quality_weight: float) -> tuple[list[Pair], Counter]:
+def make_pairs(scored: list[ScoredPrompt], quality_weight: float,
+               reward: SpeedReward) -> tuple[list[Pair], Counter]:
     """Best-vs-worst pairs of the scored prompts, and the count of prompts skipped by reason."""
     pairs: list[Pair] = []
     skipped: Counter = Counter()
@@ -88,7 +108,7 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float) -> tuple[list[
         if entry.status != "scored":
             skipped[entry.status] += 1
             continue
-        candidates = [scored_of(c) for c in entry.candidates]
+        candidates = [scored_of(c, entry, reward) for c in entry.candidates]
         chosen = best_and_worst(candidates, quality_weight)
         if chosen is None:
             skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
@@ -101,16 +121,19 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float) -> tuple[list[
                 judge=entry.judge,
                 quality_weight=json_number(quality_weight),
                 prompt_ids=entry.prompt_ids,
-                chosen=pair_side(entry.candidates[best], best, quality_weight),
-                rejected=pair_side(entry.candidates[worst], worst, quality_weight),
+                chosen=pair_side(entry.candidates[best], candidates[best], best, quality_weight),
+                rejected=pair_side(entry.candidates[worst], candidates[worst], worst, quality_weight),
             )
         )
     return pairs, skipped
 
 
-def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, quality_weight: float) -> dict[str, Any]:
+def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, quality_weight: float,
+              reward: SpeedReward) -> dict[str, Any]:
     """Mean speed and quality of the samples and of the chosen and rejected sides (a round's `metrics.json`)."""
-    samples = [c for e in scored if e.status == "scored" for c in e.candidates]
+    entries = [e for e in scored if e.status == "scored"]
+    samples = [c for e in entries for c in e.candidates]
+    rewards = [scored_of(c, e, reward) for e in entries for c in e.candidates]
 
     def mean(values: list[float]) -> float | None:
         return statistics.fmean(values) if values else None
@@ -120,13 +143,19 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
         "num_pairs": len(pairs),
         "skipped": dict(sorted(skipped.items())),
         "num_samples_scored": len(samples),
+        "speed_reward": str(reward),
+        "mean_speed": mean([r.speed for r in rewards]),
         "mean_speedup": mean([c.speedup for c in samples]),
+        "mean_tokens": mean([c.num_tokens for c in samples]),
+        "mean_steps": mean([c.num_steps for c in samples]),
         "mean_quality": mean([c.quality for c in samples]),
-        "mean_score": mean([combined_score(scored_of(c), quality_weight) for c in samples]),
+        "mean_score": mean([combined_score(r, quality_weight) for r in rewards]),
         "num_samples_malformed": sum(c.num_malformed > 0 for c in samples),
         "num_rejected_malformed": sum(p.rejected.num_malformed > 0 for p in pairs),
+        "chosen_mean_speed": mean([p.chosen.speed for p in pairs]),
         "chosen_mean_speedup": mean([p.chosen.speedup for p in pairs]),
         "chosen_mean_quality": mean([p.chosen.quality for p in pairs]),
+        "rejected_mean_speed": mean([p.rejected.speed for p in pairs]),
         "rejected_mean_speedup": mean([p.rejected.speedup for p in pairs]),
         "rejected_mean_quality": mean([p.rejected.quality for p in pairs]),
         "mean_score_margin": mean([p.chosen.score - p.rejected.score for p in pairs]),

@@ -3,7 +3,8 @@
 Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (round 1: `model`):
 1. sample `num_samples` candidates per prompt with the asynchronous decoder (temperature sampling, prompts
    batched, each candidate seeded by (seed, round, prompt, sample), so a resumed round samples the same answers);
-2. score them: speed = the decoder's theoretical speedup; quality = `judge.score` of the candidate's plain text
+2. score them: speed = `stage.speed_reward` (latency: the reference answer's tokens over the candidate's decoding
+   steps; theoretical: the candidate's tokens over its steps); quality = `judge.score` of the candidate's plain text
    against the reference answer (the record's `output` by default, or a sequential greedy decode of the
    Baseline-SFT model with `stage.reference=baseline`); candidates the judge could not score are asked again
    `judge_retries` times, then the prompt is marked `judge_failed` and skipped, never scored as zero. Each prompt's
@@ -42,7 +43,7 @@ from pasta.models import load_model
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
-from pasta.training.config import Finetune, PrefSettings, settings_from_cfg
+from pasta.training.config import Finetune, PrefSettings, SpeedReward, settings_from_cfg
 from pasta.training.examples import loader_config, with_min_promises
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
@@ -165,8 +166,8 @@ def run_round(
         model, tokenizer, prompts, references, judge, settings, policy, scores_path, seed, processes
     )
     sample_seconds = time.perf_counter() - start
-    pairs, skipped = make_pairs(scored, settings.quality_weight)
-    summary = summarize(scored, pairs, skipped, settings.quality_weight)
+    pairs, skipped = make_pairs(scored, settings.quality_weight, settings.speed_reward)
+    summary = summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward)
     if processes.is_main:
         write_jsonl_atomic(round_dir / "pairs.jsonl", [pair.to_json() for pair in pairs])
         log.info("round %d: %s", round_index, summary)
@@ -196,6 +197,21 @@ def run_round(
     return round_dir / "final"
 
 
+def check_latency_references(settings: PrefSettings, records: list[Record], references: dict[str, str]) -> None:
+    """The latency speed reward prices a candidate's steps against its prompt's reference answer: every prompt
+    needs one (prompt-only data has none unless Baseline-SFT decodes them)."""
+    if settings.speed_reward != SpeedReward.latency:
+        return
+    missing = [r for r in records if not references[r.id].strip()]
+    if missing:
+        raise PastaError(
+            f"stage.speed_reward=latency compares each candidate's steps with its reference answer, but "
+            f"{len(missing)} of {len(records)} prompts have none (first: {missing[0].instruction[:60]!r}): set "
+            "stage.reference=baseline with stage.baseline_model=<Baseline-SFT>/final, or "
+            "stage.speed_reward=theoretical"
+        )
+
+
 def run_pref(cfg: DictConfig) -> Path:
     """Run every preference round `cfg` asks for; returns the last round's final model folder."""
     from pasta.judges import build_judge
@@ -218,6 +234,7 @@ def run_pref(cfg: DictConfig) -> Path:
         )
     processes.wait()  # every process has looked before any writes
     references = reference_answers(records, settings, cfg, output_dir, processes)
+    check_latency_references(settings, records, references)
     judge = build_judge(cfg.judge)
     if processes.is_main:
         write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name)

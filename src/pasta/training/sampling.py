@@ -4,7 +4,8 @@ For the prompts of a round, `sample_and_score` samples `num_samples` candidates 
 decoder (temperature sampling, prompts batched, each candidate seeded by (seed, prompt, sample), so a resumed or
 resharded round samples the same answers), scores each for speed (the decoder's theoretical speedup) and quality
 (`judge.score` of its plain text against the prompt's reference answer, asked again `judge_retries` times for the
-items it could not score), and appends one record per prompt to `scores.jsonl`. `reference_answers` gives those
+items it could not score), and appends one record per prompt to `scores.jsonl`, with the reference answer's length
+in tokens (what the latency speed reward compares a candidate's steps with). `reference_answers` gives those
 references: the records' own outputs, or Baseline-SFT's greedy answers decoded once. Both resume from their files and
 shard their prompts over the processes of `accelerate launch` (pasta.parallel).
 """
@@ -20,7 +21,7 @@ from omegaconf import DictConfig
 
 from pasta.config import resolve_device
 from pasta.data import Record
-from pasta.lang import ReservationPolicy
+from pasta.lang import ReservationPolicy, encode_text
 from pasta.models import encode_prompt, load_model
 from pasta.parallel import Processes, ShardedJsonl
 from pasta.training.candidates import Candidate, ScoredPrompt
@@ -156,6 +157,7 @@ def sample_and_score(
                 ]
                 failed = any(c.quality is None for c in candidates)
                 entry = ScoredPrompt(
+                    reference_num_tokens=len(encode_text(tokenizer, references[record.id])) + 1,  # + eos
                     id=record.id,
                     prompt_index=index,
                     instruction=record.instruction,
