@@ -121,6 +121,23 @@ def test_throughput_mode_batches_and_records_the_batch_size(tmp_path):
     assert [record["batch_size"] for record in stats] == [2, 2, 1]
 
 
+def test_timed_prompts_are_decoded_alone_first_and_every_answer_keeps_its_step_rows(tmp_path, monkeypatch):
+    decoded = []
+    original = generation.Decoder.__call__
+    monkeypatch.setattr(generation.Decoder, "__call__",
+                        lambda self, records: decoded.append(len(records)) or original(self, records))
+    generate(tmp_path, "async", "eval.limit=5", "eval.timing=throughput", "eval.batch_size=2",
+             "eval.timed_prompts=2", "eval.warmup_prompts=1")
+    stats = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
+    assert [record["batch_size"] for record in stats] == [1, 1, 2, 2, 1]
+    assert decoded == [1, 1, 1, 2, 1]  # the warm-up, the two timed prompts, then batches of the rest
+    for record in stats:
+        assert len(record["step_rows"]) == record["num_steps"] and record["step_rows"][0] > 1  # the prompt first
+    costs = json.loads((tmp_path / "run" / "step_costs.json").read_text())
+    assert costs["rows"][:2] == [1, 2] and len(costs["seconds"]) == len(costs["rows"])
+    assert all(seconds > 0 for seconds in costs["seconds"])
+
+
 # ------------------------------------------------------------------------------------------ Skeleton-of-Thought
 
 

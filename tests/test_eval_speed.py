@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from pasta.decoding.step_costs import StepCosts, modelled_seconds
 from pasta.errors import PastaError
 from pasta.evaluation.speed import BootstrapConfig, bootstrap_ci, geometric_mean, speed_metrics
 
@@ -110,3 +111,36 @@ def test_answers_that_forked_or_had_malformed_tags_are_counted():
     ]
     metrics = speed_metrics(records, None, bootstrap=BootstrapConfig(num_resamples=10))
     assert (metrics["num_with_threads"], metrics["num_malformed"]) == (1, 1)
+
+
+# --- steps and the cost model ----------------------------------------------------------------------------------
+
+COSTS = StepCosts(rows=[1, 3, 10], seconds=[1.0, 2.0, 5.0], prefix_len=256)
+
+
+def test_step_costs_interpolate_between_measured_rows_and_extend_the_last_slope():
+    assert [COSTS.cost(q) for q in (1, 2, 3, 10)] == pytest.approx([1.0, 1.5, 2.0, 5.0])
+    assert COSTS.cost(17) == pytest.approx(5.0 + 7 * 3.0 / 7)  # the slope of 3..10 beyond the last point
+    assert modelled_seconds([10, 1, 1], COSTS) == pytest.approx(7.0)
+
+
+def test_cost_and_step_speedups_price_every_answer_and_wall_speedups_only_the_prompts_timed_alone():
+    sequential = [stats("a", 8.0, num_tokens=7, num_steps=7) | {"step_rows": [10] + [1] * 6, "batch_size": 1},
+                  stats("b", 8.0, num_tokens=7, num_steps=7) | {"step_rows": [10] + [1] * 6, "batch_size": 1}]
+    candidate = [stats("a", 4.0, num_tokens=7, num_steps=3) | {"step_rows": [10, 3, 3], "batch_size": 1},
+                 stats("b", 99.0, num_tokens=7, num_steps=3) | {"step_rows": [10, 3, 3], "batch_size": 2}]
+    metrics = speed_metrics(candidate, sequential, costs=COSTS, bootstrap=BootstrapConfig(num_resamples=50))
+    assert metrics["step_speedup_geomean"]["value"] == pytest.approx(7 / 3)
+    assert metrics["cost_speedup_geomean"]["value"] == pytest.approx((5 + 6) / (5 + 4))
+    assert metrics["num_timed_prompts"] == 1  # b was batched: its wall time is its batch's
+    assert metrics["wall_speedup_geomean"]["value"] == pytest.approx(2.0)
+    assert metrics["cost_speedup_timed_geomean"] == pytest.approx(11 / 9)
+
+
+def test_without_prompts_timed_alone_there_is_no_wall_speedup_but_still_a_step_speedup():
+    sequential = [stats("a", 8.0, num_steps=100) | {"batch_size": 4}]
+    candidate = [stats("a", 4.0, num_steps=50) | {"batch_size": 4}]
+    metrics = speed_metrics(candidate, sequential, bootstrap=BootstrapConfig(num_resamples=50))
+    assert "wall_speedup_geomean" not in metrics and metrics["num_timed_prompts"] == 0
+    assert metrics["step_speedup_geomean"]["value"] == pytest.approx(2.0)
+    assert "cost_speedup_geomean" not in metrics  # no curve given

@@ -95,6 +95,7 @@ def request_stats(interpreter: Interpreter, clock: RequestClock) -> DecodeStats:
         malformed=dict(interpreter.malformed),
         masked=dict(interpreter.masked),
         finish_reason=interpreter.finish_reason or "",
+        step_rows=list(interpreter.step_rows),
     )
 
 

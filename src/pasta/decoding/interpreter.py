@@ -94,6 +94,7 @@ class Interpreter:
                                    max_threads=config.max_threads, sync_id=tag_ids.sync)
 
         self.num_steps = 0
+        self.step_rows: list[int] = []  # rows fed at each step, the prompt's prefill first
         self.num_sampled = 0  # by all threads
         self.malformed: Counter[str] = Counter()
         self.masked: Counter[str] = Counter()  # constrained choices replaced, by the malformed event they would cause
@@ -146,7 +147,9 @@ class Interpreter:
     def plan(self) -> StepPlan:
         """The tokens this request feeds into the next forward; sets their slots in the visibility table."""
         self.num_steps += 1
-        return self.scheduler.plan()
+        plan = self.scheduler.plan()
+        self.step_rows.append(len(plan.token_ids))
+        return plan
 
     # --- committing sampled tokens -------------------------------------------------------------------------------
 

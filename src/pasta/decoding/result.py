@@ -24,6 +24,9 @@ class DecodeStats:
     malformed: dict[str, int] = field(default_factory=dict)  # malformed-output events by kind
     masked: dict[str, int] = field(default_factory=dict)  # decode.constrain: choices replaced, by the event avoided
     finish_reason: str = ""  # eos | stop_string | max_new_tokens | max_total_tokens
+    # Rows each forward fed for this request, prefill (the prompt) first: what a step costs grows with them, so
+    # latency at batch 1 is modelled as the sum of c(rows) over the steps (pasta.evaluation.speed).
+    step_rows: list[int] = field(default_factory=list)
 
     @property
     def theoretical_speedup(self) -> float:

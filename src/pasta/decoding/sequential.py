@@ -114,12 +114,14 @@ def _choose(logits: torch.Tensor, rows: _Rows, answers: list[SampledAnswer], con
             for b, r in enumerate(rows.request_ids)]
 
 
-def _result(answer: SampledAnswer, clock: RequestClock, decode: Callable[[list[int]], str]) -> DecodeResult:
+def _result(answer: SampledAnswer, clock: RequestClock, decode: Callable[[list[int]], str],
+            num_prompt_ids: int) -> DecodeResult:
     text = answer.text(decode)
     num_tokens = len(answer.token_ids)
     stats = DecodeStats(num_tokens=num_tokens, num_steps=num_tokens, prefill_s=clock.prefill_s,
                         decode_s=clock.decode_s, wall_s=clock.prefill_s + clock.decode_s,
-                        bookkeeping_s=clock.bookkeeping_s, finish_reason=answer.finish_reason)
+                        bookkeeping_s=clock.bookkeeping_s, finish_reason=answer.finish_reason,
+                        step_rows=[num_prompt_ids] + [1] * (num_tokens - 1))
     return DecodeResult(text=text, annotated=text, token_doc=None, token_ids=answer.token_ids, stats=stats)
 
 
@@ -176,4 +178,5 @@ def decode_sequential(
                 chosen = [chosen[b] for b in keep]
             step_start = time.perf_counter()
             logits = _decode_step(model, rows, chosen, use_mask)
-    return [_result(answer, clock, decode) for answer, clock in zip(answers, clocks, strict=True)]
+    return [_result(answer, clock, decode, len(prompt_ids))
+            for answer, clock, prompt_ids in zip(answers, clocks, prompt_ids_batch, strict=True)]

@@ -75,6 +75,11 @@ class EvalConfig:
                           "speedups)"},
     )
     batch_size: int = field(default=8, metadata={"help": "prompts per batch in timing=throughput"})
+    timed_prompts: int = field(
+        default=0,
+        metadata={"help": "timing=throughput: decode the first N prompts one at a time (after the warm-up), so "
+                          "that per-prompt wall-clock speedups exist for them, then batch the rest; 0 = none"},
+    )
     warmup_prompts: int = field(
         default=1,
         metadata={"help": "prompts decoded (and discarded) before timing: allocations, kernel selection, torch.compile"},
@@ -126,3 +131,5 @@ class EvalConfig:
                 raise PastaError(f"{where}.{key}: must be >= 1, got {getattr(self, key)}")
         if self.warmup_prompts < 0:
             raise PastaError(f"{where}.warmup_prompts: must be >= 0, got {self.warmup_prompts}")
+        if self.timed_prompts < 0:
+            raise PastaError(f"{where}.timed_prompts: must be >= 0, got {self.timed_prompts}")

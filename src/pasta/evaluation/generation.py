@@ -14,7 +14,10 @@ a run decoded with another count are refused, like those against another device.
 
 Timing modes: `wall` decodes one request at a time after `eval.warmup_prompts` discarded warm-up decodes (the
 paper's batch-1 latency, the only mode per-prompt speedups are computed from); `throughput` decodes batches of
-`eval.batch_size` (wall_s is then the batch's time, shared by its requests).
+`eval.batch_size` (wall_s is then the batch's time, shared by its requests), after decoding its first
+`eval.timed_prompts` prompts one at a time, so that a stated subset has batch-1 wall times. Every stats line keeps
+the rows each forward fed (`step_rows`), and `step_costs.json` the model's measured cost per forward by rows
+(pasta.decoding.step_costs), so that every answer's batch-1 latency can also be modelled, batched or not.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pasta.evaluation.run_files import (
     MODEL_OUTPUTS,
     RUN_META,
     STATS,
+    STEP_COSTS,
     check_unique_instructions,
     read_json,
     read_stats,
@@ -158,22 +162,37 @@ def _stats_record(record: dict[str, Any], result: DecodeResult, batch_size: int)
 
 
 def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: str, device: str,
-                 records: list[dict[str, Any]], todo: list[dict[str, Any]], generator: str) -> None:
+                 records: list[dict[str, Any]], todo: list[dict[str, Any]], generator: str,
+                 costs_path: Path | None) -> None:
+    """Decode `todo` into `out`; then, with `costs_path` (one process of a launch) and a decoder that steps one
+    request's rows at a time, measure the model's step costs there unless a resumed run already did."""
     from pasta.models import load_model
 
     log.info("%s: decoding %d of %d prompts (%s, timing=%s)", generator, len(todo), len(records), mode, ecfg.timing)
     model, tokenizer = load_model(cfg.model, device=device)
     decoder = Decoder(cfg, ecfg, mode, model, tokenizer)
-    batch_size = 1 if ecfg.timing == Timing.wall else ecfg.batch_size
-    if ecfg.timing == Timing.wall:
+    timed = {r["instruction"] for r in timed_records(ecfg, records)}
+    one_at_a_time = [r for r in todo if r["instruction"] in timed]
+    batched = [r for r in todo if r["instruction"] not in timed]
+    if one_at_a_time:
         for record in records[: ecfg.warmup_prompts]:
             decoder([record])  # discarded: first-call allocations and kernel choices are not latency
     with tqdm(total=len(todo), desc=f"decode {generator}") as bar:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            for record, result in zip(batch, decoder(batch), strict=True):
-                out.append(_stats_record(record, result, len(batch)))
-            bar.update(len(batch))
+        for batch_size, group in ((1, one_at_a_time), (ecfg.batch_size, batched)):
+            for start in range(0, len(group), batch_size):
+                batch = group[start : start + batch_size]
+                for record, result in zip(batch, decoder(batch), strict=True):
+                    out.append(_stats_record(record, result, len(batch)))
+                bar.update(len(batch))
+    if costs_path is not None and mode != "sot" and not costs_path.is_file():
+        from pasta.decoding.step_costs import measure_step_costs
+
+        write_json_atomic(costs_path, measure_step_costs(model).to_dict())
+
+
+def timed_records(ecfg: EvalConfig, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The prompts decoded one at a time: all of them under timing=wall, the first eval.timed_prompts else."""
+    return records if ecfg.timing == Timing.wall else records[: ecfg.timed_prompts]
 
 
 def process_counts(previous: Any, count: int) -> int | list[int]:
@@ -212,7 +231,8 @@ def generate_run(
     with stats.appender() as out:
         mine = processes.shard(todo)
         if mine:
-            _decode_into(out, cfg, ecfg, mode, device, records, mine, generator)
+            _decode_into(out, cfg, ecfg, mode, device, records, mine, generator,
+                         run_dir / STEP_COSTS if processes.is_main else None)
     stats.gather(order=[r["instruction"] for r in records])
     if processes.is_main:
         by_instruction = {r["instruction"]: r for r in read_stats(run_dir)}

@@ -43,7 +43,7 @@ class AnswerTokens:
     num_async_end: int
     num_sync: int
     num_eos: int
-    num_overrun: int  # chunk content tokens past the promise's N
+    num_overrun: int  # chunk content tokens past the promise's N (counted promises)
     num_words: int  # content words (main text and chunks)
     num_repeated_words: int  # content words in a word 4-gram that another thread of the answer also writes
     num_steps: int
@@ -104,7 +104,8 @@ def answer_tokens(doc: Document, token_doc: TokenDoc, eos_id: int) -> AnswerToke
         else:
             kinds["topic" if in_topic else "count" if in_count else "main_text"] += 1
     chunk_text = sum(len(chunk.body_ids) - 1 for chunk in token_doc.chunks)
-    overrun = sum(max(0, len(chunk.body_ids) - 1 - chunk.num_predicted) for chunk in token_doc.chunks)
+    overrun = sum(max(0, len(chunk.body_ids) - 1 - chunk.num_predicted) for chunk in token_doc.chunks
+                  if chunk.num_predicted is not None)
     main_text_runs = ["".join(item.text for item in doc.items if isinstance(item, Text))]
     chunk_texts = [item.content for item in doc.items if isinstance(item, Promise)]
     num_words, num_repeated = repeated_words(main_text_runs + chunk_texts)

@@ -276,10 +276,20 @@ def structure_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({
             "name": summary.get("generator"), "decode": summary.get("decode"), **summary["structure"],
             "theoretical_speedup": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
-            "wall_speedup": (speed.get("wall_speedup_geomean") or {}).get("value"),
+            "step_speedup": (speed.get("step_speedup_geomean") or {}).get("value"),
+            "cost_speedup": speed.get("cost_speedup_geomean"),
+            "wall_speedup": speed.get("wall_speedup_geomean"),
+            "num_timed_prompts": speed.get("num_timed_prompts"),
+            "cost_speedup_timed": speed.get("cost_speedup_timed_geomean"),
             "sequential_run": speed.get("sequential_run"),
         })
     return rows
+
+
+def length_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tokens-and-steps table: each run's groups (all, forked, plain answers) with a length record."""
+    return [{"name": summary.get("generator"), **group}
+            for summary in summaries for group in summary.get("length") or []]
 
 
 def proxy_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -291,16 +301,32 @@ def _names(rows: Sequence[dict[str, Any]], key: str) -> str:
     return ", ".join(sorted({str(row[key]) for row in rows if row.get(key) is not None})) or "-"
 
 
+def _with_ci(summary: dict[str, Any] | None) -> str:
+    if not summary:
+        return "-"
+    return f"{summary['value']:.2f}x [{summary['ci_low']:.2f}, {summary['ci_high']:.2f}]"
+
+
+def _timed_wall(row: dict[str, Any]) -> str:
+    if not row.get("wall_speedup"):
+        return "-"
+    cost = row.get("cost_speedup_timed")
+    return (f"{_with_ci(row['wall_speedup'])} ({row.get('num_timed_prompts')}"
+            + (f"; {cost:.2f}x)" if cost is not None else ")"))
+
+
 def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The structure table and what its columns mean."""
     header = ["run", "decode", "answers", "forked", "promises/answer", "malformed/answer", "dup-topic/answer",
-              "chunks", "length Spearman", "length MAE", "overruns", "theor. speedup", "wall speedup"]
+              "chunks", "length Spearman", "length MAE", "overruns", "theor. speedup", "step speedup",
+              "cost-model speedup [95% CI]", "wall speedup [95% CI] (timed prompts; cost model on them)"]
     body = [
         [row["name"], row["decode"] or "-", row["num_answers"],
          f"{row['num_forked']} ({100 * row['fork_share']:.0f}%)", _fmt(row["promises_per_answer"]),
          _fmt(row["malformed_per_answer"]), _fmt(row["duplicate_topics_per_answer"]), row["num_chunks"],
          _fmt(row["length_spearman"]), _fmt(row["length_mae"], 1), row["num_overruns"],
-         _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row["wall_speedup"], suffix="x")]
+         _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row.get("step_speedup"), suffix="x"),
+         _with_ci(row.get("cost_speedup")), _timed_wall(row)]
         for row in rows
     ]
     policies = sorted({", ".join(f"{k}={v}" for k, v in row["reservation"].items())
@@ -309,10 +335,36 @@ def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
              "Length: each promise's `tokens=` against the tokens its chunk took (student's tokenizer), Spearman and "
              "mean absolute error in tokens; '-' = undefined (under two chunks, or one length predicted for all). "
              f"Overruns: chunks longer than the positions reserved for them ({'; '.join(policies) or '-'}). "
-             f"Speedups: geometric means; wall-clock against {_names(rows, 'sequential_run')}."]
+             f"Speedups: geometric means over prompts against {_names(rows, 'sequential_run')}: steps (its tokens "
+             "over the run's steps), the cost model (both runs' steps priced on the sequential run's measured "
+             "cost per forward by rows fed), and wall-clock on the prompts both runs decoded one at a time."]
     unparsed = [f"{row['name']} {row['num_unparsed']}" for row in rows if row.get("num_unparsed")]
     if unparsed:
         lines.append(f"Answers without a valid PASTA-LANG form (left out of the chunk columns): {', '.join(unparsed)}.")
+    return "\n".join(lines) + "\n"
+
+
+def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """Where the answers' tokens and steps go, per answer, against Baseline-SFT's answers to the same prompts."""
+    header = ["run", "answers", "tokens", "content", "promise tags + topic + count", "async_end + sync + eos",
+              "overrun", "repeated words", "steps", "main text / tag / wait steps", "Baseline-SFT tokens",
+              "content / Baseline-SFT", "steps / Baseline-SFT", "at the token limit"]
+    body = [
+        [row["name"], f"{row['group']} {row['num_answers']}", _fmt(row["tokens"], 1), _fmt(row["content"], 1),
+         f"{_fmt(row['promise_tags'], 1)} + {_fmt(row['topic'], 1)} + {_fmt(row['count'], 1)}",
+         f"{_fmt(row['async_end'], 1)} + {_fmt(row['sync'], 1)} + {_fmt(row['eos'], 1)}", _fmt(row["overrun"], 1),
+         _fmt(None if row["repeated_share"] is None else 100 * row["repeated_share"], 1, "%"), _fmt(row["steps"], 1),
+         f"{_fmt(row['main_text_steps'], 1)} / {_fmt(row['main_tag_steps'], 1)} / {_fmt(row['wait_steps'], 1)}",
+         _fmt(row["baseline_tokens"], 1), _fmt(row["content_over_baseline"]), _fmt(row["steps_over_baseline"]),
+         row["num_hit_limit"]]
+        for row in rows
+    ]
+    lines = ["## Where the tokens and steps go (per answer)", "", *_table(header, body), "",
+             "Each answer's annotated form re-tokenized with the student's tokenizer (pasta.evaluation.length). "
+             "Content: text a reader sees; overrun: chunk tokens past the promise's count; repeated words: content "
+             "words in a word 4-gram another thread of the answer also writes. Steps of the ideal schedule: the "
+             "main thread sampling text (or eos), sampling tags, and waiting for chunks. Baseline-SFT takes one "
+             "step per token, so steps / Baseline-SFT below 1 is the step speedup."]
     return "\n".join(lines) + "\n"
 
 
@@ -377,14 +429,16 @@ def gather(patterns: Sequence[str], output_dir: Path) -> dict[str, Any]:
     """Gather the runs into output_dir: report.json, report.md and pareto.png; returns the report."""
     summaries = load_summaries(patterns)
     rows, warnings = report_rows(summaries)
-    structure, proxies = structure_rows(summaries), proxy_rows(summaries)
+    structure, proxies, length = structure_rows(summaries), proxy_rows(summaries), length_rows(summaries)
     output_dir.mkdir(parents=True, exist_ok=True)
     report = {"runs": rows, "warnings": warnings, "paper_points": list(PAPER_POINTS), "paper_label": PAPER_LABEL,
-              "structure": structure, "proxies": proxies}
+              "structure": structure, "proxies": proxies, "length": length}
     write_json_atomic(output_dir / REPORT_JSON, report)
     markdown = report_markdown(rows, warnings)
     if structure:
         markdown += "\n" + structure_markdown(structure)
+    if length:
+        markdown += "\n" + length_markdown(length)
     if proxies:
         markdown += "\n" + proxies_markdown(proxies)
     write_text_atomic(output_dir / REPORT_MD, markdown)

