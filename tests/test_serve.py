@@ -381,6 +381,44 @@ def test_a_client_that_disconnects_mid_stream_frees_its_request(speaker):
     assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
 
 
+def post_and_hang_up(base_url: str, route: str, body: dict) -> None:
+    """Send a request on a raw socket, wait until the engine runs it, then close the socket: a client that left."""
+    port = int(base_url.rsplit(":", 1)[1].split("/")[0])
+    payload = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(f"POST /v1/{route} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                     f"content-length: {len(payload)}\r\n\r\n".encode() + payload)
+        deadline = time.monotonic() + 30
+        while health(base_url)["num_running"] == 0:
+            assert time.monotonic() < deadline, "the request never ran"
+            time.sleep(0.01)
+
+
+@pytest.mark.parametrize("route", ["completions", "chat/completions"])
+def test_a_client_that_disconnects_before_its_non_streamed_answer_frees_its_request(speaker, route):
+    """A non-streamed answer is sent only at its end; a client that closes its socket before then cancels the
+    request. Freed within 1 s here (one poll of DISCONNECT_POLL_S and a step); the bound, 3 s, allows for a loaded
+    2-core machine and is still under the 64 steps of 50 ms the request would take to decode to its end."""
+    model, tokenizer = speaker
+    header_end, (word,) = encode_prompt(tokenizer, "x")[-1], encode_text(tokenizer, " and")
+    # " and" forever, after the prompt's " and" (completions) or after the chat template's assistant header.
+    looping = Scripted(model.model, {**model.transitions, header_end: word, word: word}, delay_s=0.05)
+    body = {"model": "speaker", "max_tokens": 64,
+            **({"prompt": "Tips and"} if route == "completions" else
+               {"messages": [{"role": "user", "content": "Tips"}]})}
+    with running(speaker_app((looping, tokenizer))) as base_url:
+        post_and_hang_up(base_url, route, body)
+        left = time.monotonic()
+        state = wait_idle(base_url)
+        freed_s = time.monotonic() - left
+        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    assert state["num_cache_rows"] == state["kv_cache_bytes"] == state["num_tokens_in_flight"] == 0
+    assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
+    assert 'outcome="finished"' not in metrics  # a label appears once counted
+    assert 'pasta_requests_total{status="499"} 1.0' in metrics
+    assert freed_s < 3.0
+
+
 def test_a_full_queue_answers_429_and_the_server_recovers(speaker):
     with running(slow_speaker_app(speaker, max_running_requests=1, max_queued_requests=0)) as base_url:
         api = client(base_url)

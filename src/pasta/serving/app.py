@@ -32,7 +32,7 @@ from pasta.decoding import DecodeConfig
 from pasta.serving.answers import AnswerHead, ClientGone, collect, stream, submit, usage
 from pasta.serving.engine import Engine
 from pasta.serving.errors import APIError, add_error_handlers
-from pasta.serving.metrics import ServingMetrics
+from pasta.serving.middleware import CountResponses
 from pasta.serving.protocol import (
     ChatCompletionRequest,
     ChatMessage,
@@ -56,7 +56,7 @@ class ServeSettings:
 def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     """The app; its lifespan starts the engine's thread and stops it (failing what still runs) at shutdown."""
     app = FastAPI(title="pasta", lifespan=_lifespan(engine))
-    _count_responses(app, engine.metrics)
+    app.add_middleware(CountResponses, metrics=engine.metrics)
     add_error_handlers(app)
     _add_status_routes(app, engine, settings)
     _add_generation_routes(app, engine, settings)
@@ -73,17 +73,6 @@ def _lifespan(engine: Engine):
             engine.stop()
 
     return lifespan
-
-
-def _count_responses(app: FastAPI, metrics: ServingMetrics) -> None:
-    """Count the answers of the OpenAI routes by status code."""
-
-    @app.middleware("http")
-    async def count_responses(request: Request, call_next):
-        response = await call_next(request)
-        if request.url.path.startswith("/v1/"):
-            metrics.requests.labels(str(response.status_code)).inc()
-        return response
 
 
 def _add_status_routes(app: FastAPI, engine: Engine, settings: ServeSettings) -> None:
