@@ -279,8 +279,20 @@ GOOD = {"model": "lively", "messages": [{"role": "user", "content": "Hi"}]}
     ({**GOOD, "temperature": -1}, 400, "temperature"),
     ({**GOOD, "logprobs": True}, 400, "logprobs is not supported"),
     ({**GOOD, "n": 9}, 400, "n=9"),
+    ({**GOOD, "seed": 2**64}, 400, "seed: Input should be less than or equal to 18446744073709551615"),
+    ({**GOOD, "seed": 2**64 - 1, "n": 2}, 400, "seed + n - 1"),
+    ({**GOOD, "max_tokens": "8"}, 400, "max_tokens: Input should be a valid integer"),
+    ({**GOOD, "max_tokens": True}, 400, "max_tokens: Input should be a valid integer"),
+    ({**GOOD, "stream": "yes"}, 400, "stream: Input should be a valid boolean"),
+    ({**GOOD, "pasta": {"annotated": "yes"}}, 400, "pasta.annotated: Input should be a valid boolean"),
+    ({**GOOD, "temperature": "0.5"}, 400, "temperature: Input should be a valid number"),
+    ({**GOOD, "top_logprobs": 2}, 400, "top_logprobs is not supported"),
+    ({**GOOD, "tool_choice": "auto"}, 400, "tool_choice is not supported"),
+    ({**GOOD, "response_format": {"type": "json_object"}}, 400, "response_format is not supported"),
 ], ids=["malformed-json", "wrong-type", "messages-not-a-list", "empty-messages", "no-content", "max-tokens-0",
-        "max-tokens-over-limit", "prompt-over-context", "unknown-model", "negative-temperature", "logprobs", "n"])
+        "max-tokens-over-limit", "prompt-over-context", "unknown-model", "negative-temperature", "logprobs", "n",
+        "seed-over-2**64", "seed-plus-n-over-2**64", "max-tokens-string", "max-tokens-bool", "stream-string",
+        "annotated-string", "temperature-string", "top-logprobs", "tool-choice", "response-format"])
 def test_bad_input_is_an_openai_error_and_the_server_goes_on(server, body, status, says):
     base_url, _ = server
     content = body if isinstance(body, str) else json.dumps(body)
@@ -290,6 +302,28 @@ def test_bad_input_is_an_openai_error_and_the_server_goes_on(server, body, statu
     error = reply.json()["error"]
     assert says in error["message"] and error["type"]
     assert chat(client(base_url), "Hi", max_tokens=2).choices[0].message.content is not None
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ({"best_of": 2}, "best_of is not supported"),
+    ({"suffix": " the end."}, "suffix is not supported"),
+    ({"echo": True}, "echo is not supported"),
+], ids=["best-of", "suffix", "echo"])
+def test_completions_fields_the_decoder_does_not_implement_are_refused(server, body, says):
+    base_url, _ = server
+    reply = httpx.post(f"{base_url}/completions", json={"model": "lively", "prompt": "Hi", **body}, timeout=30)
+    assert reply.status_code == 400 and says in reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [
+    {**GOOD, "seed": 2**64 - 1, "tool_choice": "none", "response_format": {"type": "text"}, "top_logprobs": None},
+    {"model": "lively", "prompt": "Hi", "best_of": 1, "suffix": None, "temperature": 1},
+], ids=["chat", "completions"])
+def test_the_default_values_of_refused_fields_and_an_int_temperature_are_answered(server, body):
+    base_url, _ = server
+    route = "chat/completions" if "messages" in body else "completions"
+    reply = httpx.post(f"{base_url}/{route}", json={**body, "max_tokens": 2}, timeout=60)
+    assert reply.status_code == 200, reply.text
 
 
 def test_the_openai_client_raises_its_own_errors(server):
@@ -431,6 +465,15 @@ def test_a_full_queue_answers_429_and_the_server_recovers(speaker):
             assert first.result().choices[0].text
         wait_idle(base_url)
         assert api.completions.create(model="speaker", prompt="Tips", max_tokens=2).choices[0].text
+
+
+def test_more_choices_than_the_server_can_ever_hold_are_a_400_not_a_429(speaker):
+    """n choices run as n sequences; more than the running and queued slots together could never be admitted."""
+    with running(speaker_app(speaker, AdmissionLimits(max_running_requests=1, max_queued_requests=1))) as base_url:
+        api = client(base_url)
+        with pytest.raises(openai.BadRequestError, match=r"n=3 .* at most 2"):
+            api.completions.create(model="speaker", prompt="Tips", max_tokens=2, n=3)
+        assert len(api.completions.create(model="speaker", prompt="Tips", max_tokens=2, n=2).choices) == 2
 
 
 def test_concurrent_greedy_requests_get_the_answers_they_get_alone_and_the_engine_empties(speaker):

@@ -34,6 +34,7 @@ from pasta.serving.engine import Engine
 from pasta.serving.errors import APIError, add_error_handlers
 from pasta.serving.middleware import CountResponses
 from pasta.serving.protocol import (
+    MAX_SEED,
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
@@ -99,14 +100,14 @@ def _add_generation_routes(app: FastAPI, engine: Engine, settings: ServeSettings
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, raw: Request):
-        _check(body, settings)
+        _check(body, settings, engine)
         prompt_ids = _chat_prompt_ids(tokenizer, body.messages)
         max_tokens = body.max_completion_tokens or body.max_tokens
         return await _answer(engine, settings, raw, body, prompt_ids, max_tokens, chat=True)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, raw: Request):
-        _check(body, settings)
+        _check(body, settings, engine)
         prompt_ids = tokenizer(body.prompt)["input_ids"]
         return await _answer(engine, settings, raw, body, prompt_ids, body.max_tokens, chat=False)
 
@@ -140,7 +141,7 @@ async def _answer(engine: Engine, settings: ServeSettings, raw: Request, body, p
     return JSONResponse(head.body(finished, usage(prompt_ids, finished)).model_dump(exclude_none=True))
 
 
-def _check(body, settings: ServeSettings) -> None:
+def _check(body, settings: ServeSettings, engine: Engine) -> None:
     if body.model != settings.model_name:
         raise APIError(404, f"the model {body.model!r} does not exist; this server serves {settings.model_name!r}",
                        param="model", code="model_not_found")
@@ -148,6 +149,15 @@ def _check(body, settings: ServeSettings) -> None:
         raise APIError(400, f"{field} is not supported by this server", param=field)
     if body.n > settings.max_n:
         raise APIError(400, f"n={body.n} is over this server's limit of {settings.max_n}", param="n")
+    # Each choice is a sequence of its own: more than the running and queued slots together is never admitted.
+    limits = engine.scheduler.limits
+    max_sequences = limits.max_running_requests + limits.max_queued_requests
+    if body.n > max_sequences:
+        raise APIError(400, f"n={body.n} can never be admitted: this server holds at most {max_sequences} sequences "
+                       "(limits.max_running_requests + limits.max_queued_requests)", param="n")
+    if body.seed is not None and body.seed + body.n - 1 > MAX_SEED:
+        raise APIError(400, f"seed + n - 1 = {body.seed + body.n - 1} is over {MAX_SEED} (choice i samples with "
+                       "seed + i)", param="seed")
 
 
 def _decode_configs(body, settings: ServeSettings, prompt_ids: list[int], max_tokens: int | None) \
