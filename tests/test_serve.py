@@ -326,6 +326,20 @@ def test_the_default_values_of_refused_fields_and_an_int_temperature_are_answere
     assert reply.status_code == 200, reply.text
 
 
+def test_a_body_over_the_size_cap_is_a_413_with_an_openai_error(server):
+    """The cap is limits.max_body_bytes, by default 64 bytes per token of the context (512 here: 32 KiB)."""
+    base_url, _ = server
+    big = json.dumps({**GOOD, "messages": [{"role": "user", "content": "word " * 8000}]}).encode()  # 40 KB
+    for content in (big, iter([big[:20000], big[20000:]])):  # with a content-length; in chunks without one
+        reply = httpx.post(f"{base_url}/chat/completions", content=content,
+                           headers={"content-type": "application/json"}, timeout=30)
+        assert reply.status_code == 413
+        error = reply.json()["error"]
+        assert "at most 32768 (limits.max_body_bytes)" in error["message"]
+        assert (error["type"], error["code"]) == ("invalid_request_error", "request_too_large")
+    assert chat(client(base_url), "Hi", max_tokens=2).choices[0].message.content is not None
+
+
 def test_the_openai_client_raises_its_own_errors(server):
     base_url, _ = server
     with pytest.raises(openai.NotFoundError, match="does not exist"):
@@ -465,6 +479,33 @@ def test_a_full_queue_answers_429_and_the_server_recovers(speaker):
             assert first.result().choices[0].text
         wait_idle(base_url)
         assert api.completions.create(model="speaker", prompt="Tips", max_tokens=2).choices[0].text
+
+
+@pytest.mark.parametrize("route", ["completions", "chat/completions"])
+def test_health_answers_while_a_long_prompt_is_tokenized(speaker, route, monkeypatch):
+    """Tokenizing runs off the event loop: here it waits until /health has answered (without the fix /health
+    would wait for the tokenizer, and time out after httpx's 5 s)."""
+    model, tokenizer = speaker
+    tokenizing, go_on = threading.Event(), threading.Event()
+    tokenize = type(tokenizer).__call__
+
+    def held_tokenize(self, text, *args, **kwargs):
+        if isinstance(text, str) and "HOLD" in text:
+            tokenizing.set()
+            go_on.wait(30)
+        return tokenize(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", held_tokenize)
+    body = {"model": "speaker", "max_tokens": 2, **({"prompt": "HOLD tips"} if route == "completions" else
+                                                   {"messages": [{"role": "user", "content": "HOLD tips"}]})}
+    with running(speaker_app(speaker)) as base_url, ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(httpx.post, f"{base_url}/{route}", json=body, timeout=60)
+        assert tokenizing.wait(30)
+        try:
+            assert health(base_url)["status"] == "ok"
+        finally:
+            go_on.set()
+        assert answer.result().status_code == 200
 
 
 def test_more_choices_than_the_server_can_ever_hold_are_a_400_not_a_429(speaker):

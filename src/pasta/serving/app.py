@@ -8,7 +8,8 @@ FastAPI (on Starlette, served by uvicorn) gives request validation from the pyda
 server-sent events with client-disconnect detection, and an ASGI app that tests drive over a real socket;
 writing that HTTP handling by hand would be more code and less correct. Every error is OpenAI's body
 (`{"error": {"message", "type", "param", "code"}}`): 400 for a body that does not parse or validate, a setting out
-of range or a prompt over the context, 404 for an unknown model or route, 429 when the queue is full (with a
+of range or a prompt over the context, 404 for an unknown model or route, 413 for a body over
+`limits.max_body_bytes` (before it is parsed), 429 when the queue is full (with a
 retry-after header, which the openai client honours), 500 when the engine fails the request. n > 1 asks the engine
 for n sequences of the same prompt (seed, seed + 1, ... when a seed is given).
 
@@ -27,12 +28,13 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from pasta.decoding import DecodeConfig
 from pasta.serving.answers import AnswerHead, ClientGone, collect, stream, submit, usage
 from pasta.serving.engine import Engine
 from pasta.serving.errors import APIError, add_error_handlers
-from pasta.serving.middleware import CountResponses
+from pasta.serving.middleware import CountResponses, LimitBodySize
 from pasta.serving.protocol import (
     MAX_SEED,
     ChatCompletionRequest,
@@ -52,12 +54,15 @@ class ServeSettings:
     max_tokens_limit: int  # the largest max_tokens a request may ask
     max_n: int  # the most choices one request may ask
     context_length: int  # prompt + max_tokens must fit
+    max_body_bytes: int | None = None  # a larger request body gets 413 before it is parsed; None: no cap
 
 
 def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     """The app; its lifespan starts the engine's thread and stops it (failing what still runs) at shutdown."""
     app = FastAPI(title="pasta", lifespan=_lifespan(engine))
-    app.add_middleware(CountResponses, metrics=engine.metrics)
+    if settings.max_body_bytes is not None:
+        app.add_middleware(LimitBodySize, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(CountResponses, metrics=engine.metrics)  # the outermost: it counts the 413s too
     add_error_handlers(app)
     _add_status_routes(app, engine, settings)
     _add_generation_routes(app, engine, settings)
@@ -101,14 +106,15 @@ def _add_generation_routes(app: FastAPI, engine: Engine, settings: ServeSettings
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, raw: Request):
         _check(body, settings, engine)
-        prompt_ids = _chat_prompt_ids(tokenizer, body.messages)
+        # Off the event loop: a long prompt's template and tokenization would hold every other request meanwhile.
+        prompt_ids = await run_in_threadpool(_chat_prompt_ids, tokenizer, body.messages)
         max_tokens = body.max_completion_tokens or body.max_tokens
         return await _answer(engine, settings, raw, body, prompt_ids, max_tokens, chat=True)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, raw: Request):
         _check(body, settings, engine)
-        prompt_ids = tokenizer(body.prompt)["input_ids"]
+        prompt_ids = (await run_in_threadpool(tokenizer, body.prompt))["input_ids"]
         return await _answer(engine, settings, raw, body, prompt_ids, body.max_tokens, chat=False)
 
 

@@ -15,6 +15,11 @@ from omegaconf import DictConfig
 from pasta.errors import PastaError
 from pasta.serving.scheduler import AdmissionLimits
 
+# The default cap on a request body, per token of the context: a prompt that fits is far smaller (a token is about
+# 4 characters of English, and a JSON escape such as \uXXXX 6 bytes a character), and a 10 MB body is refused
+# before it is read, parsed and tokenized.
+BODY_BYTES_PER_TOKEN = 64
+
 
 @dataclass(frozen=True)
 class ServeLimits(AdmissionLimits):
@@ -29,10 +34,19 @@ class ServeLimits(AdmissionLimits):
         default=None,
         metadata={"help": "prompt + max_tokens must fit in this many tokens; null = the model's max_position_embeddings"},
     )
+    max_body_bytes: int | None = field(
+        default=None,
+        metadata={"help": f"a larger request body gets 413 before it is parsed or tokenized; null = "
+                          f"{BODY_BYTES_PER_TOKEN} bytes per token of the context length (far more than a prompt "
+                          "that fits: a token is about 4 characters of English)"},
+    )
 
     def validate(self, where: str) -> None:
         if self.max_tokens < 1 or self.max_n < 1:
             raise PastaError(f"{where}.max_tokens and {where}.max_n must be >= 1")
+        for key in ("context_length", "max_body_bytes"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise PastaError(f"{where}.{key}: must be >= 1 or null, got {getattr(self, key)}")
 
 
 def served_model_name(cfg: DictConfig) -> str:
@@ -66,7 +80,8 @@ def build_app(cfg: DictConfig):
                     cpu_multirow_linears=config.cpu_multirow_linears)
     settings = ServeSettings(model_name=served_model_name(cfg), decode=config,
                              max_tokens_limit=limits.max_tokens, max_n=limits.max_n,
-                             context_length=int(context_length))
+                             context_length=int(context_length),
+                             max_body_bytes=limits.max_body_bytes or BODY_BYTES_PER_TOKEN * int(context_length))
     return create_app(engine, settings)
 
 
