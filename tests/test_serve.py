@@ -228,6 +228,31 @@ def test_the_cli_prints_its_config_and_says_what_is_wrong_in_one_line(tmp_path):
     assert refused.stderr.strip().splitlines()[-1].startswith("error: cannot listen on 127.0.0.1:")
 
 
+@pytest.mark.parametrize(("override", "says"), [
+    ("port=abc", "error: port: must be an integer from 0 to 65535, got 'abc'"),
+    ("port=-5", "error: port: must be an integer from 0 to 65535, got -5"),
+    ("port=70000", "error: port: must be an integer from 0 to 65535, got 70000"),
+    ("log_level=loud", "error: log_level: 'loud' is not one of critical, error, warning, info, debug, trace"),
+    ("limits.max_body_bytes=0", "error: limits.max_body_bytes: must be >= 1 or null, got 0"),
+])
+def test_a_bad_server_setting_is_one_line_before_anything_loads(tmp_path, override, says):
+    # port=0 first: a bad setting other than the port must not depend on port 8000 being free.
+    result = subprocess.run([sys.executable, "-m", "pasta.serve", "model=tiny", "port=0", override,
+                             f"paths.output_root={tmp_path / 'out'}"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert (result.returncode, result.stderr.strip()) == (2, says)
+    assert not (tmp_path / "out").exists()  # refused before Hydra's run folder, so before any model
+
+
+def test_a_context_length_over_the_models_positions_is_refused_before_the_weights_load(checkpoint, monkeypatch):
+    def load_model(*args, **kwargs):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr("pasta.models.load_model", load_model)
+    with pytest.raises(PastaError, match=r"limits.context_length=100000 is over the model's 4096 positions"):
+        build_app(serve_cfg(checkpoint, "limits.context_length=100000"))
+
+
 def test_completions_n_choices_and_the_annotated_text(server):
     base_url, _ = server
     api = client(base_url)

@@ -62,7 +62,7 @@ def build_app(cfg: DictConfig):
     from pasta.config import resolve_device, schema_from
     from pasta.decoding import DecodeConfig
     from pasta.lang import ReservationPolicy, add_tag_tokens
-    from pasta.models import load_model
+    from pasta.models import load_model, max_positions
     from pasta.serving.app import ServeSettings, create_app
     from pasta.serving.engine import MODES, Engine
 
@@ -70,12 +70,16 @@ def build_app(cfg: DictConfig):
         raise PastaError(f"decode={cfg.decode.kind} cannot be served; use one of {', '.join(MODES)}")
     limits = schema_from(cfg.limits, ServeLimits, "limits")
     config = schema_from(cfg.decode, DecodeConfig, "decode")  # each request's defaults; its seed is the request's own
+    num_positions = max_positions(cfg.model)
+    if limits.context_length and num_positions and limits.context_length > num_positions:
+        raise PastaError(f"limits.context_length={limits.context_length} is over the model's {num_positions} "
+                         "positions (max_position_embeddings): lower it, or leave it null for the model's")
     model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
     policy = None
     if cfg.decode.kind == "async":
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
         policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    context_length = limits.context_length or getattr(model.config, "max_position_embeddings", None) or 2048
+    context_length = limits.context_length or num_positions or 2048
     engine = Engine(model, tokenizer, mode=cfg.decode.kind, policy=policy, limits=limits,
                     cpu_multirow_linears=config.cpu_multirow_linears)
     settings = ServeSettings(model_name=served_model_name(cfg), decode=config,
