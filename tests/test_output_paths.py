@@ -93,7 +93,7 @@ def test_a_write_that_fails_mid_run_is_one_line_and_keeps_every_line_written_bef
     stopped = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
                              preexec_fn=limit_file_size(16_384))
     assert stopped.returncode == 2, stopped.stderr
-    assert stopped.stderr.strip() == f"error: cannot write {output}: File too large"
+    assert stopped.stderr.strip() == f"error: {output}: File too large"
     kept = read_jsonl(output)  # every line whole (a half-written one would not parse)
     assert len(kept) > 0 and output.stat().st_size <= 16_384
     resumed = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)

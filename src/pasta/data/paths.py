@@ -5,7 +5,7 @@ an existing file where a folder is wanted or the reverse, a file on the way to i
 file (`/dev/full`), a folder it may not write in. Writability is probed by creating and removing a temporary file
 in the nearest folder that exists: permission bits say nothing for root, and a read-only mount shows only on a
 write. Nothing is left behind. What only a write can show (the disk fills up during the run) is pasta.cli's: such
-an OSError is one `error: cannot write <file>: <why>` line too.
+an OSError is one `error: <file>: <why>` line too.
 """
 
 from __future__ import annotations
