@@ -6,8 +6,8 @@ ignores fields it does not know, but fields that would change the answer and tha
 (logprobs, top_logprobs, penalties, tools, tool_choice, response_format; best_of, suffix and echo on completions)
 are refused with a 400 rather than silently dropped, unless they hold their default value. `seed` is what a torch
 generator takes: -2**63 to 2**64 - 1. `temperature`, `top_p`, `max_tokens` left out take the server's decode
-config. Each choice carries a `pasta` object: the decoder's stats, and the annotated text
-when the request sets `"pasta": {"annotated": true}` (the openai client: `extra_body={"pasta": {...}}`).
+config. Each choice carries a `pasta` object: the decoder's stats, and the annotated text when the request sets
+`"pasta": {"annotated": true}` (the openai client: `extra_body={"pasta": {...}}`).
 """
 
 from __future__ import annotations
