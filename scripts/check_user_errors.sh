@@ -112,7 +112,7 @@ check "rescore non-UTF-8 annotations" err $E eval.annotations=$R/ann_bad_utf8.js
 # output paths: a file where a folder is wanted or the reverse, a file on the way, a read-only place, a device
 check "eval output_dir=<a file>" err $E output_dir=$R/a_file
 check "eval output_dir=<a file>/sub" err $E output_dir=$R/a_file/sub
-check "train output_dir=<a file>" err $P -m pasta.train stage=sft model=tiny paths.output_root=$O output_dir=$R/a_file
+check "train output_dir=<a file>" err $P -m pasta.train stage=sft model=tiny paths.output_root=$O data.path=$PWD/data/annotated_examples.jsonl output_dir=$R/a_file
 check "annotate output=<a folder>" err $A output=$R
 check "annotate output=<a file>/x.jsonl" err $A output=$R/a_file/x.jsonl
 check "annotate output on a read-only place" err $A output=/sys/pasta-check-user-errors.jsonl
