@@ -4,7 +4,7 @@
 # no key that an endpoint echoed back (in an error body or an answer) in any output or file. Prints PASS/FAIL per
 # case and "passed N of M".
 #
-#   scripts/check_user_errors.sh              # 67 processes on the tiny model, offline
+#   scripts/check_user_errors.sh              # 68 processes on the tiny model, offline
 #   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -110,6 +110,7 @@ check "rescore duplicated rows" err $E eval.annotations=$R/ann_dup.json output_d
 check "rescore instruction not in eval set" err $E eval.annotations=$R/ann_unknown.json output_dir=$O/rescore4
 check "rescore non-UTF-8 annotations" err $E eval.annotations=$R/ann_bad_utf8.json output_dir=$O/rescore5
 # output paths: a file where a folder is wanted or the reverse, a file on the way, a read-only place, a device
+check "generate paths.output_root=<a file>/out" err $P -m pasta.generate model=tiny max_new_tokens=4 prompt=hi paths.output_root=$R/a_file/out
 check "eval output_dir=<a file>" err $E output_dir=$R/a_file
 check "eval output_dir=<a file>/sub" err $E output_dir=$R/a_file/sub
 check "train output_dir=<a file>" err $P -m pasta.train stage=sft model=tiny paths.output_root=$O data.path=$PWD/data/annotated_examples.jsonl output_dir=$R/a_file

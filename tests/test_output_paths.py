@@ -81,6 +81,14 @@ def test_an_annotate_output_that_cannot_be_a_file_is_one_error_naming_it(tmp_pat
         run_annotate(READ_ONLY / "x.jsonl")
 
 
+def test_an_output_root_under_a_file_is_one_line_before_hydra_makes_its_run_folder(tmp_path, a_file):
+    result = subprocess.run([sys.executable, "-m", "pasta.generate", "model=tiny", "prompt=Hi", "max_new_tokens=2",
+                             f"paths.output_root={a_file}/out"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert (result.returncode, result.stderr.strip()) == (
+        2, f"error: paths.output_root={a_file}/out: {a_file} is a file, not a folder")
+
+
 def limit_file_size(num_bytes: int):
     """A preexec_fn: every file the process writes stops at `num_bytes` (EFBIG, as a full disk stops it with
     ENOSPC); Python ignores the SIGXFSZ that comes with it."""

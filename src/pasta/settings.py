@@ -36,7 +36,8 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
 
 
 def _runtime(cfg: DictConfig) -> None:
-    """The keys every primary config has (seed, num_threads, device)."""
+    """The keys every primary config has (seed, num_threads, device, paths.output_root: Hydra makes its run folder
+    there before the stage starts, so a file on the way would be a Hydra traceback)."""
     if "seed" in cfg:
         _integer(cfg, "seed", 0)
     if "num_threads" in cfg:
@@ -44,6 +45,10 @@ def _runtime(cfg: DictConfig) -> None:
     device = cfg.get("device")
     if device is not None and not (device in ("auto", "cpu", "mps") or str(device).startswith("cuda")):
         raise PastaError(f"device: {device!r} is not auto, cpu, mps, cuda or cuda:<index>")
+    if "paths" in cfg:
+        from pasta.data import check_output_dir
+
+        check_output_dir(str(cfg.paths.output_root), "paths.output_root")
 
 
 def _decode(cfg: DictConfig, modes: tuple[str, ...]) -> None:
