@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A hostile user's mistakes against every entry point (issue 18's examples and their classes): each case must end
-# with one `error:` line and exit code 2, or succeed where the input is valid; never a traceback, and no key that an
-# endpoint echoed back in any output or file. Prints PASS/FAIL per case and "passed N of M".
+# A hostile user's mistakes against every entry point (the examples of issues 18 and 29, and their classes): each
+# case must end with one `error:` line and exit code 2, or succeed where the input is valid; never a traceback, and
+# no key that an endpoint echoed back (in an error body or an answer) in any output or file. Prints PASS/FAIL per
+# case and "passed N of M".
 #
-#   scripts/check_user_errors.sh              # 50 processes on the tiny model, offline
+#   scripts/check_user_errors.sh              # 68 processes on the tiny model, offline
 #   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ printf '[{"instruction": "a", "output": "b\xff"}]' > $R/bad_utf8.json
 printf '{"instruction": "a", "output": "b\\ud800", "annotated": "b\\ud800"}\n' > $R/surrogate.jsonl
 printf '{"instruction": "a", "output": "b"}\n{"instruction": "a", "output": "b"}\n' > $R/dup.jsonl
 printf '[{"instruction": "\xff"}]' > $R/ann_bad_utf8.json
+printf 'not a folder\n' > $R/a_file
 $P - "$R" <<'PY'
 import json, sys
 R = sys.argv[1]
@@ -33,6 +35,9 @@ dump("ann_75.json", annotations([1.0, 7.5, 1.5]))
 dump("ann_banana.json", annotations([1.0, "banana", 1.5]))
 dump("ann_dup.json", annotations([1.0, 2.0, 1.5]) + annotations([1.0]))
 dump("ann_unknown.json", annotations([1.0, 2.0, 1.5], {1: "Not in the eval set"}))
+with open(f"{R}/long.jsonl", "w") as out:  # a million characters: far over any model's context
+    for instruction in ("Name a fruit.", "word " * 200_000):
+        out.write(json.dumps({"instruction": instruction, "output": "x"}) + "\n")
 PY
 pass=0; fail=0; n=0
 check() {  # name expect(err|ok) cmd...
@@ -50,6 +55,8 @@ G="$P -m pasta.generate model=tiny max_new_tokens=4 paths.output_root=$O"
 E="$P -m pasta.eval model=tiny paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=embedding"
 T="$P -m pasta.train stage=sft model=tiny paths.output_root=$O output_dir=$O/sft"
 A="$P -m pasta.annotate model=tiny paths.output_root=$O progress=false"
+# A server whose settings pass serves until stopped: `timeout` makes that a FAIL (rc 124), not a hang.
+S="timeout 120 $P -m pasta.serve model=tiny paths.output_root=$O"
 # settings
 check "generate reservation policy bogus" err $G prompt=hi lang.reservation.policy=bogus
 check "train reservation policy bogus" err $T lang.reservation.policy=bogus
@@ -71,6 +78,11 @@ check "eval eval.limit=-1" err $E eval.limit=-1
 check "generate sampling.temperature=-1" err $G prompt=hi decode.sampling.temperature=-1
 check "train stage.per_device_train_batch_size=0" err $T stage.per_device_train_batch_size=0
 check "eval bad override syntax" err $E 'eval.limit=[1'
+check "serve port=abc" err $S port=abc
+check "serve port=-5" err $S port=-5
+check "serve port=70000" err $S port=70000
+check "serve log_level=loud" err $S port=0 log_level=loud
+check "serve limits.context_length over the model's 4096 positions" err $S port=0 limits.context_length=100000
 # prompts are text
 check "generate prompt with \${x}" ok $G 'prompt=What does ${x} mean?'
 check "generate prompt with commas" ok $G 'prompt=Apples, pears, plums: which is best?'
@@ -97,9 +109,24 @@ check "rescore preference banana" err $E eval.annotations=$R/ann_banana.json out
 check "rescore duplicated rows" err $E eval.annotations=$R/ann_dup.json output_dir=$O/rescore3
 check "rescore instruction not in eval set" err $E eval.annotations=$R/ann_unknown.json output_dir=$O/rescore4
 check "rescore non-UTF-8 annotations" err $E eval.annotations=$R/ann_bad_utf8.json output_dir=$O/rescore5
+# output paths: a file where a folder is wanted or the reverse, a file on the way, a read-only place, a device
+check "generate paths.output_root=<a file>/out" err $P -m pasta.generate model=tiny max_new_tokens=4 prompt=hi paths.output_root=$R/a_file/out
+check "eval output_dir=<a file>" err $E output_dir=$R/a_file
+check "eval output_dir=<a file>/sub" err $E output_dir=$R/a_file/sub
+check "train output_dir=<a file>" err $P -m pasta.train stage=sft model=tiny paths.output_root=$O data.path=$PWD/data/annotated_examples.jsonl output_dir=$R/a_file
+check "annotate output=<a folder>" err $A output=$R
+check "annotate output=<a file>/x.jsonl" err $A output=$R/a_file/x.jsonl
+check "annotate output on a read-only place" err $A output=/sys/pasta-check-user-errors.jsonl
+check "annotate output=/dev/full" err $A output=/dev/full
+# a run whose file stops growing (ulimit -f, as a full disk stops it), then the same command resumes it
+check "annotate output full mid-run" err bash -c "ulimit -f 16 && exec $A output=$O/full.jsonl"
+check "annotate resumes after the full disk" ok $A output=$O/full.jsonl
+# prompts over the model's context
+check "eval prompt over the model's context" err $E eval_data.path=$R/long.jsonl output_dir=$O/eval_long
 # keys: a server that echoes the Authorization header
-start_server() {  # status
-  $P tests/helpers/chat_server.py --port 0 --mode scripted --rules $R/rules.json --fail-first 100000 --fail-status $1 --echo-auth > $O/port.txt 2>/dev/null &
+start_server() {  # status [number of failed requests]
+  rm -f $O/port.txt  # else the previous server's port may be read before this one writes its own
+  $P tests/helpers/chat_server.py --port 0 --mode scripted --rules $R/rules.json --fail-first ${2:-100000} --fail-status $1 --echo-auth > $O/port.txt 2>/dev/null &
   SERVER=$!; for i in $(seq 50); do [ -s $O/port.txt ] && break; sleep 0.2; done; PORT=$(head -1 $O/port.txt)
 }
 echo '{}' > $R/rules.json
@@ -112,6 +139,12 @@ check "annotate teacher 400s echoing the key: every request failed" err $A teach
 check "eval judge=openai 400s echoing the key" err $E eval.mode=score output_dir=$O/eval_run judge=openai judge.base_url=http://127.0.0.1:$PORT/v1
 kill $SERVER; wait $SERVER 2>/dev/null
 check "eval annotator endpoint down" err env OPENAI_BASE_URL=http://127.0.0.1:9/v1 $E eval.mode=score output_dir=$O/eval_run eval.annotators_config=alpaca_eval_gpt4_turbo_fn
+# a server that answers 200 with the key in its answer: the records written from it are redacted
+echo '{"default": "Output (a)\nAuthorization: Bearer sk-test-SECRETKEY1234567890"}' > $R/rules.json
+start_server 500 0
+check "annotate teacher answering 200 with the key" ok $A teacher=openai teacher.base_url=http://127.0.0.1:$PORT/v1 data.limit=2 output=$O/a200.jsonl
+check "eval annotator answering 200 with the key" ok env OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 $E eval.mode=score output_dir=$O/eval_run eval.annotators_config=chatgpt eval.length_controlled=off
+kill $SERVER; wait $SERVER 2>/dev/null
 # models complete
 check "models complete README form + override" ok $P -m pasta.models complete --prompt "Name a fruit." model=tiny --max-new-tokens 4
 check "models complete --max-new-tokens 0" err $P -m pasta.models complete model=tiny --max-new-tokens 0

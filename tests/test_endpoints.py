@@ -3,6 +3,7 @@ and a teacher run where every request failed exits non-zero with the reason."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -30,6 +31,10 @@ def api_key(monkeypatch):
         ('{"api_key": "zyxwvut987654321"}', f'{{"api_key": "{MASK}"}}'),
         ("x-api-key=zyxwvut987654321", f"x-api-key={MASK}"),
         ("a plain sentence about keys and tokens", "a plain sentence about keys and tokens"),
+        # Words after "basic" or "bearer" are not tokens: a reply redacted on its way in keeps them.
+        ("a basic overview, Basic Understanding, basic double-pane", "a basic overview, Basic Understanding, "
+                                                                     "basic double-pane"),
+        ("Authorization: Basic dXNlcjpwYXNz", f"Authorization: Basic {MASK}"),
     ],
 )
 def test_key_shaped_strings_are_masked(text, expected):
@@ -109,3 +114,32 @@ def test_environment_variables_named_like_keys_are_masked(monkeypatch):
     monkeypatch.setenv("TOKENIZERS_PARALLELISM_HINT", "a-long-ordinary-value")
     register_env_secrets()
     assert redact("got value-of-a-service-key and a-long-ordinary-value") == f"got {MASK} and a-long-ordinary-value"
+
+
+ECHOED = f"Here it is. Authorization: Bearer {SECRET} (your key: {SECRET})"
+
+
+def test_a_teacher_endpoint_that_answers_200_with_the_key_writes_it_into_no_file(tmp_path, caplog):
+    """The rejected answer is kept in the rejects file (teacher_output, and the reason quotes it): redacted."""
+    out = tmp_path / "out"
+    with start_chat_server(tmp_path, rules={"default": ECHOED}) as (base_url, _):
+        summary = annotate(compose("annotate", overrides(base_url, out, limit=2)))
+    assert summary["this_run"]["num_written"] == 2
+    rejected = (out / "ann.rejects.jsonl").read_text()
+    assert f"Authorization: Bearer {MASK} (your key: {MASK})" in rejected
+    assert_no_key_anywhere(out, caplog.text)
+
+
+def test_an_alpaca_eval_annotator_that_answers_200_with_the_key_writes_it_into_no_file(tmp_path, monkeypatch):
+    """alpaca_eval keeps each raw completion in its cache and in the annotations pasta writes: redacted."""
+    from pasta.evaluation.quality import evaluate_outputs, make_metric_fn
+
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    outputs = [{"instruction": "Name a fruit.", "output": "An apple.", "generator": "m", "dataset": "d"}]
+    reference = [{**outputs[0], "output": "A pear.", "generator": "ref"}]
+    with start_chat_server(tmp_path, rules={"default": f"Output (a)\n{ECHOED}"}) as (base_url, _):
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+        metrics, annotations = evaluate_outputs(outputs, reference, results_dir=tmp_path / "run",
+                                                metric_fn=make_metric_fn(None, "off"), annotators_config="chatgpt")
+    assert metrics["n_total"] == 1 and MASK in json.dumps(annotations)
+    assert_no_key_anywhere(tmp_path / "run", json.dumps(annotations))

@@ -115,6 +115,25 @@ def test_unknown_decode_mode_is_refused_naming_the_options(tmp_path):
         generate(tmp_path, "beam", "eval.limit=1")
 
 
+@pytest.mark.parametrize("decode", ["sequential", "async", "sot"])
+def test_prompts_over_the_models_context_are_refused_with_a_count_before_the_weights_load(tmp_path, monkeypatch,
+                                                                                           decode):
+    """The tiny model has 4096 positions; "word " * 5000 is 5000 tokens. Without the check such a prompt reaches
+    the decoder, whose cache for a 30-million-character one would ask for terabytes."""
+    path = tmp_path / "long.jsonl"
+    prompts = ["Name a fruit.", "word " * 5000, "Name a colour.", "word " * 4090]
+    path.write_text("".join(json.dumps({"instruction": p, "output": "x"}) + "\n" for p in prompts))
+
+    def load_model(*args, **kwargs):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr("pasta.models.load_model", load_model)
+    with pytest.raises(PastaError, match=r"^eval_data sample: 2 of 4 prompts do not fit the model's 4096 positions "
+                                         r"with decode.max_new_tokens=8 \(the first: prompt 2, 50\d\d tokens\)"):
+        generate(tmp_path, decode, f"eval_data.path={path}")
+    assert not (tmp_path / "run" / "stats.jsonl").exists()
+
+
 def test_throughput_mode_batches_and_records_the_batch_size(tmp_path):
     generate(tmp_path, "sequential", "eval.limit=3", "eval.timing=throughput", "eval.batch_size=2")
     stats = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]

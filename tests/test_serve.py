@@ -228,6 +228,31 @@ def test_the_cli_prints_its_config_and_says_what_is_wrong_in_one_line(tmp_path):
     assert refused.stderr.strip().splitlines()[-1].startswith("error: cannot listen on 127.0.0.1:")
 
 
+@pytest.mark.parametrize(("override", "says"), [
+    ("port=abc", "error: port: must be an integer from 0 to 65535, got 'abc'"),
+    ("port=-5", "error: port: must be an integer from 0 to 65535, got -5"),
+    ("port=70000", "error: port: must be an integer from 0 to 65535, got 70000"),
+    ("log_level=loud", "error: log_level: 'loud' is not one of critical, error, warning, info, debug, trace"),
+    ("limits.max_body_bytes=0", "error: limits.max_body_bytes: must be >= 1 or null, got 0"),
+])
+def test_a_bad_server_setting_is_one_line_before_anything_loads(tmp_path, override, says):
+    # port=0 first: a bad setting other than the port must not depend on port 8000 being free.
+    result = subprocess.run([sys.executable, "-m", "pasta.serve", "model=tiny", "port=0", override,
+                             f"paths.output_root={tmp_path / 'out'}"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert (result.returncode, result.stderr.strip()) == (2, says)
+    assert not (tmp_path / "out").exists()  # refused before Hydra's run folder, so before any model
+
+
+def test_a_context_length_over_the_models_positions_is_refused_before_the_weights_load(checkpoint, monkeypatch):
+    def load_model(*args, **kwargs):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr("pasta.models.load_model", load_model)
+    with pytest.raises(PastaError, match=r"limits.context_length=100000 is over the model's 4096 positions"):
+        build_app(serve_cfg(checkpoint, "limits.context_length=100000"))
+
+
 def test_completions_n_choices_and_the_annotated_text(server):
     base_url, _ = server
     api = client(base_url)
@@ -279,8 +304,20 @@ GOOD = {"model": "lively", "messages": [{"role": "user", "content": "Hi"}]}
     ({**GOOD, "temperature": -1}, 400, "temperature"),
     ({**GOOD, "logprobs": True}, 400, "logprobs is not supported"),
     ({**GOOD, "n": 9}, 400, "n=9"),
+    ({**GOOD, "seed": 2**64}, 400, "seed: Input should be less than or equal to 18446744073709551615"),
+    ({**GOOD, "seed": 2**64 - 1, "n": 2}, 400, "seed + n - 1"),
+    ({**GOOD, "max_tokens": "8"}, 400, "max_tokens: Input should be a valid integer"),
+    ({**GOOD, "max_tokens": True}, 400, "max_tokens: Input should be a valid integer"),
+    ({**GOOD, "stream": "yes"}, 400, "stream: Input should be a valid boolean"),
+    ({**GOOD, "pasta": {"annotated": "yes"}}, 400, "pasta.annotated: Input should be a valid boolean"),
+    ({**GOOD, "temperature": "0.5"}, 400, "temperature: Input should be a valid number"),
+    ({**GOOD, "top_logprobs": 2}, 400, "top_logprobs is not supported"),
+    ({**GOOD, "tool_choice": "auto"}, 400, "tool_choice is not supported"),
+    ({**GOOD, "response_format": {"type": "json_object"}}, 400, "response_format is not supported"),
 ], ids=["malformed-json", "wrong-type", "messages-not-a-list", "empty-messages", "no-content", "max-tokens-0",
-        "max-tokens-over-limit", "prompt-over-context", "unknown-model", "negative-temperature", "logprobs", "n"])
+        "max-tokens-over-limit", "prompt-over-context", "unknown-model", "negative-temperature", "logprobs", "n",
+        "seed-over-2**64", "seed-plus-n-over-2**64", "max-tokens-string", "max-tokens-bool", "stream-string",
+        "annotated-string", "temperature-string", "top-logprobs", "tool-choice", "response-format"])
 def test_bad_input_is_an_openai_error_and_the_server_goes_on(server, body, status, says):
     base_url, _ = server
     content = body if isinstance(body, str) else json.dumps(body)
@@ -289,6 +326,42 @@ def test_bad_input_is_an_openai_error_and_the_server_goes_on(server, body, statu
     assert reply.status_code == status
     error = reply.json()["error"]
     assert says in error["message"] and error["type"]
+    assert chat(client(base_url), "Hi", max_tokens=2).choices[0].message.content is not None
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ({"best_of": 2}, "best_of is not supported"),
+    ({"suffix": " the end."}, "suffix is not supported"),
+    ({"echo": True}, "echo is not supported"),
+], ids=["best-of", "suffix", "echo"])
+def test_completions_fields_the_decoder_does_not_implement_are_refused(server, body, says):
+    base_url, _ = server
+    reply = httpx.post(f"{base_url}/completions", json={"model": "lively", "prompt": "Hi", **body}, timeout=30)
+    assert reply.status_code == 400 and says in reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [
+    {**GOOD, "seed": 2**64 - 1, "tool_choice": "none", "response_format": {"type": "text"}, "top_logprobs": None},
+    {"model": "lively", "prompt": "Hi", "best_of": 1, "suffix": None, "temperature": 1},
+], ids=["chat", "completions"])
+def test_the_default_values_of_refused_fields_and_an_int_temperature_are_answered(server, body):
+    base_url, _ = server
+    route = "chat/completions" if "messages" in body else "completions"
+    reply = httpx.post(f"{base_url}/{route}", json={**body, "max_tokens": 2}, timeout=60)
+    assert reply.status_code == 200, reply.text
+
+
+def test_a_body_over_the_size_cap_is_a_413_with_an_openai_error(server):
+    """The cap is limits.max_body_bytes, by default 64 bytes per token of the context (512 here: 32 KiB)."""
+    base_url, _ = server
+    big = json.dumps({**GOOD, "messages": [{"role": "user", "content": "word " * 8000}]}).encode()  # 40 KB
+    for content in (big, iter([big[:20000], big[20000:]])):  # with a content-length; in chunks without one
+        reply = httpx.post(f"{base_url}/chat/completions", content=content,
+                           headers={"content-type": "application/json"}, timeout=30)
+        assert reply.status_code == 413
+        error = reply.json()["error"]
+        assert "at most 32768 (limits.max_body_bytes)" in error["message"]
+        assert (error["type"], error["code"]) == ("invalid_request_error", "request_too_large")
     assert chat(client(base_url), "Hi", max_tokens=2).choices[0].message.content is not None
 
 
@@ -381,6 +454,44 @@ def test_a_client_that_disconnects_mid_stream_frees_its_request(speaker):
     assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
 
 
+def post_and_hang_up(base_url: str, route: str, body: dict) -> None:
+    """Send a request on a raw socket, wait until the engine runs it, then close the socket: a client that left."""
+    port = int(base_url.rsplit(":", 1)[1].split("/")[0])
+    payload = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(f"POST /v1/{route} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                     f"content-length: {len(payload)}\r\n\r\n".encode() + payload)
+        deadline = time.monotonic() + 30
+        while health(base_url)["num_running"] == 0:
+            assert time.monotonic() < deadline, "the request never ran"
+            time.sleep(0.01)
+
+
+@pytest.mark.parametrize("route", ["completions", "chat/completions"])
+def test_a_client_that_disconnects_before_its_non_streamed_answer_frees_its_request(speaker, route):
+    """A non-streamed answer is sent only at its end; a client that closes its socket before then cancels the
+    request. Freed within 1 s here (one poll of DISCONNECT_POLL_S and a step); the bound, 3 s, allows for a loaded
+    2-core machine and is still under the 64 steps of 50 ms the request would take to decode to its end."""
+    model, tokenizer = speaker
+    header_end, (word,) = encode_prompt(tokenizer, "x")[-1], encode_text(tokenizer, " and")
+    # " and" forever, after the prompt's " and" (completions) or after the chat template's assistant header.
+    looping = Scripted(model.model, {**model.transitions, header_end: word, word: word}, delay_s=0.05)
+    body = {"model": "speaker", "max_tokens": 64,
+            **({"prompt": "Tips and"} if route == "completions" else
+               {"messages": [{"role": "user", "content": "Tips"}]})}
+    with running(speaker_app((looping, tokenizer))) as base_url:
+        post_and_hang_up(base_url, route, body)
+        left = time.monotonic()
+        state = wait_idle(base_url)
+        freed_s = time.monotonic() - left
+        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    assert state["num_cache_rows"] == state["kv_cache_bytes"] == state["num_tokens_in_flight"] == 0
+    assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
+    assert 'outcome="finished"' not in metrics  # a label appears once counted
+    assert 'pasta_requests_total{status="499"} 1.0' in metrics
+    assert freed_s < 3.0
+
+
 def test_a_full_queue_answers_429_and_the_server_recovers(speaker):
     with running(slow_speaker_app(speaker, max_running_requests=1, max_queued_requests=0)) as base_url:
         api = client(base_url)
@@ -393,6 +504,42 @@ def test_a_full_queue_answers_429_and_the_server_recovers(speaker):
             assert first.result().choices[0].text
         wait_idle(base_url)
         assert api.completions.create(model="speaker", prompt="Tips", max_tokens=2).choices[0].text
+
+
+@pytest.mark.parametrize("route", ["completions", "chat/completions"])
+def test_health_answers_while_a_long_prompt_is_tokenized(speaker, route, monkeypatch):
+    """Tokenizing runs off the event loop: here it waits until /health has answered (without the fix /health
+    would wait for the tokenizer, and time out after httpx's 5 s)."""
+    model, tokenizer = speaker
+    tokenizing, go_on = threading.Event(), threading.Event()
+    tokenize = type(tokenizer).__call__
+
+    def held_tokenize(self, text, *args, **kwargs):
+        if isinstance(text, str) and "HOLD" in text:
+            tokenizing.set()
+            go_on.wait(30)
+        return tokenize(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", held_tokenize)
+    body = {"model": "speaker", "max_tokens": 2, **({"prompt": "HOLD tips"} if route == "completions" else
+                                                   {"messages": [{"role": "user", "content": "HOLD tips"}]})}
+    with running(speaker_app(speaker)) as base_url, ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(httpx.post, f"{base_url}/{route}", json=body, timeout=60)
+        assert tokenizing.wait(30)
+        try:
+            assert health(base_url)["status"] == "ok"
+        finally:
+            go_on.set()
+        assert answer.result().status_code == 200
+
+
+def test_more_choices_than_the_server_can_ever_hold_are_a_400_not_a_429(speaker):
+    """n choices run as n sequences; more than the running and queued slots together could never be admitted."""
+    with running(speaker_app(speaker, AdmissionLimits(max_running_requests=1, max_queued_requests=1))) as base_url:
+        api = client(base_url)
+        with pytest.raises(openai.BadRequestError, match=r"n=3 .* at most 2"):
+            api.completions.create(model="speaker", prompt="Tips", max_tokens=2, n=3)
+        assert len(api.completions.create(model="speaker", prompt="Tips", max_tokens=2, n=2).choices) == 2
 
 
 def test_concurrent_greedy_requests_get_the_answers_they_get_alone_and_the_engine_empties(speaker):

@@ -15,12 +15,13 @@ Hydra's own errors (an unknown group option such as `model=bogus`, a bad overrid
 `prompt`) are taken literally: `prompt=What does ${x} mean, then?` is quoted and escaped for Hydra here, so
 neither `${...}` nor a comma is interpreted. Before the task it applies `seed` and `num_threads`
 (pasta.config.setup_runtime) and puts `pasta.errors.redact` on every log handler. A user's mistake (PastaError, a
-missing file, Ctrl-C) is printed as `error: <one line>` on stderr, redacted, with exit code 2, no
-traceback. Run directories come from conf/hydra/default.yaml only.
+missing file, Ctrl-C, what the file system refuses: a full disk, a read-only place) is printed as `error: <one
+line>` on stderr, redacted, with exit code 2, no traceback. Run directories come from conf/hydra/default.yaml only.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import re
 import sys
@@ -37,9 +38,23 @@ from pasta.schemas import register_schemas
 EXIT_USER_ERROR = 2
 
 
+# What the file system refuses, not bugs: a folder or file where the other is wanted, no permission, a read-only or
+# full disk, a file over the size limit. A stage checks its output paths first (pasta.data.paths); these come from
+# writes during the run (pasta.data's writers name their file in the error).
+_REFUSALS = {errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC,
+             errno.EDQUOT, errno.EFBIG}
+
+
+def is_file_system_refusal(exc: BaseException) -> bool:
+    """An OSError of _REFUSALS that names its file: the user's to fix, printed as `<file>: <why>`."""
+    return isinstance(exc, OSError) and exc.errno in _REFUSALS and bool(exc.filename)
+
+
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError) and exc.filename:
         return f"file not found: {exc.filename}"
+    if is_file_system_refusal(exc):
+        return one_line(f"{exc.filename}: {exc.strerror}")
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
     return one_line(str(exc)) or type(exc).__name__
@@ -117,6 +132,10 @@ def run_entry(
             setup_runtime(cfg)
             task_fn(cfg)
         except (PastaError, FileNotFoundError, KeyboardInterrupt) as exc:
+            fail(exc)
+        except OSError as exc:
+            if not is_file_system_refusal(exc):
+                raise
             fail(exc)
 
     def main() -> None:

@@ -12,8 +12,8 @@ Both configs carry the same endpoint settings under the same names (`base_url`, 
   wrong, not the request.
 
 The key is read from the environment variable `api_key_env` names and registered with `pasta.errors.redact`, which
-every message built here goes through: an endpoint that echoes the Authorization header never gets the key into an
-error line or a log.
+every message built here and every answer's text go through: an endpoint that echoes the Authorization header never
+gets the key into an error line, a log or a record written from its answer.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import openai
 
-from pasta.errors import PastaError, one_line, register_secret
+from pasta.errors import PastaError, one_line, redact, register_secret
 
 # Answers that no retry can change and that say the configuration is wrong.
 _CONFIG_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
@@ -85,6 +85,18 @@ def error_message(exc: BaseException) -> str:
     return one_line(str(getattr(exc, "message", None) or exc))[:300]
 
 
+def _redacted(completion: Any) -> Any:
+    """`completion` with its choices' text redacted, before anything reads it: an answer that echoes the key (as
+    an error body may) must not reach a record the teacher or the judge writes."""
+    for choice in getattr(completion, "choices", None) or ():
+        message = getattr(choice, "message", None)
+        for name in ("content", "refusal"):
+            text = getattr(message, name, None)
+            if isinstance(text, str):
+                setattr(message, name, redact(text))
+    return completion
+
+
 class Endpoint:
     """An openai client for `role` ("teacher", "judge") with the module's error policy; thread-safe."""
 
@@ -132,7 +144,7 @@ class Endpoint:
             ) from None
         with self._lock:
             self._num_rejected_in_a_row = 0
-        return completion
+        return _redacted(completion)
 
     def _rejected(self, rejection: Rejection) -> Rejection:
         with self._lock:

@@ -4,10 +4,12 @@
 (see ``pasta.cli``). Raise it with one clear line that says what is wrong and how to fix it.
 
 `redact(text)`: every error message and log line that can carry an endpoint's text goes through it (the teacher,
-the judges, alpaca_eval's annotators, the server). An endpoint may echo the request's `Authorization` header in its
-error body; redaction masks the values of the secrets pasta knows (keys read through `register_secret`, and every
-environment variable whose name says it holds a key or token) and anything shaped like a bearer token or an
-`sk-...` key. `RedactingFilter` applies it to log records; `pasta.cli` installs it on the root logger's handlers.
+the judges, alpaca_eval's annotators, the server), and so does every reply of an endpoint before pasta keeps or
+writes any of it (pasta.endpoints for the teacher's and the judge's, pasta.evaluation.quality for alpaca_eval's
+annotators'). An endpoint may echo the request's `Authorization` header in its error body or its answer; redaction
+masks the values of the secrets pasta knows (keys read through `register_secret`, and every environment variable
+whose name says it holds a key or token) and anything shaped like a bearer token or an `sk-...` key.
+`RedactingFilter` applies it to log records; `pasta.cli` installs it on the root logger's handlers.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ MASK = "***"
 # Shorter values would mask ordinary words; real keys are far longer.
 _MIN_SECRET_CHARS = 8
 _SECRET_ENV_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+_TOKEN_CHAR = r"[A-Za-z0-9._~+/=-]"
 _SECRET_SHAPES = re.compile(
-    r"(?P<prefix>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}"
+    # A token after "Bearer" or "Basic" holds a digit, a +/=_~ or a capital after its first letter: the words of
+    # "a basic overview" or "Basic Understanding" are not masked.
+    rf"(?P<prefix>\b(?:bearer|basic)\s+)(?={_TOKEN_CHAR}*?(?:[0-9+/=_~]|{_TOKEN_CHAR}(?-i:[A-Z]))){_TOKEN_CHAR}{{8,}}"
     r"|\bsk-[A-Za-z0-9_-]{8,}"
     r"|(?P<field>\b(?:api[_-]?key|x-api-key|authorization|access_token)[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9._~+/-]{8,}",
     re.IGNORECASE,

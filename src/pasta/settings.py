@@ -36,7 +36,8 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
 
 
 def _runtime(cfg: DictConfig) -> None:
-    """The keys every primary config has (seed, num_threads, device)."""
+    """The keys every primary config has (seed, num_threads, device, paths.output_root: Hydra makes its run folder
+    there before the stage starts, so a file on the way would be a Hydra traceback)."""
     if "seed" in cfg:
         _integer(cfg, "seed", 0)
     if "num_threads" in cfg:
@@ -44,6 +45,10 @@ def _runtime(cfg: DictConfig) -> None:
     device = cfg.get("device")
     if device is not None and not (device in ("auto", "cpu", "mps") or str(device).startswith("cuda")):
         raise PastaError(f"device: {device!r} is not auto, cpu, mps, cuda or cuda:<index>")
+    if "paths" in cfg:
+        from pasta.data import check_output_dir
+
+        check_output_dir(str(cfg.paths.output_root), "paths.output_root")
 
 
 def _decode(cfg: DictConfig, modes: tuple[str, ...]) -> None:
@@ -97,6 +102,20 @@ def _generate(cfg: DictConfig) -> None:
     _integer(cfg, "max_new_tokens", 1)
 
 
+def _serve(cfg: DictConfig) -> None:
+    """The server's address and uvicorn's log level: checked here, else a bind or uvicorn fails with a traceback
+    once the model has loaded. Whether limits.context_length fits the model needs the model's config: build_app."""
+    from uvicorn.config import LOG_LEVELS
+
+    from pasta.serving.server import ServeLimits
+
+    port = cfg.get("port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise PastaError(f"port: must be an integer from 0 to 65535, got {port!r}")
+    _choice("log_level", cfg.get("log_level"), tuple(LOG_LEVELS))
+    schema_from(cfg.limits, ServeLimits, "limits")
+
+
 def check_settings(cfg: DictConfig, config_name: str) -> None:
     """Raise one PastaError `<key>: <why>` for the first setting of `cfg` that its stage would reject."""
     try:
@@ -104,6 +123,8 @@ def check_settings(cfg: DictConfig, config_name: str) -> None:
         _groups(cfg, config_name)
         if config_name == "generate":
             _generate(cfg)
+        if config_name == "serve":
+            _serve(cfg)
         if config_name == "annotate":
             from pasta.annotation.config import AnnotateConfig
 

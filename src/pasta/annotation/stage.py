@@ -32,7 +32,14 @@ from pasta.annotation.records import make_record
 from pasta.annotation.summary import format_table, summarize
 from pasta.annotation.validate import UNUSABLE_CODES, Rejected, check_original, validate_annotation
 from pasta.config import schema_from
-from pasta.data import JsonlAppender, Record, iter_numbered_jsonl, load_instructions, write_json_atomic
+from pasta.data import (
+    JsonlAppender,
+    Record,
+    check_output_file,
+    iter_numbered_jsonl,
+    load_instructions,
+    write_json_atomic,
+)
 from pasta.errors import PastaError
 from pasta.lang import add_tag_tokens
 from pasta.models import load_tokenizer
@@ -72,7 +79,7 @@ class _Pending:
 def annotate(cfg: DictConfig) -> dict[str, Any]:
     """Annotate `cfg.data` with `cfg.teacher` into `cfg.output` (resuming); returns the summary it writes."""
     stage = schema_from(cfg, AnnotateConfig, "", only_known=True)
-    output = Path(stage.output)
+    output = check_output_file(stage.output, "output")
     rejects_path, summary_path = companion_paths(output)
     records = load_instructions(cfg.data, check_unicode=False)  # rejected below as invalid_unicode, with a count
     tokenizer = load_tokenizer(cfg.model)

@@ -18,12 +18,15 @@ from pasta.data.jsonl import (
     write_jsonl_atomic,
     write_text_atomic,
 )
+from pasta.data.paths import check_output_dir, check_output_file
 
 __all__ = [
     "DataConfig",
     "JsonlAppender",
     "Record",
     "append_jsonl",
+    "check_output_dir",
+    "check_output_file",
     "check_text",
     "iter_jsonl",
     "iter_numbered_jsonl",

@@ -11,6 +11,7 @@ open it drops such a truncated last line; stages resume by reading back what is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -196,24 +197,39 @@ def _drop_truncated_tail(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
+def _write_error(exc: OSError, path: Path) -> OSError:
+    """`exc` naming the file: a write or flush error has no file name of its own (pasta.cli prints it)."""
+    return OSError(exc.errno, exc.strerror, str(path))
+
+
 class JsonlAppender:
-    """Append records to a .jsonl file durably: one whole line per record, flushed and fsynced.
+    """Append records to a .jsonl file durably: one whole line per record, written and fsynced.
 
         with JsonlAppender(run_dir / "annotations.jsonl") as out:
             out.append({"id": ..., "annotated": ...})
+
+    A write that fails (the disk full) raises an OSError naming the file, and the part of the line it wrote is cut
+    off again: the file keeps every whole line appended before it. The file is unbuffered, so closing it after such
+    an error has nothing left to write and fails nothing again.
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_truncated_tail(self.path)
-        self._handle = self.path.open("a", encoding="utf-8")
+        self._handle = self.path.open("ab", buffering=0)
 
     def append(self, record: dict[str, Any]) -> None:
-        # One write of the full line: a crash leaves either nothing or a line without its newline.
-        self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        line = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        start = self._handle.seek(0, os.SEEK_END)
+        try:
+            while line:  # an unbuffered write may take part of the line; a crash leaves a line without its newline
+                line = line[self._handle.write(line) :]
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # not every file can be cut (a device); a rerun drops the part then
+                os.ftruncate(self._handle.fileno(), start)
+            raise _write_error(exc, self.path) from None
 
     def close(self) -> None:
         self._handle.close()
@@ -238,10 +254,13 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:  # the disk full: the close after it fails again; one error naming the target
+            raise _write_error(exc, path) from None
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig
 
 from pasta.config import schema_from
+from pasta.data import check_output_dir
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig, EvalMode
 from pasta.parallel import current_processes
@@ -60,7 +61,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Run what the config asks for; returns {"mode", "output_dir", and "summary" or "report"}."""
     ecfg = schema_from(cfg.eval, EvalConfig, "eval")
     mode = resolve_mode(cfg, ecfg)
-    out_dir = output_dir(cfg, ecfg, mode)
+    out_dir = check_output_dir(output_dir(cfg, ecfg, mode), "output_dir")
     result: dict[str, Any] = {"mode": mode, "output_dir": str(out_dir)}
     processes = current_processes()
     if mode == EvalMode.report:

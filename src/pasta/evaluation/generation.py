@@ -5,7 +5,8 @@
 Writes into the run directory (see pasta.evaluation.run_files): run.json first (what is decoded, where), then one
 stats.jsonl line per prompt as it finishes (appended whole and fsynced), and model_outputs.json (AlpacaEval format)
 atomically once every prompt is done. A rerun into the same directory skips the prompts already in stats.jsonl;
-a directory that holds another model's or another decode mode's run is refused.
+a directory that holds another model's or another decode mode's run is refused, and so are prompts that do not fit
+the model's positions with decode.max_new_tokens (one line with their count, before the weights load).
 
 Under `accelerate launch` (pasta.parallel) each process decodes its share of the prompts into its own part file and
 the main process gathers them into stats.jsonl and model_outputs.json in prompt order, as one process writes them;
@@ -155,6 +156,31 @@ def _check_resumable(run_dir: Path, previous: dict[str, Any], meta: dict[str, An
             )
 
 
+def check_prompts_fit(cfg: DictConfig, records: list[dict[str, Any]]) -> None:
+    """Refuse the prompts that cannot fit the model's positions with decode.max_new_tokens (as the server refuses
+    such a request), with their count, before the weights load: a prompt of millions of tokens would otherwise ask
+    the decoder for a cache of terabytes. Skipping them instead would evaluate another set than the reference's."""
+    from pasta.models import encode_prompt, load_tokenizer, max_positions
+
+    num_positions = max_positions(cfg.model)
+    if num_positions is None:
+        return
+    max_new_tokens = schema_from(cfg.decode, DecodeConfig, "decode").max_new_tokens
+    tokenizer = load_tokenizer(cfg.model)
+    over = []
+    for number, record in enumerate(records, start=1):
+        num_tokens = len(encode_prompt(tokenizer, record["instruction"], record.get("input", "")))
+        if num_tokens + max_new_tokens > num_positions:
+            over.append((number, num_tokens))
+    if over:
+        number, num_tokens = over[0]
+        raise PastaError(
+            f"eval_data {cfg.eval_data.name}: {len(over)} of {len(records)} prompts do not fit the model's "
+            f"{num_positions} positions with decode.max_new_tokens={max_new_tokens} (the first: prompt {number}, "
+            f"{num_tokens} tokens): shorten or remove them, or lower decode.max_new_tokens"
+        )
+
+
 def _stats_record(record: dict[str, Any], result: DecodeResult, batch_size: int) -> dict[str, Any]:
     stats = result.stats.to_dict()
     return {"instruction": record["instruction"], "output": result.text, "annotated": result.annotated,
@@ -213,6 +239,7 @@ def generate_run(
     mode = decode_mode(cfg)
     records, _, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
+    check_prompts_fit(cfg, records)
     device = resolve_device(str(cfg.device))
     meta = _run_meta(cfg, ecfg, generator, mode, device, processes.count)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ Three ways to get annotations, one way to turn them into metrics:
 
 - an alpaca_eval annotator (`eval.annotators_config=weighted_alpaca_eval_gpt4_turbo`, any alpaca_eval config name
   or a path to one): `alpaca_eval.evaluate` with local `reference_outputs`; its annotator caches verdicts in
-  alpaca_eval_cache.json after each chunk, so a rerun after a failure asks only for the missing ones;
+  alpaca_eval_cache.json after each chunk, so a rerun after a failure asks only for the missing ones (the judge's
+  raw answers redacted first, pasta.errors.redact);
 - the pasta judge of the `judge/` group (`eval.annotators_config=null`, judge=hf|openai): the same
   `alpaca_eval.evaluate`, with `JudgeAnnotator` (pasta.evaluation.judge_annotator) in place of alpaca_eval's
   annotator; it turns the judge's P(candidate beats reference) into alpaca_eval preferences (1 + p, in [1, 2]) and
@@ -42,7 +43,7 @@ import openai
 import pandas as pd
 
 from pasta.endpoints import error_message
-from pasta.errors import PastaError
+from pasta.errors import PastaError, redact
 from pasta.evaluation.annotations import load_annotations
 from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE
 from pasta.evaluation.judge_annotator import JudgeAnnotator
@@ -223,6 +224,33 @@ def _without_library_tracebacks(package: str) -> Iterator[None]:
             handler.removeFilter(drop)
 
 
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redact_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redact_value(item) for item in value]
+    return value
+
+
+def _redacting_annotator() -> type:
+    """alpaca_eval's PairwiseAnnotator, with what its judge endpoint answered (the raw completions and what is
+    parsed from them) redacted before alpaca_eval caches it (alpaca_eval_cache.json) or returns it (pasta writes
+    annotations.json): an endpoint that echoes the key must not get it into a file. The primary keys (instruction
+    and the two outputs) are the user's data, and stay as they are."""
+    from alpaca_eval.annotators import PairwiseAnnotator
+
+    class RedactingAnnotator(PairwiseAnnotator):
+        def _annotate(self, df_to_annotate: pd.DataFrame, **decoding_kwargs: Any) -> pd.DataFrame:
+            annotated = super()._annotate(df_to_annotate, **decoding_kwargs)
+            for column in annotated.columns.difference(self.primary_keys):
+                annotated[column] = annotated[column].map(_redact_value)
+            return annotated
+
+    return RedactingAnnotator
+
+
 def evaluate_outputs(
     model_outputs: list[dict[str, Any]],
     reference_outputs: list[dict[str, Any]],
@@ -251,7 +279,7 @@ def evaluate_outputs(
         }
         annotators_config = judge.name
     else:
-        annotator_kwargs = {"caching_path": results_dir / ALPACA_EVAL_CACHE}
+        annotator_kwargs = {"Annotator": _redacting_annotator(), "caching_path": results_dir / ALPACA_EVAL_CACHE}
     try:
         with _without_library_tracebacks("alpaca_eval"):
             leaderboard, annotations = alpaca_eval.evaluate(

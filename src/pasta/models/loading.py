@@ -166,6 +166,22 @@ def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreT
     return tokenizer
 
 
+def max_positions(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> int | None:
+    """The model's `max_position_embeddings`, read from its config alone (no weights load), or None when its
+    config gives none: what a prompt and its answer must fit in."""
+    from transformers import AutoConfig
+
+    cfg = schema_from(model_cfg, ModelConfig, "model")
+    if cfg.random_init is not None:
+        return cfg.random_init.max_position_embeddings
+    source = resolve_source(cfg)
+    try:
+        config = AutoConfig.from_pretrained(source, **_hub_kwargs(cfg, source))
+    except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
+        raise _load_error(cfg, source, exc) from None
+    return getattr(config.get_text_config(), "max_position_embeddings", None)
+
+
 def torch_dtype(name: str, device: str) -> torch.dtype:
     """A config's dtype name as a torch dtype; "auto" is bfloat16 on CUDA (when supported), float32 elsewhere."""
     import torch

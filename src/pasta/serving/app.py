@@ -8,7 +8,8 @@ FastAPI (on Starlette, served by uvicorn) gives request validation from the pyda
 server-sent events with client-disconnect detection, and an ASGI app that tests drive over a real socket;
 writing that HTTP handling by hand would be more code and less correct. Every error is OpenAI's body
 (`{"error": {"message", "type", "param", "code"}}`): 400 for a body that does not parse or validate, a setting out
-of range or a prompt over the context, 404 for an unknown model or route, 429 when the queue is full (with a
+of range or a prompt over the context, 404 for an unknown model or route, 413 for a body over
+`limits.max_body_bytes` (before it is parsed), 429 when the queue is full (with a
 retry-after header, which the openai client honours), 500 when the engine fails the request. n > 1 asks the engine
 for n sequences of the same prompt (seed, seed + 1, ... when a seed is given).
 
@@ -27,13 +28,15 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from pasta.decoding import DecodeConfig
 from pasta.serving.answers import AnswerHead, ClientGone, collect, stream, submit, usage
 from pasta.serving.engine import Engine
 from pasta.serving.errors import APIError, add_error_handlers
-from pasta.serving.metrics import ServingMetrics
+from pasta.serving.middleware import CountResponses, LimitBodySize
 from pasta.serving.protocol import (
+    MAX_SEED,
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
@@ -51,12 +54,15 @@ class ServeSettings:
     max_tokens_limit: int  # the largest max_tokens a request may ask
     max_n: int  # the most choices one request may ask
     context_length: int  # prompt + max_tokens must fit
+    max_body_bytes: int | None = None  # a larger request body gets 413 before it is parsed; None: no cap
 
 
 def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     """The app; its lifespan starts the engine's thread and stops it (failing what still runs) at shutdown."""
     app = FastAPI(title="pasta", lifespan=_lifespan(engine))
-    _count_responses(app, engine.metrics)
+    if settings.max_body_bytes is not None:
+        app.add_middleware(LimitBodySize, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(CountResponses, metrics=engine.metrics)  # the outermost: it counts the 413s too
     add_error_handlers(app)
     _add_status_routes(app, engine, settings)
     _add_generation_routes(app, engine, settings)
@@ -73,17 +79,6 @@ def _lifespan(engine: Engine):
             engine.stop()
 
     return lifespan
-
-
-def _count_responses(app: FastAPI, metrics: ServingMetrics) -> None:
-    """Count the answers of the OpenAI routes by status code."""
-
-    @app.middleware("http")
-    async def count_responses(request: Request, call_next):
-        response = await call_next(request)
-        if request.url.path.startswith("/v1/"):
-            metrics.requests.labels(str(response.status_code)).inc()
-        return response
 
 
 def _add_status_routes(app: FastAPI, engine: Engine, settings: ServeSettings) -> None:
@@ -110,15 +105,16 @@ def _add_generation_routes(app: FastAPI, engine: Engine, settings: ServeSettings
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, raw: Request):
-        _check(body, settings)
-        prompt_ids = _chat_prompt_ids(tokenizer, body.messages)
+        _check(body, settings, engine)
+        # Off the event loop: a long prompt's template and tokenization would hold every other request meanwhile.
+        prompt_ids = await run_in_threadpool(_chat_prompt_ids, tokenizer, body.messages)
         max_tokens = body.max_completion_tokens or body.max_tokens
         return await _answer(engine, settings, raw, body, prompt_ids, max_tokens, chat=True)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, raw: Request):
-        _check(body, settings)
-        prompt_ids = tokenizer(body.prompt)["input_ids"]
+        _check(body, settings, engine)
+        prompt_ids = (await run_in_threadpool(tokenizer, body.prompt))["input_ids"]
         return await _answer(engine, settings, raw, body, prompt_ids, body.max_tokens, chat=False)
 
 
@@ -151,7 +147,7 @@ async def _answer(engine: Engine, settings: ServeSettings, raw: Request, body, p
     return JSONResponse(head.body(finished, usage(prompt_ids, finished)).model_dump(exclude_none=True))
 
 
-def _check(body, settings: ServeSettings) -> None:
+def _check(body, settings: ServeSettings, engine: Engine) -> None:
     if body.model != settings.model_name:
         raise APIError(404, f"the model {body.model!r} does not exist; this server serves {settings.model_name!r}",
                        param="model", code="model_not_found")
@@ -159,6 +155,15 @@ def _check(body, settings: ServeSettings) -> None:
         raise APIError(400, f"{field} is not supported by this server", param=field)
     if body.n > settings.max_n:
         raise APIError(400, f"n={body.n} is over this server's limit of {settings.max_n}", param="n")
+    # Each choice is a sequence of its own: more than the running and queued slots together is never admitted.
+    limits = engine.scheduler.limits
+    max_sequences = limits.max_running_requests + limits.max_queued_requests
+    if body.n > max_sequences:
+        raise APIError(400, f"n={body.n} can never be admitted: this server holds at most {max_sequences} sequences "
+                       "(limits.max_running_requests + limits.max_queued_requests)", param="n")
+    if body.seed is not None and body.seed + body.n - 1 > MAX_SEED:
+        raise APIError(400, f"seed + n - 1 = {body.seed + body.n - 1} is over {MAX_SEED} (choice i samples with "
+                       "seed + i)", param="seed")
 
 
 def _decode_configs(body, settings: ServeSettings, prompt_ids: list[int], max_tokens: int | None) \

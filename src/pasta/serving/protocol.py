@@ -1,10 +1,13 @@
 """The OpenAI API's request and response bodies that the server speaks (pydantic; FastAPI validates with them).
 
-Requests accept OpenAI's field names; unknown fields are ignored as OpenAI's own server ignores fields it does
-not know, but fields that would change the answer and that the decoder does not implement (logprobs, penalties,
-tools) are refused with a 400 rather than silently dropped. `temperature`, `top_p`, `max_tokens` left out take
-the server's decode config. Each choice carries a `pasta` object: the decoder's stats, and the annotated text
-when the request sets `"pasta": {"annotated": true}` (the openai client: `extra_body={"pasta": {...}}`).
+Requests accept OpenAI's field names with OpenAI's strict types (`"max_tokens": "8"`, `"max_tokens": true` or
+`"stream": "yes"` are a 400, not coerced; an integer is a number); unknown fields are ignored as OpenAI's own server
+ignores fields it does not know, but fields that would change the answer and that the decoder does not implement
+(logprobs, top_logprobs, penalties, tools, tool_choice, response_format; best_of, suffix and echo on completions)
+are refused with a 400 rather than silently dropped, unless they hold their default value. `seed` is what a torch
+generator takes: -2**63 to 2**64 - 1. `temperature`, `top_p`, `max_tokens` left out take the server's decode
+config. Each choice carries a `pasta` object: the decoder's stats, and the annotated text when the request sets
+`"pasta": {"annotated": true}` (the openai client: `extra_body={"pasta": {...}}`).
 """
 
 from __future__ import annotations
@@ -13,18 +16,28 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# What torch.Generator.manual_seed takes; choice i of n samples with seed + i.
+MIN_SEED, MAX_SEED = -(2**63), 2**64 - 1
 
-class PastaOptions(BaseModel):
+
+class _Strict(BaseModel):
+    """A request's part: OpenAI's types, not coerced (an int is accepted where a number is asked, as JSON has one
+    number type)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class PastaOptions(_Strict):
     model_config = ConfigDict(extra="forbid")
 
     annotated: bool = Field(default=False, description="add the annotated PASTA-LANG text to each choice")
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(_Strict):
     include_usage: bool = False
 
 
-class _Generation(BaseModel):
+class _Generation(_Strict):
     """Fields shared by /v1/chat/completions and /v1/completions."""
 
     model_config = ConfigDict(extra="ignore")
@@ -33,13 +46,14 @@ class _Generation(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=MIN_SEED, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     pasta: PastaOptions | None = None
     logprobs: bool | int | None = None
+    top_logprobs: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
 
@@ -53,21 +67,18 @@ class _Generation(BaseModel):
 
     def unsupported(self) -> str | None:
         """The first field set that the decoder does not implement, or None."""
-        if self.logprobs:
-            return "logprobs"
-        if self.presence_penalty:
-            return "presence_penalty"
-        if self.frequency_penalty:
-            return "frequency_penalty"
+        for name in ("logprobs", "top_logprobs", "presence_penalty", "frequency_penalty"):
+            if getattr(self, name):
+                return name
         return None
 
 
-class TextPart(BaseModel):
+class TextPart(_Strict):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart]
 
@@ -79,17 +90,33 @@ class ChatCompletionRequest(_Generation):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    response_format: dict | None = None
 
     def unsupported(self) -> str | None:
-        return "tools" if self.tools else super().unsupported()
+        if self.tools:
+            return "tools"
+        if self.tool_choice not in (None, "none"):
+            return "tool_choice"
+        if self.response_format not in (None, {"type": "text"}):
+            return "response_format"
+        return super().unsupported()
 
 
 class CompletionRequest(_Generation):
     prompt: str = Field(min_length=1)
     echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
 
     def unsupported(self) -> str | None:
-        return "echo" if self.echo else super().unsupported()
+        if self.echo:
+            return "echo"
+        if self.best_of not in (None, 1):
+            return "best_of"
+        if self.suffix:
+            return "suffix"
+        return super().unsupported()
 
 
 class PastaStats(BaseModel):

@@ -15,6 +15,11 @@ from omegaconf import DictConfig
 from pasta.errors import PastaError
 from pasta.serving.scheduler import AdmissionLimits
 
+# The default cap on a request body, per token of the context: a prompt that fits is far smaller (a token is about
+# 4 characters of English, and a JSON escape such as \uXXXX 6 bytes a character), and a 10 MB body is refused
+# before it is read, parsed and tokenized.
+BODY_BYTES_PER_TOKEN = 64
+
 
 @dataclass(frozen=True)
 class ServeLimits(AdmissionLimits):
@@ -29,10 +34,19 @@ class ServeLimits(AdmissionLimits):
         default=None,
         metadata={"help": "prompt + max_tokens must fit in this many tokens; null = the model's max_position_embeddings"},
     )
+    max_body_bytes: int | None = field(
+        default=None,
+        metadata={"help": f"a larger request body gets 413 before it is parsed or tokenized; null = "
+                          f"{BODY_BYTES_PER_TOKEN} bytes per token of the context length (far more than a prompt "
+                          "that fits: a token is about 4 characters of English)"},
+    )
 
     def validate(self, where: str) -> None:
         if self.max_tokens < 1 or self.max_n < 1:
             raise PastaError(f"{where}.max_tokens and {where}.max_n must be >= 1")
+        for key in ("context_length", "max_body_bytes"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise PastaError(f"{where}.{key}: must be >= 1 or null, got {getattr(self, key)}")
 
 
 def served_model_name(cfg: DictConfig) -> str:
@@ -48,7 +62,7 @@ def build_app(cfg: DictConfig):
     from pasta.config import resolve_device, schema_from
     from pasta.decoding import DecodeConfig
     from pasta.lang import ReservationPolicy, add_tag_tokens
-    from pasta.models import load_model
+    from pasta.models import load_model, max_positions
     from pasta.serving.app import ServeSettings, create_app
     from pasta.serving.engine import MODES, Engine
 
@@ -56,17 +70,22 @@ def build_app(cfg: DictConfig):
         raise PastaError(f"decode={cfg.decode.kind} cannot be served; use one of {', '.join(MODES)}")
     limits = schema_from(cfg.limits, ServeLimits, "limits")
     config = schema_from(cfg.decode, DecodeConfig, "decode")  # each request's defaults; its seed is the request's own
+    num_positions = max_positions(cfg.model)
+    if limits.context_length and num_positions and limits.context_length > num_positions:
+        raise PastaError(f"limits.context_length={limits.context_length} is over the model's {num_positions} "
+                         "positions (max_position_embeddings): lower it, or leave it null for the model's")
     model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
     policy = None
     if cfg.decode.kind == "async":
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
         policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    context_length = limits.context_length or getattr(model.config, "max_position_embeddings", None) or 2048
+    context_length = limits.context_length or num_positions or 2048
     engine = Engine(model, tokenizer, mode=cfg.decode.kind, policy=policy, limits=limits,
                     cpu_multirow_linears=config.cpu_multirow_linears)
     settings = ServeSettings(model_name=served_model_name(cfg), decode=config,
                              max_tokens_limit=limits.max_tokens, max_n=limits.max_n,
-                             context_length=int(context_length))
+                             context_length=int(context_length),
+                             max_body_bytes=limits.max_body_bytes or BODY_BYTES_PER_TOKEN * int(context_length))
     return create_app(engine, settings)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pasta.data import write_json_atomic
+from pasta.data import check_output_dir, write_json_atomic
 from pasta.errors import PastaError
 
 log = logging.getLogger(__name__)
@@ -23,9 +23,10 @@ TRAIN_INFO = "train_info.json"
 
 
 def resolve_output_dir(cfg: DictConfig) -> Path:
-    """`output_dir` from the config, else the Hydra run folder of this invocation."""
+    """`output_dir` from the config, else the Hydra run folder of this invocation; checked as a place to write
+    (pasta.data.check_output_dir)."""
     if cfg.get("output_dir"):
-        return Path(cfg.output_dir).expanduser()
+        return check_output_dir(Path(cfg.output_dir).expanduser(), "output_dir")
     if cfg.get("resume"):
         raise PastaError("resume=true needs output_dir=<the folder of the run to continue>")
     from hydra.core.hydra_config import HydraConfig
