@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# The CPU study (issue 13): does the preference stage buy speed at equal quality, on prompts no stage trained on?
+# The CPU study: does PASTA buy a user wall-clock time at equal quality, on prompts no stage trained on?
 #   annotate the shared 5K Alpaca (structural teacher) -> SFT with the stage defaults -> Baseline-SFT (same records,
-#   tags stripped) -> a lambda sweep x rounds of the preference stage, each lambda chained from the SFT model ->
-#   every model decoded on the same seeded subset of AlpacaEval (Baseline-SFT sequentially, batch 1; the PASTA
-#   models asynchronously) -> the report table and the study plot (speedup vs the embedding-similarity proxy, one
-#   line per lambda across rounds).
+#   tags stripped) -> Baseline-SFT decoded on the held-out prompts -> a lambda sweep x rounds of the preference stage,
+#   each lambda chained from the SFT model, scored against Baseline-SFT's own answers (stage.reference=baseline: the
+#   latency speed reward counts a candidate's steps against them) -> every PASTA model decoded on the same held-out
+#   prompts -> the report table and the study plot (speedup vs the embedding-similarity proxy, one line per lambda).
 # Every step resumes: rerun the same command after a kill and finished work is skipped (training from its last
-# checkpoint, a sweep between rounds without redoing a round, evaluation from the last decoded prompt).
+# checkpoint, a sweep between rounds without redoing a round, evaluation from the last decoded prompt). Round 1
+# samples the same candidates for every lambda (same start, prompts and seeds), so later lambdas reuse the first
+# lambda's round-1 samples and Baseline-SFT answers instead of decoding them again.
+#
+# How speed is measured: every model decodes the held-out prompts in batches (eval.timing=throughput) except the
+# first PASTA_STUDY_TIMED_PROMPTS, decoded one at a time after a warm-up: their per-prompt wall-clock speedups against
+# Baseline-SFT are measured. For every prompt, the cost model prices each answer's steps on the forward cost by rows
+# measured in Baseline-SFT's run (c(q), step_costs.json): the cost-model speedup, beside the measured one.
 #
 #   scripts/cpu_study.sh                                  # outputs/study/, the embedded SmolLM2-135M
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
 #
 # Sizes come from the environment (the test suite runs this script on a tiny random model). The quality numbers are
-# offline proxies (embedding similarity to AlpacaEval's GPT-4 Turbo answers, distinct-n, length ratio) plus the
-# pairwise win rate of the embedded 135M judge against Baseline-SFT: labelled as such, not the paper's GPT-4 judge.
+# offline proxies (embedding similarity to AlpacaEval's GPT-4 Turbo answers, distinct-n, length ratio), labelled as
+# such; the embedded 135M judge's win rate is left out (it fails the discrimination check, README "Quality signals").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PASTA_VENV:-.venv}/bin/python
@@ -31,13 +38,16 @@ num_prompts=${PASTA_STUDY_PREF_PROMPTS:-32}           # preference prompts per r
 num_samples=${PASTA_STUDY_SAMPLES:-4}
 pref_args=${PASTA_STUDY_PREF_ARGS:-}                  # extra preference overrides
 num_eval=${PASTA_STUDY_EVAL_PROMPTS:-100}             # held-out prompts (eval.subset, seed 0)
+num_timed=${PASTA_STUDY_TIMED_PROMPTS:-20}            # of them, decoded one at a time (measured wall clock)
 max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-256}
 
 common=("paths.output_root=$out" device=cpu "model=$model")
 # shellcheck disable=SC2206  # the extra overrides are meant to split on spaces
 train=("${common[@]}" "data.path=$out/annotated.jsonl" resume=true)
 evaluate=("${common[@]}" "eval_data=$eval_data" "eval.subset=$num_eval" eval.subset_seed=0
-    "decode.max_new_tokens=$max_new_tokens" "model@judge.model=$model")
+    "decode.max_new_tokens=$max_new_tokens" eval.timing=throughput eval.batch_size=8 "eval.timed_prompts=$num_timed"
+    eval.win_rate=false)
+baseline_eval="$out/eval/baseline-sft"
 started=$SECONDS
 step() { printf '\n== [%4d s] %s\n' $((SECONDS - started)) "$*"; }
 done_already() { [ -f "$1/final/config.json" ] && echo "   already done: $1/final"; }
@@ -60,19 +70,29 @@ step "4/7 Baseline-SFT: the same records with the tags stripped"
 done_already "$out/baseline-sft" || "$python" -m pasta.train stage=sft "${train[@]}" data.strip_annotations=true \
     output_dir="$out/baseline-sft" $sft_args
 
-step "5/7 preference: lambda in {$lambdas} x $num_rounds rounds, each lambda from the SFT model"
+step "5/7 decode Baseline-SFT on the $num_eval held-out $eval_data prompts (sequential)"
+"$python" -m pasta.eval "${evaluate[@]}" model.path="$out/baseline-sft/final" decode=sequential \
+    eval.generator=baseline-sft output_dir="$baseline_eval"
+
+step "6/7 preference: lambda in {$lambdas} x $num_rounds rounds, each lambda from the SFT model"
+first=""
 for lambda in $lambdas; do
     dir=$(pref_dir "$lambda")
-    if done_already "$dir/round-$num_rounds"; then continue; fi
+    if done_already "$dir/round-$num_rounds"; then first=${first:-$dir}; continue; fi
+    if [ -n "$first" ]; then  # the same round-1 candidates and Baseline-SFT answers: reuse, do not decode again
+        mkdir -p "$dir/round-1"
+        for shared in baseline_answers.jsonl round-1/scores.jsonl; do
+            [ -f "$dir/$shared" ] || [ ! -f "$first/$shared" ] || cp "$first/$shared" "$dir/$shared"
+        done
+    fi
     # shellcheck disable=SC2086
     "$python" -m pasta.train stage=pref "${train[@]}" model.path="$out/sft/final" "stage.quality_weight=$lambda" \
         "stage.rounds=$num_rounds" "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" \
-        "stage.max_new_tokens=$max_new_tokens" output_dir="$dir" $pref_args
+        "stage.max_new_tokens=$max_new_tokens" stage.reference=baseline \
+        stage.baseline_model="$out/baseline-sft/final" output_dir="$dir" $pref_args
+    first=${first:-$dir}
 done
 
-step "6/7 decode every model on the same $num_eval held-out $eval_data prompts"
-"$python" -m pasta.eval "${evaluate[@]}" model.path="$out/baseline-sft/final" decode=sequential \
-    eval.generator=baseline-sft output_dir="$out/eval/baseline-sft"
 runs=("sft:$out/sft/final")
 for lambda in $lambdas; do
     for round in $(seq 1 "$num_rounds"); do
@@ -81,12 +101,13 @@ for lambda in $lambdas; do
 done
 for run in "${runs[@]}"; do
     name=pasta-${run%%:*}
+    step "   decode $name on the same prompts"
     "$python" -m pasta.eval "${evaluate[@]}" model.path="${run#*:}" decode=async \
-        eval.reference="$out/eval/baseline-sft" eval.sequential="$out/eval/baseline-sft" \
+        eval.reference="$baseline_eval" eval.sequential="$baseline_eval" \
         eval.generator="$name" output_dir="$out/eval/$name"
 done
 
-step "7/7 report: tables, the speedup-vs-win-rate plot, and the study plot (one line per lambda)"
+step "7/7 report: tables and the study plot (one line per lambda)"
 "$python" -m pasta.eval "${common[@]}" report="$out/eval/*" output_dir="$out/report"
 "$python" scripts/study_plot.py "$out/eval" "$out/report/study.png"
 

@@ -4,8 +4,10 @@
 
 Reads the evaluation runs that scripts/cpu_study.sh names (`baseline-sft`, `pasta-sft`, `pasta-lambda<L>-round<R>`)
 from their `summary.json`. Each lambda's line starts at the SFT model (round 0) and follows its rounds. The left
-panel is the theoretical speedup and the right one the wall-clock speedup against Baseline-SFT, both against
-the embedding similarity to the eval set's reference answers. That similarity is an offline proxy, labelled as one,
+panel is the theoretical speedup and the right one the cost-model wall-clock speedup against Baseline-SFT (every
+prompt's steps priced on the measured cost per forward by rows; pasta.evaluation.speed), both against the
+embedding similarity to the eval set's reference answers. The table adds the step speedup, the measured
+wall-clock speedup on the prompts decoded one at a time, and the length ratio. That similarity is an offline proxy, labelled as one,
 not a judge's win rate. The markdown table goes to stdout.
 """
 
@@ -32,13 +34,23 @@ def point(summary: dict[str, Any]) -> dict[str, Any]:
     structure = summary.get("structure") or {}
     proxies = summary.get("proxies") or {}
     sequential = summary.get("decode") == "sequential"
+
+    def speedup(key: str) -> dict[str, float] | None:
+        return {"value": 1.0, "ci_low": 1.0, "ci_high": 1.0} if sequential else speed.get(key)
+
     return {
         "name": summary.get("generator"),
         "theoretical": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
-        "wall": 1.0 if sequential else (speed.get("wall_speedup_geomean") or {}).get("value"),
+        "step": (speedup("step_speedup_geomean") or {}).get("value"),
+        "cost": speedup("cost_speedup_geomean"),
+        "wall": speedup("wall_speedup_geomean"),
+        "num_timed": speed.get("num_timed_prompts"),
         "fork_share": structure.get("fork_share"),
-        "malformed": structure.get("malformed_per_answer"),
+        "malformed": None if structure.get("malformed_per_answer") is None
+        else structure["malformed_per_answer"] + structure["duplicate_topics_per_answer"],
         "proxy": proxies.get("embedding_similarity"),
+        "distinct_2": proxies.get("distinct_2"),
+        "length_ratio": 1.0 if sequential else proxies.get("length_ratio"),
     }
 
 
@@ -60,14 +72,24 @@ def fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def with_ci(summary: dict[str, float] | None) -> str:
+    if not summary:
+        return "-"
+    return f"{summary['value']:.2f}x [{summary['ci_low']:.2f}, {summary['ci_high']:.2f}]"
+
+
 def table(points: dict[str, dict[str, Any]]) -> str:
-    header = ["run", "theoretical speedup", "wall speedup", "forks", "malformed / answer", PROXY]
+    timed = sorted({p["num_timed"] for p in points.values() if p["num_timed"]})
+    header = ["run", "forks", "malformed + duplicate topics / answer", "theoretical speedup", "step speedup",
+              "cost-model speedup [95% CI]", f"measured wall-clock speedup, {'/'.join(map(str, timed)) or 'no'} "
+              "prompts [95% CI]", PROXY, "distinct-2 (proxy)", "length ratio (proxy)"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for p in points.values():
         share = "-" if p["fork_share"] is None else f"{100 * p['fork_share']:.0f}%"
         rows.append(
-            f"| {p['name']} | {fmt(p['theoretical'])}x | {fmt(p['wall'])}x | {share} | {fmt(p['malformed'])} "
-            f"| {fmt(p['proxy'], 3)} |"
+            f"| {p['name']} | {share} | {fmt(p['malformed'])} | {fmt(p['theoretical'])}x | {fmt(p['step'])}x "
+            f"| {with_ci(p['cost'])} | {with_ci(p['wall'])} | {fmt(p['proxy'], 3)} | {fmt(p['distinct_2'], 3)} "
+            f"| {fmt(p['length_ratio'])} |"
         )
     return "\n".join(rows)
 
@@ -80,12 +102,15 @@ def plot(points: dict[str, dict[str, Any]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
     baseline = points.get("baseline-sft")
-    for ax, key, label in ((axes[0], "theoretical", "theoretical"), (axes[1], "wall", "wall-clock")):
+    def x_of(p: dict[str, Any], key: str) -> float | None:
+        return (p[key] or {}).get("value") if key == "cost" else p[key]
+
+    for ax, key, label in ((axes[0], "theoretical", "theoretical"), (axes[1], "cost", "cost-model wall-clock")):
         for lam, line in sweep_lines(points).items():
-            drawn = [p for p in line if p[key] is not None and p["proxy"] is not None]
-            ax.plot([p[key] for p in drawn], [p["proxy"] for p in drawn], "o-", label=f"lambda={lam}")
+            drawn = [p for p in line if x_of(p, key) is not None and p["proxy"] is not None]
+            ax.plot([x_of(p, key) for p in drawn], [p["proxy"] for p in drawn], "o-", label=f"lambda={lam}")
             for index, p in enumerate(drawn):
-                ax.annotate(f"r{index}", (p[key], p["proxy"]), textcoords="offset points", xytext=(4, 4))
+                ax.annotate(f"r{index}", (x_of(p, key), p["proxy"]), textcoords="offset points", xytext=(4, 4))
         if baseline and baseline["proxy"] is not None:
             ax.plot([1.0], [baseline["proxy"]], "ks", label="Baseline-SFT")
         ax.set_xlabel(f"{label} speedup vs Baseline-SFT")

@@ -23,12 +23,13 @@ def study_env(out: Path) -> dict[str, str]:
         "PASTA_STUDY_EVAL_DATA": "sample",
         "PASTA_STUDY_RECORDS": "12",
         "PASTA_STUDY_SFT_ARGS": "stage.max_steps=2 stage.max_length=192",
-        "PASTA_STUDY_LAMBDAS": "inf",
+        "PASTA_STUDY_LAMBDAS": "1 inf",
         "PASTA_STUDY_ROUNDS": "1",
         "PASTA_STUDY_PREF_PROMPTS": "2",
         "PASTA_STUDY_SAMPLES": "2",
         "PASTA_STUDY_PREF_ARGS": "stage.max_steps=1 stage.max_length=192",
         "PASTA_STUDY_EVAL_PROMPTS": "2",
+        "PASTA_STUDY_TIMED_PROMPTS": "1",
         "PASTA_STUDY_MAX_NEW_TOKENS": "12",
     }
 
@@ -39,7 +40,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     script = ["bash", str(ROOT / "scripts" / "cpu_study.sh")]
     done = subprocess.run(script, env=study_env(out), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    names = ["baseline-sft", "pasta-sft", "pasta-lambdainf-round1"]
+    names = ["baseline-sft", "pasta-sft", "pasta-lambda1-round1", "pasta-lambdainf-round1"]
     prompts = {}
     for name in names:
         outputs = json.loads((out / "eval" / name / "model_outputs.json").read_text())
@@ -49,11 +50,19 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     metrics = json.loads((out / "pref-lambdainf" / "round-1" / "metrics.json").read_text())
     assert metrics["policy"] == str(out / "sft" / "final")
     assert metrics["quality_weight"] == "inf"
+    # Round 1 samples the same candidates for every lambda: the second lambda reused the first one's, and both
+    # scored them against Baseline-SFT's answers.
+    shared = [(out / f"pref-lambda{lam}" / "round-1" / "scores.jsonl").read_text() for lam in ("1", "inf")]
+    assert shared[0] == shared[1]
+    stats = [json.loads(line) for line in (out / "eval" / "pasta-sft" / "stats.jsonl").read_text().splitlines()]
+    assert [r["batch_size"] for r in stats] == [1, 1]  # one timed prompt, then a batch of the one left
+    assert (out / "eval" / "baseline-sft" / "step_costs.json").is_file()
     assert "| pasta-lambdainf-round1 |" in done.stdout and "(proxy)" in done.stdout
+    assert "cost-model speedup" in done.stdout
     assert (out / "report" / "study.png").stat().st_size > 0
 
     again = subprocess.run(script, env=study_env(out), capture_output=True, text=True)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     # SFT, Baseline-SFT, and each lambda's last round are skipped; nothing is decoded again.
-    assert again.stdout.count("   already done: ") == 2 + 1
+    assert again.stdout.count("   already done: ") == 2 + 2
     assert "decoding 2 of 2 prompts" not in again.stdout + again.stderr

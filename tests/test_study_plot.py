@@ -10,14 +10,17 @@ from helpers.scripts import load_script
 from pasta.evaluation.report import load_summaries
 
 
-def summary(name: str, decode: str, theoretical: float, wall: float | None, proxy: float) -> dict:
+def summary(name: str, decode: str, theoretical: float, cost: float | None, proxy: float) -> dict:
     speed = {"theoretical_speedup_geomean": {"value": theoretical, "ci_low": theoretical, "ci_high": theoretical}}
-    if wall is not None:
-        speed["wall_speedup_geomean"] = {"value": wall, "ci_low": wall, "ci_high": wall}
+    if cost is not None:
+        speed["cost_speedup_geomean"] = {"value": cost, "ci_low": cost - 0.1, "ci_high": cost + 0.1}
+        speed["step_speedup_geomean"] = {"value": cost + 0.2, "ci_low": cost, "ci_high": cost + 0.3}
+        speed["wall_speedup_geomean"] = {"value": cost - 0.01, "ci_low": cost - 0.2, "ci_high": cost + 0.2}
+        speed["num_timed_prompts"] = 20
     return {
         "generator": name, "decode": decode, "speed": speed,
-        "structure": {"fork_share": 0.4, "malformed_per_answer": 0.0},
-        "proxies": {"embedding_similarity": proxy},
+        "structure": {"fork_share": 0.4, "malformed_per_answer": 0.0, "duplicate_topics_per_answer": 0.0},
+        "proxies": {"embedding_similarity": proxy, "distinct_2": 0.5, "length_ratio": None if cost is None else 1.1},
     }
 
 
@@ -39,11 +42,13 @@ def test_each_lambda_line_starts_at_sft_and_follows_its_rounds_at_the_recorded_s
     assert study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")]) == 0
     assert (tmp_path / "study.png").stat().st_size > 0
     table = capsys.readouterr().out
-    assert "| pasta-lambda1-round2 | 1.41x | 0.88x | 40% | 0.00 | 0.590 |" in table
-    assert "| baseline-sft | 1.00x | 1.00x |" in table
+    assert ("| pasta-lambda1-round2 | 40% | 0.00 | 1.41x | 1.08x | 0.88x [0.78, 0.98] | 0.87x [0.68, 1.08] | 0.590 "
+            "| 0.500 | 1.10 |") in table
+    assert "| baseline-sft | 40% | 0.00 | 1.00x | 1.00x | 1.00x [1.00, 1.00] | 1.00x [1.00, 1.00] |" in table
+    assert "measured wall-clock speedup, 20 prompts" in table
     points = {s["generator"]: study_plot.point(s) for s in load_summaries([str(tmp_path / "eval" / "*")])}
     line = study_plot.sweep_lines(points)["1"]
-    assert [(p["name"], p["theoretical"], p["wall"]) for p in line] == [
+    assert [(p["name"], p["theoretical"], p["cost"]["value"]) for p in line] == [
         ("pasta-sft", 1.24, 0.98), ("pasta-lambda1-round1", 1.32, 0.83), ("pasta-lambda1-round2", 1.41, 0.88)]
 
 

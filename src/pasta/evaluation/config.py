@@ -103,6 +103,11 @@ class EvalConfig:
                           "runs: needs OPENAI_API_KEY or an OpenAI-compatible endpoint returning logprobs); null = "
                           "the pasta judge of the judge/ group"},
     )
+    win_rate: bool = field(
+        default=True,
+        metadata={"help": "judge the outputs against the reference for a win rate; false = the offline proxies only "
+                          "(for offline runs where no judge is trustworthy: scripts/judge_validity.py)"},
+    )
     annotations: str | None = field(
         default=None, metadata={"help": "re-score these alpaca_eval annotations.json; calls no judge"}
     )

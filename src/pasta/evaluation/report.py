@@ -119,6 +119,8 @@ def run_markdown(summary: dict[str, Any]) -> str:
 def _quality_lines(quality: dict[str, Any]) -> list[str]:
     if not quality:
         return ["- not scored"]
+    if quality.get("not_judged"):
+        return [f"- no win rate ({quality['not_judged']}); reference: {quality.get('reference')}"]
     lines = [
         f"- judge: {quality.get('annotator')}; reference: {quality.get('reference')}",
         f"- win rate: {_fmt(quality.get('win_rate'))} ± {_fmt(quality.get('standard_error'))} "

@@ -176,7 +176,8 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
     metrics = scored.metrics
     metrics["generator"] = scored.generator
     metrics["comparable_with_leaderboard"] = _comparable(metrics)
-    _write_quality(run_dir / quality_lib.annotator_slug(metrics["annotator"]), metrics, scored.annotations)
+    if metrics.get("annotator") is not None:
+        _write_quality(run_dir / quality_lib.annotator_slug(metrics["annotator"]), metrics, scored.annotations)
     speed = _speed(ecfg, run_dir, scored.instructions, sequential_run)
     if speed is not None:
         write_json_atomic(run_dir / SPEED, speed)
@@ -237,6 +238,11 @@ def _judged_quality(
     check_covers(references, instructions, f"reference {ecfg.reference or cfg.eval_data.name}")
     references = [record for record in references if record["instruction"] in wanted]
     generator = model_outputs[0]["generator"]
+    proxies = run_proxies(model_outputs, records, ecfg.sequential)
+    if not ecfg.win_rate:
+        metrics = {"annotator": None, "win_rate": None, "reference": references[0]["generator"],
+                   "outputs": str(outputs_file), "not_judged": "eval.win_rate=false: offline proxies only"}
+        return _ScoredQuality(generator, metrics, instructions, None, proxies)
     judge = None
     if ecfg.annotators_config is None:
         from pasta.judges import build_judge
@@ -249,5 +255,4 @@ def _judged_quality(
     )
     metrics["reference"] = references[0]["generator"]
     metrics["outputs"] = str(outputs_file)
-    proxies = run_proxies(model_outputs, records, ecfg.sequential)
     return _ScoredQuality(generator, metrics, instructions, pd.DataFrame(annotation_records), proxies)

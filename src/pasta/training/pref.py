@@ -43,7 +43,7 @@ from pasta.models import load_model
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
-from pasta.training.config import Finetune, PrefSettings, SpeedReward, settings_from_cfg
+from pasta.training.config import Finetune, PrefSettings, Reference, SpeedReward, settings_from_cfg
 from pasta.training.examples import loader_config, with_min_promises
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
@@ -199,8 +199,9 @@ def run_round(
 
 def check_latency_references(settings: PrefSettings, records: list[Record], references: dict[str, str]) -> None:
     """The latency speed reward prices a candidate's steps against its prompt's reference answer: every prompt
-    needs one (prompt-only data has none unless Baseline-SFT decodes them)."""
-    if settings.speed_reward != SpeedReward.latency:
+    needs one. Prompt-only data has none unless Baseline-SFT decodes them (whose decode, even an empty answer, is
+    a reference: it took its steps)."""
+    if settings.speed_reward != SpeedReward.latency or settings.reference == Reference.baseline:
         return
     missing = [r for r in records if not references[r.id].strip()]
     if missing:
