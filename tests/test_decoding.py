@@ -8,6 +8,11 @@ while every forward still runs through the real model and the decoder's cache.
 
 from __future__ import annotations
 
+import copy
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -28,6 +33,7 @@ from pasta.lang import (
     IGNORE_INDEX,
     ReservationPolicy,
     TagIds,
+    add_tag_tokens,
     build_layout,
     collate_layouts,
     encode_text,
@@ -207,7 +213,8 @@ def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
         plan = interpreter.plan()
         used = plan.start_slot + len(plan.token_ids)
         interpreter.ensure_capacity(used)
-        mask = step_inputs([plan], [interpreter], 0, used, torch.float32, torch.device("cpu"))["attention_mask"]
+        mask = step_inputs([plan], [interpreter], 0, len(plan.token_ids), used, torch.float32,
+                           torch.device("cpu"))["attention_mask"]
         visible = mask[0, 0] == 0  # [q, used]
         for i, (token_id, position, thread) in enumerate(zip(plan.token_ids, plan.positions, plan.threads,
                                                              strict=True)):
@@ -414,13 +421,13 @@ def test_slot_cache_writes_each_request_at_its_own_slots_and_grows():
     cache = SlotCache(num_layers=1, capacity=4)
     layer = cache.layers[0]
     first = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)  # [B, H, q, D]
-    cache.begin_step([0, 1], 3)
+    cache.begin_step([0, 1], 3, kv_length=4)
     keys, _ = layer.update(first, first.clone())
     assert keys.shape == (2, 1, 4, 2)
     torch.testing.assert_close(keys[0, 0, 0:3], first[0, 0])
     torch.testing.assert_close(keys[1, 0, 1:4], first[1, 0])
     second = -torch.ones(2, 1, 2, 2)
-    cache.begin_step([3, 4], 2)  # beyond the capacity of 4: it doubles, keeping what was written
+    cache.begin_step([3, 4], 2, kv_length=6)  # beyond the capacity of 4: it doubles, keeping what was written
     keys, values = layer.update(second, second.clone())
     assert cache.capacity >= 6 and keys.shape == (2, 1, 6, 2)
     torch.testing.assert_close(keys[0, 0, 0:3], first[0, 0])
@@ -477,3 +484,133 @@ def test_decoders_give_the_same_answers_with_and_without_multirow_linears(lively
 
 def test_teacher_forced_logprobs_equal_the_layout_forward_with_multirow_linears(lively, torch_threads):
     test_teacher_forced_logprobs_equal_the_layout_forward(lively, STRUCTURES[0], POLICIES[1])
+
+
+# --- static shapes and the compiled step (decode.compile; pasta/decoding/step.py) -----------------------------------
+
+
+def graphs_compiled() -> int:
+    """Graphs torch.compile has compiled in this process (the compiled step is shared by every decode)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def test_decode_steps_feed_bucketed_shapes_and_prefills_their_own(lively, monkeypatch):
+    from pasta.decoding import step
+
+    shapes = {"prefill": [], "decode": []}
+    model_step = step.model_step
+
+    def spy(model, cache, input_ids, position_ids, attention_mask, logits_to_keep=0):
+        kind = "decode" if isinstance(logits_to_keep, int) and logits_to_keep == 0 else "prefill"
+        shapes[kind].append((tuple(input_ids.shape), tuple(position_ids.shape),
+                             None if attention_mask is None else tuple(attention_mask.shape)))
+        return model_step(model, cache, input_ids, position_ids, attention_mask, logits_to_keep)
+
+    monkeypatch.setattr(step, "model_step", spy)
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
+    prompts = [prompt(tokenizer, "Tips", go), prompt(tokenizer, "More tips, longer prompt here", go)]
+    config = DecodeConfig(max_new_tokens=24, max_chunk_tokens=7)
+    assert [r.stats.num_threads for r in decode_async(speaker, tokenizer, prompts, config, ReservationPolicy())] \
+        == [1, 1]
+    decode_sequential(model, tokenizer, prompts[:1], config)
+    prompt_len = max(len(ids) for ids in prompts)
+    assert {s[0][1] for s in shapes["prefill"]} == {prompt_len, len(prompts[0])}  # exact: a prompt's own shape
+    num_rows = {ids[1] for ids, _, _ in shapes["decode"]}
+    assert num_rows >= {1, 4} and num_rows <= set(range(1, 9))  # the fork step feeds the opener's rows too
+    for input_shape, position_shape, mask_shape in shapes["decode"]:
+        batch, rows = input_shape
+        assert position_shape == input_shape and mask_shape == (batch, 1, rows, 256)  # one slot bucket
+
+
+@pytest.mark.slow
+def test_compiled_decoders_give_the_eager_greedy_answers_on_the_tiny_model(lively):
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
+    prompts = [prompt(tokenizer, "Tips", go), prompt(tokenizer, "Give three tips for sleeping well."),
+               prompt(tokenizer, "More tips, longer prompt here", go)]
+    answers = {}
+    for compile in (False, True):
+        config = DecodeConfig(max_new_tokens=20, max_chunk_tokens=7, compile=compile)
+        asynchronous = decode_async(speaker, tokenizer, prompts, config, ReservationPolicy())
+        answers[compile] = (
+            [(r.token_ids, r.token_doc, r.stats.num_steps) for r in asynchronous],
+            [r.token_ids for r in decode_sequential(model, tokenizer, prompts, config)],
+            decode_sequential(model, tokenizer, prompts[1:2], config)[0].token_ids,
+        )
+        assert [r.stats.num_threads for r in asynchronous] == [1, 0, 1]
+    assert answers[True] == answers[False]
+
+
+@pytest.mark.slow
+def test_compiled_teacher_forcing_gives_the_eager_logprobs_and_steps(lively):
+    model, tokenizer = lively
+    prompt_ids = prompt(tokenizer, "Give tips.")
+    for text in (STRUCTURES[0], STRUCTURES[3]):
+        doc = token_doc(tokenizer, text)
+        eager, eager_stats = teacher_forced_logprobs(model, tokenizer, prompt_ids, doc, ReservationPolicy())
+        compiled, stats = teacher_forced_logprobs(model, tokenizer, prompt_ids, doc, ReservationPolicy(),
+                                                  compile=True)
+        torch.testing.assert_close(compiled.main, eager.main, atol=1e-4, rtol=1e-4)
+        for compiled_chunk, eager_chunk in zip(compiled.chunks, eager.chunks, strict=True):
+            torch.testing.assert_close(compiled_chunk, eager_chunk, atol=1e-4, rtol=1e-4)
+        assert (stats.num_steps, stats.num_tokens) == (eager_stats.num_steps, eager_stats.num_tokens)
+
+
+@pytest.mark.slow
+def test_a_compiled_answer_that_crosses_slot_buckets_compiles_nothing_after_its_warm_up(lively):
+    """A 250-token chunk outgrows the cache's first capacity and crosses a slot bucket, and so does a long
+    sequential answer: their second decode (the first one is the warm-up) compiles nothing."""
+    model, tokenizer = lively
+    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
+    red = words(tokenizer, " red")[0]
+    chain = list(range(1000, 1250))
+    speaker.transitions.update({red: chain[0], **dict(zip(chain, chain[1:], strict=False)),
+                                chain[-1]: TagIds.from_tokenizer(tokenizer).async_end})
+    ids = prompt(tokenizer, "Tips", go)
+    answers = {}
+    for compile in (False, True, True):
+        config = DecodeConfig(max_new_tokens=12, max_chunk_tokens=300, compile=compile)
+        graphs = graphs_compiled()
+        chunked = decode_async(speaker, tokenizer, [ids], config, ReservationPolicy("exact"))[0]
+        long = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=260, compile=compile))[0]
+        answers.setdefault(compile, []).append((chunked.token_doc, long.token_ids))
+        assert len(chunked.token_doc.chunks[0].body_ids) == 252 and len(long.token_ids) == 260
+    assert graphs_compiled() == graphs  # the last decode, after a warm-up of the same answers
+    assert answers[True] == [answers[False][0]] * 2
+
+
+def test_compile_mode_is_one_of_torch_compiles():
+    with pytest.raises(PastaError, match="compile_mode: one of default, reduce-overhead"):
+        DecodeConfig(compile=True, compile_mode="fastest")
+
+
+@pytest.mark.slow
+def test_a_decode_step_that_cannot_be_compiled_stops_with_one_error_line_saying_how_to_turn_it_off(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "CXX": "no-such-compiler",
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # a fresh cache: nothing compiled before
+    done = subprocess.run(
+        [sys.executable, "-m", "pasta.generate", "model=tiny", "max_new_tokens=4", "num_threads=1", "prompt=Hi",
+         "decode.compile=true", f"hydra.run.dir={tmp_path}"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    assert "could not compile the decode step" in errors[0] and "C++ compiler" in errors[0]
+    assert "decode.compile=false" in errors[0]
+
+
+@pytest.mark.slow
+def test_compiled_decoders_give_the_eager_greedy_answers_on_the_embedded_model(embedded_model_and_tokenizer):
+    model, tokenizer = (copy.deepcopy(x) for x in embedded_model_and_tokenizer)  # the session's stays as it is
+    add_tag_tokens(tokenizer, model)  # the asynchronous decoder needs them
+    ids = prompt(tokenizer, "Give three tips for staying healthy.")
+    answers = {}
+    for compile in (False, True):
+        config = DecodeConfig(max_new_tokens=24, compile=compile)
+        answers[compile] = (decode_sequential(model, tokenizer, [ids], config)[0].token_ids,
+                            decode_async(model, tokenizer, [ids], config, ReservationPolicy())[0].token_ids)
+    assert answers[True] == answers[False]
+    assert len(set(answers[True][0])) > 10  # an answer, not a token repeated

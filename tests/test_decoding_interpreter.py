@@ -101,7 +101,8 @@ def test_main_rows_never_see_unjoined_chunks_and_chunks_never_see_each_other():
     def check(plan):
         for i, thread in enumerate(plan.threads):
             owner[plan.start_slot + i] = thread
-        inputs = step_inputs([plan], [it], 0, plan.start_slot + len(plan.token_ids), torch.float32, "cpu")
+        inputs = step_inputs([plan], [it], 0, len(plan.token_ids), plan.start_slot + len(plan.token_ids), torch.float32,
+                             "cpu")
         visible = inputs["attention_mask"][0, 0] == 0  # [q, used]
         for i, thread in enumerate(plan.threads):
             seen = {owner[s] for s in range(visible.shape[1]) if visible[i, s]}

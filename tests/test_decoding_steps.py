@@ -22,7 +22,7 @@ def written_cache(num_rows: int, capacity: int, offset: float = 0.0) -> SlotCach
     """A one-layer cache whose row b holds the value b + offset in its first two slots."""
     cache = SlotCache(num_layers=1, capacity=capacity)
     rows = torch.arange(num_rows, dtype=torch.float32).view(num_rows, 1, 1, 1) + offset
-    cache.begin_step([0] * num_rows, 2)
+    cache.begin_step([0] * num_rows, 2, kv_length=2)
     cache.layers[0].update(rows.expand(num_rows, 1, 2, 2).clone(), rows.expand(num_rows, 1, 2, 2).clone())
     return cache
 
@@ -41,7 +41,7 @@ def test_cache_rows_leave_by_taking_the_last_row_and_join_into_the_freed_room():
     other = written_cache(2, capacity=8, offset=10.0)
     cache.merge(other)  # more rows than the room left, and a larger capacity: both grow
     assert row_values(cache) == [3.0, 1.0, 0.0, 10.0, 11.0]
-    assert cache.capacity == 8 and cache.layers[0].keys.shape == (5, 1, 8, 2)
+    assert cache.capacity == 8 and cache.layers[0].keys.shape == (5, 1, 9, 2)  # a spare slot (cache.py)
     assert cache.layers[0].values[4, 0, :2, 0].tolist() == [11.0, 11.0]
 
 

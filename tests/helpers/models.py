@@ -54,24 +54,26 @@ class WrappedModel(torch.nn.Module):
 class Scripted(WrappedModel):
     """A model whose next token after each `transitions` key is that key's value (a large logit bias), so that a
     random model writes PASTA-LANG where a test needs it; each forward takes at least `delay_s` (a request that
-    stays running while a test looks at it)."""
+    stays running while a test looks at it). The bias is tensor arithmetic, so the decoders' compiled step
+    (decode.compile) compiles this forward too."""
 
     def __init__(self, model, transitions: dict[int, int], delay_s: float = 0.0):
         super().__init__(model)
         self.transitions, self.delay_s = transitions, delay_s
 
     def forward(self, input_ids, logits_to_keep=0, **kwargs):
-        time.sleep(self.delay_s)
+        if self.delay_s:
+            time.sleep(self.delay_s)
         out = self.model(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
-        if isinstance(logits_to_keep, torch.Tensor):  # the decoders: the kept rows of every request
-            last_ids = input_ids[logits_to_keep]  # [N]
-            logits = out.logits  # [N, V]
-        else:  # generate: the last row of each request
-            last_ids = input_ids[:, -1]  # [B]
-            logits = out.logits[:, -1]  # [B, V]
-        for row, token_id in enumerate(last_ids.tolist()):
-            if token_id in self.transitions:
-                logits[row, self.transitions[token_id]] += 1e4
+        logits = out.logits  # [N, V] (the decoders' prefill: its kept rows) or [B, q, V]
+        if isinstance(logits_to_keep, torch.Tensor):
+            fed_ids = input_ids[logits_to_keep]  # [N]
+        else:  # generate keeps the last row (logits_to_keep=1); the decoders' decode steps keep every row
+            fed_ids = input_ids[:, -logits.shape[1] :]  # [B, q]
+        sources = torch.tensor(list(self.transitions), device=input_ids.device)  # [T]
+        targets = torch.tensor(list(self.transitions.values()), device=input_ids.device)  # [T]
+        hits = (fed_ids[..., None] == sources).to(logits.dtype)  # [..., T]
+        logits += 1e4 * (hits @ torch.nn.functional.one_hot(targets, logits.shape[-1]).to(logits.dtype))
         return out
 
 

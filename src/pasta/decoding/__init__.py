@@ -11,15 +11,16 @@ Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread 
 wires parser (the main thread's promise tags -> typed events), visibility (the per-request visibility table and
 cache slots) and scheduler (the StepPlan: which tokens each thread feeds next), with threads (the chunk and
 main-thread records and their states) and render (items -> text, document, TokenDoc),
-cache (slot-indexed KV cache), runner (StepBatch, one step of a batch that requests join and leave, and the step
-loop), plain (the sequential baseline as a step-planning request, for continuous batching), attention
+cache (slot-indexed KV cache), step (a decode step's forward over bucketed shapes, eager or compiled), runner
+(StepBatch, one step of a batch that requests join and leave, and the step loop), plain (the sequential baseline
+as a step-planning request, for continuous batching), attention
 (grouped-query SDPA on CPU), linears (linear layers of multi-row steps over every CPU thread), grammar (the tokens
 that keep each thread's PASTA-LANG well-formed, for `decode.constrain`), sampling, text (detokenizing, stop strings,
 streaming),
 asynchronous and sequential (the entry points), result (DecodeResult, DecodeStats, TokenLogprobs).
 
-Both decoders work with a compiled forward (`model.forward = torch.compile(model.forward, dynamic=True)`, at the
-call site; the first decode then pays the compilation).
+`DecodeConfig(compile=True)` (`decode.compile=true`) compiles both decoders' decode steps with torch.compile; the
+first decode pays the compilation, later ones reuse it (pasta/decoding/step.py).
 """
 
 from pasta.decoding.asynchronous import decode_async, stream_async, teacher_forced_logprobs

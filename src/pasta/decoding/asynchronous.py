@@ -160,12 +160,16 @@ def teacher_forced_logprobs(
     prompt_ids: list[int],
     token_doc: TokenDoc,
     policy: ReservationPolicy,
+    *,
+    compile: bool = False,
+    compile_mode: str | None = None,
 ) -> tuple[TokenLogprobs, DecodeStats]:
     """Replay `token_doc` through the decoder (every thread's tokens forced, nothing sampled).
 
     Returns the log-probability of each sampled token under the model, in the decoder's own steps (they equal
     one forward over `pasta.lang.build_layout` of the same structure), and the stats of the replay, whose
-    num_steps / num_tokens are `pasta.lang.schedule(token_doc)`'s.
+    num_steps / num_tokens are `pasta.lang.schedule(token_doc)`'s. `compile` / `compile_mode`: as
+    `DecodeConfig.compile` / `compile_mode`.
     """
     tags = token_doc.tag_ids
     for k, chunk in enumerate(token_doc.chunks):
@@ -173,7 +177,8 @@ def teacher_forced_logprobs(
             raise PastaError(f"chunk {k} of the token_doc must end with <|async_end|>, and only there")
     longest = max([len(c.body_ids) for c in token_doc.chunks] + [1])
     config = DecodeConfig(max_new_tokens=max(1, len(token_doc.main_ids)),
-                          max_threads=max(1, len(token_doc.chunks)), max_chunk_tokens=longest)
+                          max_threads=max(1, len(token_doc.chunks)), max_chunk_tokens=longest,
+                          compile=compile, compile_mode=compile_mode)
     interpreters = _interpreters(model, tokenizer, [prompt_ids], config, policy)
     streams = {MAIN_THREAD: list(token_doc.main_ids)}
     streams.update({k + 1: list(c.body_ids) for k, c in enumerate(token_doc.chunks)})

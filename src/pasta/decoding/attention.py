@@ -26,7 +26,8 @@ def sdpa_grouped_attention(module, query, key, value, attention_mask, dropout=0.
     is_causal = attention_mask is None and query.shape[2] > 1 and (is_causal if is_causal is not None else True)
     output = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=is_causal,
-        enable_gqa=query.shape[1] != key.shape[1],
+        # From the module, not from the shapes: under torch.compile(dynamic=True) a shape comparison is symbolic.
+        enable_gqa=getattr(module, "num_key_value_groups", 1) > 1,
     )  # [B, H, q, D]
     return output.transpose(1, 2).contiguous(), None  # [B, q, H, D]
 

@@ -1,10 +1,12 @@
 """A preallocated KV cache written by slot index: one interleaved cache per request, all requests in one batch.
 
-Every thread of a request appends to the same cache: the runner hands each forward the first free slot of each
-request (`begin_step`), the new key/value rows of request b land in slots [start_b, start_b + q), and attention
-runs over the used prefix [0, max_b(start_b) + q) only, as a view (no copy). Rows of a request that are padding
-in this step are written beyond that request's counter, where its next real rows will overwrite them; the mask
-never lets a real row see them.
+Every thread of a request appends to the same cache. Before each forward the caller names where the step's rows
+go (`begin_step(starts, q, kv_length)`: row i of request b lands in slot starts[b] + i, written by index, no copy
+of the rest) and how many slots attention reads: the first `kv_length`, as a view (no copy). Rows
+of a request that are padding in this step are written beyond that request's counter, where its next real rows
+will overwrite them; the mask never lets a real row see them. Nothing in `update` depends on a Python value that
+changes from step to step except `kv_length`, which moves in buckets (pasta/decoding/step.py), so a compiled step
+reuses its graph; the stores never move between steps (CUDA graphs replay on their addresses).
 
 Why not transformers' caches: `DynamicCache` concatenates (a copy of the whole cache per layer per step) and
 `StaticCache` attends over its whole preallocated length; both advance every request by the same q.
@@ -19,10 +21,22 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 
+def _static_store(store: torch.Tensor) -> torch.Tensor:
+    """A key or value store [R, H, C + 1, D] as torch.compile should see it: its address stays put between steps
+    (so CUDA graphs write into it in place, and a new store re-records rather than recompiles), and its head and
+    head-size dims are the model's constants (only rows and capacity may change). The one slot beyond the capacity
+    is never written: with it the attended view [:kv] is never the whole store, so the compiled step does not
+    guard on whether it is (a contiguity check) and recompile once the capacity outgrows the slot bucket."""
+    torch._dynamo.mark_static_address(store, guard=False)
+    torch._dynamo.mark_static(store, 1)
+    torch._dynamo.mark_static(store, 3)
+    return store
+
+
 class SlotLayer(CacheLayerMixin):
     """One layer's keys and values [B, H_kv, capacity, D], written at the owner's current slots."""
 
-    is_compileable = False
+    is_compileable = True
     is_sliding = False
 
     def __init__(self, owner: SlotCache):
@@ -32,43 +46,43 @@ class SlotLayer(CacheLayerMixin):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, num_heads = key_states.shape[:2]
         self.dtype, self.device = key_states.dtype, key_states.device
-        capacity = self.owner.capacity
+        num_slots = self.owner.capacity + 1  # see _static_store
         # keys / values are views of the first B rows of these stores, so rows can leave and join without
         # reallocating the whole cache (continuous batching); a static batch uses every row.
-        self._key_store = key_states.new_zeros(batch, num_heads, capacity, key_states.shape[-1])  # [R, H, C, D]
-        self._value_store = value_states.new_zeros(batch, num_heads, capacity, value_states.shape[-1])
-        self._use_rows(batch)
+        self._set_stores(key_states.new_zeros(batch, num_heads, num_slots, key_states.shape[-1]),  # [R, H, C+1, D]
+                         value_states.new_zeros(batch, num_heads, num_slots, value_states.shape[-1]), batch)
         self.is_initialized = True
+
+    def _set_stores(self, key_store: torch.Tensor, value_store: torch.Tensor, num_rows: int) -> None:
+        self._key_store, self._value_store = _static_store(key_store), _static_store(value_store)
+        self._use_rows(num_rows)
 
     def _use_rows(self, num_rows: int) -> None:
         self.keys = self._key_store[:num_rows]  # [B, H, C, D]
         self.values = self._value_store[:num_rows]  # [B, H, C, Dv]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write this step's rows [B, H, q, D] at the owner's slot ids; the first kv_length slots [B, H, kv, D]."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        owner = self.owner
-        num_new = key_states.shape[-2]
-        if owner.aligned_start is not None:  # every request starts at the same slot: one slice copy
-            start = owner.aligned_start
-            self.keys[:, :, start : start + num_new] = key_states
-            self.values[:, :, start : start + num_new] = value_states
-        else:
-            index = owner.slot_index(key_states.shape[1], key_states.shape[-1])  # [B, H, q, D]
-            self.keys.scatter_(2, index, key_states)
-            self.values.scatter_(2, index, value_states)
-        used = owner.used_length
-        return self.keys[:, :, :used], self.values[:, :, :used]  # [B, H, used, D]
+        num_rows = key_states.shape[0]
+        # The stores themselves are written (not the `keys` view): a compiled step then writes in place.
+        rows = torch.arange(num_rows, device=key_states.device)[:, None]  # [B, 1]
+        slots = self.owner.slot_ids  # [B, q]
+        self._key_store[rows, :, slots] = key_states.transpose(1, 2)  # [B, q, H, D] at (b, :, slot)
+        self._value_store[rows, :, slots] = value_states.transpose(1, 2)
+        kv_length = self.owner.kv_length
+        return self._key_store[:num_rows, :, :kv_length], self._value_store[:num_rows, :, :kv_length]
 
     def _reallocate(self, num_store_rows: int, capacity: int) -> None:
         """New stores of this size, holding the live rows."""
         num_rows = self.keys.shape[0]
-        for name in ("_key_store", "_value_store"):
-            old = getattr(self, name)
-            new = old.new_zeros(num_store_rows, old.shape[1], capacity, old.shape[-1])
+        stores = []
+        for old in (self._key_store, self._value_store):
+            new = old.new_zeros(num_store_rows, old.shape[1], capacity + 1, old.shape[-1])  # see _static_store
             new[:num_rows, :, : old.shape[2]] = old[:num_rows]
-            setattr(self, name, new)
-        self._use_rows(num_rows)
+            stores.append(new)
+        self._set_stores(*stores, num_rows)
 
     def grow(self, capacity: int) -> None:
         if self.is_initialized:
@@ -80,7 +94,7 @@ class SlotLayer(CacheLayerMixin):
             return
         old_rows = self.keys.shape[0]
         if old_rows + num_rows > self._key_store.shape[0]:
-            self._reallocate(max(2 * self._key_store.shape[0], old_rows + num_rows), self._key_store.shape[2])
+            self._reallocate(max(2 * self._key_store.shape[0], old_rows + num_rows), self.owner.capacity)
         self._key_store[old_rows : old_rows + num_rows].zero_()
         self._value_store[old_rows : old_rows + num_rows].zero_()
         self._use_rows(old_rows + num_rows)
@@ -91,7 +105,7 @@ class SlotLayer(CacheLayerMixin):
             raise ValueError("only caches that have run a forward can be merged")
         old_rows, num_rows = self.keys.shape[0], other.keys.shape[0]
         if old_rows + num_rows > self._key_store.shape[0]:
-            self._reallocate(max(2 * self._key_store.shape[0], old_rows + num_rows), self._key_store.shape[2])
+            self._reallocate(max(2 * self._key_store.shape[0], old_rows + num_rows), self.owner.capacity)
         self._key_store[old_rows : old_rows + num_rows] = other.keys
         self._value_store[old_rows : old_rows + num_rows] = other.values
         self._use_rows(old_rows + num_rows)
@@ -107,9 +121,8 @@ class SlotLayer(CacheLayerMixin):
 
     def keep(self, batch_indices: torch.Tensor) -> None:
         if self.is_initialized:
-            self._key_store = self.keys.index_select(0, batch_indices.to(self.device))
-            self._value_store = self.values.index_select(0, batch_indices.to(self.device))
-            self._use_rows(len(batch_indices))
+            index = batch_indices.to(self.device)
+            self._set_stores(self.keys.index_select(0, index), self.values.index_select(0, index), len(index))
 
     def num_bytes(self) -> int:
         """Memory of the stores (live rows and the spare ones)."""
@@ -118,7 +131,7 @@ class SlotLayer(CacheLayerMixin):
         return sum(t.numel() * t.element_size() for t in (self._key_store, self._value_store))
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.owner.seq_length + query_length, 0
+        return self.owner.kv_length, 0
 
     def get_seq_length(self) -> int:
         return self.owner.seq_length
@@ -128,17 +141,14 @@ class SlotLayer(CacheLayerMixin):
 
 
 class SlotCache(Cache):
-    """The batch's cache. Call `begin_step(starts, q)` before each forward; `starts[b]` is request b's first slot."""
+    """The batch's cache. Call `begin_step(starts, q, kv_length)` before each forward; `starts[b]` is request b's
+    first slot."""
 
     def __init__(self, num_layers: int, capacity: int):
         self.capacity = capacity
-        self.starts: list[int] = []
-        self.num_new = 0
-        self.aligned_start: int | None = None
-        self.used_length = 0
-        self.seq_length = 0  # slots before this step (aligned batches; transformers sizes 2-D masks with it)
-        self._index: torch.Tensor | None = None
-        self._index_key: tuple[int, int] | None = None
+        self.slot_ids: torch.Tensor | None = None  # [B, q]: the slot of each row of the next forward
+        self.kv_length = 0  # slots the next forward attends over
+        self.seq_length = 0  # the largest request's slots before this step (transformers' `get_seq_length`)
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
 
     @classmethod
@@ -146,28 +156,23 @@ class SlotCache(Cache):
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         return cls(config.num_hidden_layers, capacity)
 
-    def begin_step(self, starts: list[int], num_new: int, device: torch.device | str = "cpu") -> None:
-        """Place the next forward's `num_new` rows of request b at slots [starts[b], starts[b] + num_new)."""
-        self.starts = list(starts)
-        self.num_new = num_new
-        self.used_length = max(starts) + num_new
+    def begin_step(self, starts: list[int], num_rows: int, kv_length: int,
+                   device: torch.device | str = "cpu") -> None:
+        """Place the next forward's `num_rows` rows of request b at slots [starts[b], starts[b] + num_rows); its
+        attention reads the first `kv_length` slots. The capacity grows to hold both."""
+        needed = max(max(starts) + num_rows, kv_length)
+        if needed > self.capacity:
+            self.grow(max(2 * self.capacity, needed))
+        self.slot_ids = torch.tensor(starts, device=device)[:, None] + torch.arange(num_rows, device=device)  # [B, q]
+        self.kv_length = kv_length
         self.seq_length = max(starts)
-        if self.used_length > self.capacity:
-            self.capacity = max(2 * self.capacity, self.used_length)
-            for layer in self.layers:
-                layer.grow(self.capacity)
-        self.aligned_start = starts[0] if all(s == starts[0] for s in starts) else None
-        self._index = None
-        self._device = device
 
-    def slot_index(self, num_heads: int, head_dim: int) -> torch.Tensor:
-        """The scatter index [B, H, q, D] of this step's rows, built once per step and shared by all layers."""
-        if self._index is None or self._index_key != (num_heads, head_dim):
-            starts = torch.tensor(self.starts, device=self._device)[:, None]  # [B, 1]
-            slots = starts + torch.arange(self.num_new, device=self._device)  # [B, q]
-            self._index = slots[:, None, :, None].expand(-1, num_heads, -1, head_dim)  # [B, H, q, D]
-            self._index_key = (num_heads, head_dim)
-        return self._index
+    def grow(self, capacity: int) -> None:
+        """At least `capacity` slots per row, what was written kept."""
+        if capacity > self.capacity:
+            self.capacity = capacity
+            for layer in self.layers:
+                layer.grow(capacity)
 
     def add_rows(self, num_rows: int) -> None:
         """Append empty batch rows for requests joining a running batch (their slots start at 0)."""
@@ -177,11 +182,8 @@ class SlotCache(Cache):
     def merge(self, other: SlotCache) -> None:
         """Append `other`'s batch rows after this cache's (both have run a forward; capacities align upward)."""
         capacity = max(self.capacity, other.capacity)
-        for cache in (self, other):
-            if cache.capacity < capacity:
-                cache.capacity = capacity
-                for layer in cache.layers:
-                    layer.grow(capacity)
+        self.grow(capacity)
+        other.grow(capacity)
         for mine, theirs in zip(self.layers, other.layers, strict=True):
             mine.append(theirs)
 

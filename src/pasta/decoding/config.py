@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from pasta.errors import PastaError
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -85,6 +87,19 @@ class DecodeConfig:
                           "pasta/decoding/linears.py); the prefill and larger steps, or false: transformers' own "
                           "F.linear"},
     )
+    compile: bool = field(
+        default=False,
+        metadata={"help": "torch.compile the decode steps of both decoders (pasta/decoding/step.py): the first decode "
+                          "pays the compilation (minutes on a CPU), later ones reuse it; greedy answers stay the "
+                          "eager ones. A step that cannot be compiled (no C++ compiler, an unsupported op) stops "
+                          "with an error; false = eager"},
+    )
+    compile_mode: str | None = field(
+        default=None,
+        metadata={"help": "torch.compile mode with decode.compile: default, reduce-overhead (CUDA graphs), "
+                          "max-autotune, max-autotune-no-cudagraphs; null = reduce-overhead on CUDA, default "
+                          "elsewhere"},
+    )
 
     def __post_init__(self) -> None:
         # A config node gives a list; a tuple keeps the frozen config hashable.
@@ -99,3 +114,5 @@ class DecodeConfig:
             raise PastaError(f"max_total_tokens: must be >= 1 or null, got {self.max_total_tokens}")
         if any(not s for s in self.stop_strings):
             raise PastaError("stop_strings: may not contain an empty string")
+        if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
+            raise PastaError(f"compile_mode: one of {', '.join(COMPILE_MODES)} or null, got {self.compile_mode}")

@@ -71,7 +71,7 @@ class PlainInterpreter:
     def plan(self) -> StepPlan:
         """The prompt at the first step, then the last sampled token; the last fed row chooses the next one."""
         self.num_steps += 1
-        plan = StepPlan(self.visibility.num_slots)
+        plan = StepPlan(self.visibility.num_slots, prefill=not self.main_ids)
         for token_id in self.main_ids[-1:] if self.main_ids else self.prompt_ids:
             slot = self.visibility.take_slot(MAIN_ROW)
             plan.feed(token_id, slot, MAIN_ROW, MAIN_THREAD)  # one thread: positions are slots

@@ -2,9 +2,12 @@
 
 Each step: every unfinished request's interpreter plans what it feeds (`Interpreter.plan`); the runner pads the
 plans to one [B, q] block, places request b's rows at its own next cache slots (`SlotCache.begin_step`), builds
-the additive mask [B, 1, q, used] from the interpreters' visibility rows and runs the model once, keeping logits
-only for the rows that choose a token. A chooser (sampling, or teacher forcing) picks the tokens and the
-interpreters commit them. Finished requests leave the batch, so their rows stop costing compute.
+the additive mask [B, 1, q, kv] from the interpreters' visibility rows and runs the model once. A chooser
+(sampling, or teacher forcing) picks the tokens from the logits of the rows that choose one and the interpreters
+commit them. Finished requests leave the batch, so their rows stop costing compute.
+
+Decode steps take the shapes of pasta/decoding/step.py's buckets (q padded, kv the used slots rounded up), so a
+compiled step (`decode.compile`) reuses its graph; a step that feeds a prompt runs eagerly at its own length.
 
 `StepBatch` holds those pieces, so that requests can also join and leave between steps (continuous batching, as
 a server does); `run_steps` is the batch decoder's loop over it.
@@ -27,6 +30,7 @@ from pasta.decoding.cache import SlotCache
 from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.linears import multirow_linears
 from pasta.decoding.scheduler import StepPlan
+from pasta.decoding.step import StepForward, bucket_rows, bucket_slots
 from pasta.decoding.visibility import PAD_ROW
 
 # (request index, logits [n, V] of its choosing rows, the thread of each row) -> the n chosen token ids
@@ -50,34 +54,34 @@ class RequestClock:
         self.bookkeeping_s += bookkeeping_s
 
 
-def step_inputs(plans: list[StepPlan], interpreters: list[Interpreter], pad_id: int, used_length: int,
-                dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
-    """The forward's inputs for one step: input_ids, position_ids [B, q], attention_mask [B, 1, q, used] and
-    logits_to_keep [B, q] (bool: the rows that choose a token)."""
-    num_new = max(len(p.token_ids) for p in plans)
-    token_rows, position_rows, keep_rows, visible_rows = [], [], [], []
+def step_inputs(plans: list[StepPlan], interpreters: list[Interpreter], pad_id: int, num_rows: int,
+                kv_length: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    """The forward's inputs for one step, each request's plan padded to `num_rows` rows: input_ids, position_ids
+    [B, q] and the additive attention_mask [B, 1, q, kv] over the first `kv_length` slots."""
+    token_rows, position_rows, visible_rows = [], [], []
     for plan, interpreter in zip(plans, interpreters, strict=True):
-        num_pad = num_new - len(plan.token_ids)
+        num_pad = num_rows - len(plan.token_ids)
         token_rows.append(plan.token_ids + [pad_id] * num_pad)
         position_rows.append(plan.positions + [0] * num_pad)
-        keep = [False] * num_new
-        for index in plan.sample_feeds:
-            keep[index] = True
-        keep_rows.append(keep)
         rows = torch.tensor(plan.rows + [PAD_ROW] * num_pad, device=interpreter.vis.device)
-        visible_rows.append(interpreter.vis[rows, :used_length])  # [q, used]
-    visible = torch.stack(visible_rows).to(device)  # [B, q, used]
+        visible_rows.append(interpreter.vis[rows, :kv_length])  # [q, kv]
+    visible = torch.stack(visible_rows).to(device)  # [B, q, kv]
     # Row i of request b sees its thread's slots up to its own: the causal order among one step's new rows.
     starts = torch.tensor([p.start_slot for p in plans], device=device)
-    last_visible = starts[:, None] + torch.arange(num_new, device=device)  # [B, q]
-    visible &= torch.arange(used_length, device=device) <= last_visible[..., None]  # [B, q, used]
+    last_visible = starts[:, None] + torch.arange(num_rows, device=device)  # [B, q]
+    visible &= torch.arange(kv_length, device=device) <= last_visible[..., None]  # [B, q, kv]
     mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, torch.finfo(dtype).min)
     return {
         "input_ids": torch.tensor(token_rows, device=device),  # [B, q]
         "position_ids": torch.tensor(position_rows, device=device),  # [B, q]
-        "attention_mask": mask.unsqueeze(1),  # [B, 1, q, used]
-        "logits_to_keep": torch.tensor(keep_rows, device=device),  # [B, q]
+        "attention_mask": mask.unsqueeze(1),  # [B, 1, q, kv]
     }
+
+
+def choosing_rows(plans: list[StepPlan], num_rows: int, device: torch.device) -> torch.Tensor:
+    """The rows whose logits choose a token, as indices into the step's [B * q] rows, in request order."""
+    return torch.tensor([b * num_rows + i for b, plan in enumerate(plans) for i in plan.sample_feeds],
+                        device=device)  # [n]
 
 
 class StepBatch:
@@ -90,9 +94,10 @@ class StepBatch:
     order; `remove`, reordering), which is what continuous batching needs. An empty batch drops its cache.
     """
 
-    def __init__(self, model, pad_id: int):
+    def __init__(self, model, pad_id: int, step: StepForward | None = None):
         self.model = model
         self.pad_id = pad_id
+        self.step = step or StepForward(model)
         self.device = model.device
         self.dtype = model.dtype if model.dtype.is_floating_point else torch.float32
         self.members: list[Interpreter] = []
@@ -136,17 +141,35 @@ class StepBatch:
             self.cache.keep(indices)
 
     def prepare(self, plans: list[StepPlan]) -> dict[str, torch.Tensor]:
-        """Place each member's planned rows at its next cache slots; the forward's inputs."""
-        num_new = max(len(p.token_ids) for p in plans)
-        self.cache.begin_step([p.start_slot for p in plans], num_new, self.device)
+        """Place each member's planned rows at its next cache slots; the forward's inputs. A step that feeds a
+        prompt keeps its own shape; a decode step takes its row and slot buckets (pasta/decoding/step.py)."""
+        prefill = any(p.prefill for p in plans)
+        num_rows = max(len(p.token_ids) for p in plans)
+        used_length = max(p.start_slot for p in plans) + num_rows
+        if not prefill:
+            num_rows, used_length = bucket_rows(num_rows), bucket_slots(used_length)
+        self.cache.begin_step([p.start_slot for p in plans], num_rows, used_length, self.device)
         for interpreter in self.members:
             interpreter.ensure_capacity(self.cache.capacity)
-        return step_inputs(plans, self.members, self.pad_id, self.cache.used_length, self.dtype, self.device)
+        inputs = step_inputs(plans, self.members, self.pad_id, num_rows, used_length, self.dtype, self.device)
+        if prefill:
+            keep = torch.zeros(len(plans), num_rows, dtype=torch.bool)
+            for b, plan in enumerate(plans):
+                keep[b, plan.sample_feeds] = True
+            inputs["logits_to_keep"] = keep.to(self.device)  # [B, q]: the prompt's other rows need no logits
+        else:
+            inputs["choosing_rows"] = choosing_rows(plans, num_rows, self.device)
+        return inputs
 
     @torch.inference_mode()
     def forward(self, inputs: dict[str, torch.Tensor], plans: list[StepPlan]) -> list[torch.Tensor]:
         """One forward for every member; member b's logits [len(plans[b].sample_feeds), V]."""
-        logits = self.model(**inputs, past_key_values=self.cache, use_cache=True).logits  # [num kept rows, V]
+        rows = {name: inputs[name] for name in ("input_ids", "position_ids", "attention_mask")}
+        if "logits_to_keep" in inputs:
+            logits = self.step.prefill(self.cache, **rows, logits_to_keep=inputs["logits_to_keep"])  # [n, V]
+        else:
+            logits = self.step.decode(self.cache, **rows)  # [B, q, V]
+            logits = logits.flatten(0, 1).index_select(0, inputs["choosing_rows"])  # [n, V]
         offsets = [0]
         for plan in plans:
             offsets.append(offsets[-1] + len(plan.sample_feeds))
@@ -157,8 +180,9 @@ class StepBatch:
 def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: int,
               clocks: list[RequestClock]) -> Iterator[list[int]]:
     """Decode every request until its interpreter is done; yields the requests that took part in each step."""
-    capacity = max(len(i.prompt_ids) for i in interpreters) + interpreters[0].config.max_new_tokens + 64
-    batch = StepBatch(model, pad_id)
+    config = interpreters[0].config
+    capacity = max(len(i.prompt_ids) for i in interpreters) + config.max_new_tokens + 64
+    batch = StepBatch(model, pad_id, StepForward(model, compile=config.compile, mode=config.compile_mode))
     for interpreter in interpreters:
         batch.join(interpreter, capacity)
     active = list(range(len(interpreters)))
@@ -183,8 +207,7 @@ def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: i
             for r in active:
                 clocks[r].add_step(finished - started, bookkeeping, prefill=first)
             if first:  # the prompt's prefill ran on transformers' own linears, as generate's does
-                decode_kernels.enter_context(
-                    multirow_linears(model, enabled=interpreters[0].config.cpu_multirow_linears))
+                decode_kernels.enter_context(multirow_linears(model, enabled=config.cpu_multirow_linears))
             first = False
             stepped = active
             keep = [b for b, r in enumerate(active) if not interpreters[r].done]

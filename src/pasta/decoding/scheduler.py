@@ -31,6 +31,7 @@ class StepPlan:
     """What one request feeds into the next forward (parallel lists over its fed tokens)."""
 
     start_slot: int  # cache slot of the first fed token; the others follow
+    prefill: bool = False  # the request's first step: its prompt (a length of its own; never compiled)
     token_ids: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)  # visibility-table row each token attends with
@@ -66,8 +67,8 @@ class Scheduler:
 
     def plan(self) -> StepPlan:
         """The tokens of the next forward."""
-        plan = StepPlan(self.visibility.num_slots)
-        if not self.main.prefilled:
+        plan = StepPlan(self.visibility.num_slots, prefill=not self.main.prefilled)
+        if plan.prefill:
             self.main.prefilled = True
             for position, token_id in enumerate(self.prompt_ids):
                 self._feed(plan, token_id, position, MAIN_ROW, MAIN_THREAD)

@@ -1,13 +1,16 @@
 """The sequential baseline: one token per forward, the reference every speedup is measured against.
 
 With greedy sampling it produces exactly `model.generate(do_sample=False)`'s tokens (same eos ids, same
-max_new_tokens and stop-string rule; tests/test_decoding.py checks it): a batch is left-padded with a
-2-D attention mask and position ids counted from each prompt's first token, as `generate` does, and a single
-prompt runs with no mask at all, as `generate` ends up doing. It writes into the preallocated `SlotCache` instead
-of `DynamicCache`'s concatenation, keeps logits for the last row only, and drops finished requests from the batch.
+max_new_tokens and stop-string rule; tests/test_decoding.py checks it on the tiny and the embedded model): the
+prompts' prefill is generate's (a batch left-padded with a 2-D attention mask and position ids counted from each
+prompt's first token, a single prompt with no mask at all, transformers' own attention and linears). Its decode
+steps are pasta/decoding/step.py's: one row per request, an additive mask over the cache's slot bucket written from
+a preallocated visibility row, the preallocated `SlotCache` written by index (not `DynamicCache`'s concatenation),
+so that `decode.compile` reuses one graph; their float rounding may differ from generate's, never by a token in the
+tests. It keeps logits for the last row only and drops finished requests from the batch.
 Its timings are the asynchronous runner's (`runner.RequestClock`): the prefill, the decode steps after it, and the
-bookkeeping inside both. It does not step through `runner.StepBatch`, whose 4-D visibility mask would change the
-float rounding against `generate` (pasta/decoding/plain.py is the sequential request for that batch).
+bookkeeping inside both. It does not step through `runner.StepBatch`, whose prefill's 4-D visibility mask would
+change the float rounding against `generate` (pasta/decoding/plain.py is the sequential request for that batch).
 On CPU its decode steps (up to 8 requests) run the multi-row linears of pasta/decoding/linears.py, a single row
 included: the same numbers as generate's up to float rounding, about 1.5x faster here.
 """
@@ -20,12 +23,14 @@ from dataclasses import dataclass
 
 import torch
 
+from pasta.decoding.attention import grouped_query_sdpa
 from pasta.decoding.cache import SlotCache
 from pasta.decoding.config import DecodeConfig
 from pasta.decoding.linears import multirow_linears
 from pasta.decoding.result import DecodeResult, DecodeStats
 from pasta.decoding.runner import RequestClock
 from pasta.decoding.sampling import choose_tokens, request_generators
+from pasta.decoding.step import StepForward, bucket_slots
 from pasta.decoding.text import (
     SampledAnswer,
     TextCallback,
@@ -44,15 +49,16 @@ class _Rows:
 
     request_ids: list[int]
     cache: SlotCache
-    padding_mask: torch.Tensor  # [B, used]: 0 for the left padding of shorter prompts
+    visible: torch.Tensor  # [B, C] bool: the slots each row sees (not its prompt's left padding), set by index
+    num_slots: int  # slots written, the same for every row (left padding evens out the prompts)
     next_position: torch.Tensor  # [B]: position of the token each row feeds next, less one
 
     def keep(self, indices: list[int]) -> None:
         """Keep these rows, in this order; the others are done."""
         self.request_ids = [self.request_ids[b] for b in indices]
         self.cache.keep(indices)
-        index = torch.tensor(indices, device=self.padding_mask.device)
-        self.padding_mask, self.next_position = self.padding_mask[index], self.next_position[index]
+        index = torch.tensor(indices, device=self.visible.device)
+        self.visible, self.next_position = self.visible[index], self.next_position[index]
 
 
 def _check_inputs(prompt_ids_batch: list[list[int]], forced_ids: list[list[int]] | None) -> None:
@@ -62,7 +68,7 @@ def _check_inputs(prompt_ids_batch: list[list[int]], forced_ids: list[list[int]]
         raise PastaError("forced_ids needs one non-empty response per prompt")
 
 
-def _prefill(model, prompt_ids_batch: list[list[int]], pad_id: int, num_new_slots: int,
+def _prefill(model, step: StepForward, prompt_ids_batch: list[list[int]], pad_id: int, num_new_slots: int,
              use_mask: bool) -> tuple[_Rows, torch.Tensor]:
     """The prompts, left-padded, in one forward; the rows and the logits [B, V] of each one's first token."""
     device = model.device
@@ -72,35 +78,36 @@ def _prefill(model, prompt_ids_batch: list[list[int]], pad_id: int, num_new_slot
         [[0] * (prompt_len - len(ids)) + [1] * len(ids) for ids in prompt_ids_batch], device=device
     )  # [B, S]
     position_ids = (padding_mask.cumsum(-1) - 1).masked_fill_(padding_mask == 0, 1)  # [B, S]
-    cache = SlotCache.for_model(model, prompt_len + num_new_slots)
-    cache.begin_step([0] * len(prompt_ids_batch), prompt_len, device)
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=padding_mask if use_mask else None,
-        position_ids=position_ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    ).logits[:, -1]  # [B, V]
-    rows = _Rows(list(range(len(prompt_ids_batch))), cache, padding_mask, position_ids[:, -1])
+    capacity = bucket_slots(prompt_len + num_new_slots)  # every decode step's slot bucket fits: no regrowth
+    cache = SlotCache.for_model(model, capacity)
+    cache.begin_step([0] * len(prompt_ids_batch), prompt_len, prompt_len, device)
+    logits = step.prefill(cache, input_ids, position_ids, padding_mask if use_mask else None,
+                          logits_to_keep=1)[:, -1]  # [B, V]
+    visible = torch.zeros(len(prompt_ids_batch), capacity, dtype=torch.bool, device=device)  # [B, C]
+    visible[:, :prompt_len] = padding_mask.bool()
+    rows = _Rows(list(range(len(prompt_ids_batch))), cache, visible, prompt_len, position_ids[:, -1])
     return rows, logits
 
 
-def _decode_step(model, rows: _Rows, token_ids: list[int], use_mask: bool) -> torch.Tensor:
+def _decode_step(step: StepForward, rows: _Rows, token_ids: list[int], dtype: torch.dtype) -> torch.Tensor:
     """Feed each row's last token; the logits [B, V] of its next one."""
-    device = model.device
+    device = rows.visible.device
+    slot = rows.num_slots
+    rows.num_slots += 1
+    kv_length = bucket_slots(rows.num_slots)
+    rows.cache.begin_step([slot] * len(token_ids), 1, kv_length, device)
+    if rows.cache.capacity > rows.visible.shape[1]:
+        rows.visible = torch.nn.functional.pad(rows.visible, (0, rows.cache.capacity - rows.visible.shape[1]))
+    rows.visible[:, slot] = True
+    mask = torch.zeros(len(token_ids), 1, 1, kv_length, dtype=dtype, device=device)
+    mask.masked_fill_(~rows.visible[:, None, None, :kv_length], torch.finfo(dtype).min)  # [B, 1, 1, kv]
     rows.next_position = rows.next_position + 1
-    used = rows.padding_mask.shape[1]
-    rows.padding_mask = torch.cat([rows.padding_mask, rows.padding_mask.new_ones(len(token_ids), 1)],
-                                  dim=1)  # [B, used + 1]
-    rows.cache.begin_step([used] * len(token_ids), 1, device)
-    return model(
+    return step.decode(
+        rows.cache,
         input_ids=torch.tensor(token_ids, device=device)[:, None],  # [B, 1]
-        attention_mask=rows.padding_mask if use_mask else None,
         position_ids=rows.next_position[:, None],  # [B, 1]
-        past_key_values=rows.cache,
-        use_cache=True,
-    ).logits[:, -1]  # [B, V]
+        attention_mask=mask,
+    )[:, -1]  # [B, V]
 
 
 def _choose(logits: torch.Tensor, rows: _Rows, answers: list[SampledAnswer], config: DecodeConfig,
@@ -152,12 +159,14 @@ def decode_sequential(
     generators = None if forced_ids else request_generators(config.sampling, num_requests, model.device, seeds)
     stream = TextStream(on_text, num_requests) if on_text else None
     clocks = [RequestClock() for _ in range(num_requests)]
-    use_mask = num_requests > 1  # a single prompt runs with no mask at all, as generate ends up doing
-    rows, logits = _prefill(model, prompt_ids_batch, pad_token_id(tokenizer),
+    use_mask = num_requests > 1  # a single prompt's prefill runs with no mask at all, as generate's does
+    step = StepForward(model, compile=config.compile, mode=config.compile_mode)
+    rows, logits = _prefill(model, step, prompt_ids_batch, pad_token_id(tokenizer),
                             max(a.limit for a in answers) + 1, use_mask)
+    dtype = model.dtype if model.dtype.is_floating_point else torch.float32
     first = True
-    # Decode steps only: the prompt's prefill above ran on transformers' own linears, as generate's does.
-    with multirow_linears(model, enabled=config.cpu_multirow_linears):
+    # Decode steps only: the prompt's prefill above ran on transformers' own linears and attention, as generate's.
+    with grouped_query_sdpa(model), multirow_linears(model, enabled=config.cpu_multirow_linears):
         while True:
             chosen = _choose(logits, rows, answers, config, generators, forced_ids)
             bookkeeping_start = time.perf_counter()
@@ -177,6 +186,6 @@ def decode_sequential(
                 rows.keep(keep)
                 chosen = [chosen[b] for b in keep]
             step_start = time.perf_counter()
-            logits = _decode_step(model, rows, chosen, use_mask)
+            logits = _decode_step(step, rows, chosen, dtype)
     return [_result(answer, clock, decode, len(prompt_ids))
             for answer, clock, prompt_ids in zip(answers, clocks, prompt_ids_batch, strict=True)]
