@@ -3,11 +3,21 @@
 The embedded model is converted from its GGUF into the ordinary cache folder (PASTA_CACHE_DIR, else
 ~/.cache/pasta) at most once per machine, so the first run pays ~25-50 s and later runs load in seconds.
 torch runs on PASTA_TEST_THREADS threads (default 1): other processes may share the machine's cores.
+
+A test fails when the project's own code (src/pasta, tests, scripts) makes a FutureWarning or a DeprecationWarning:
+a deprecated argument, function or module that pasta calls. The frame a warning holds responsible is the one its
+`stacklevel` names, past the frames that only forward a call: a deprecated argument to a model's forward names
+torch's `Module.__call__`, whose caller is the one to blame. Third-party code that warns about its own calls is left
+to pytest's warnings summary.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +26,69 @@ import torch
 from pasta.config import compose
 
 torch.set_num_threads(int(os.environ.get("PASTA_TEST_THREADS", "1")))
+
+ROOT = Path(__file__).resolve().parents[1]
+# Frames that only pass a call on: a warning's stacklevel may land on them.
+_CALL_FORWARDERS = ("torch.nn.modules.module", "torch.utils._contextlib", "functools", "contextlib")
+
+
+def _is_own(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return path.startswith(str(ROOT) + os.sep) and "site-packages" not in path
+
+
+def _responsible_file(message: warnings.WarningMessage) -> str:
+    """The file of the frame the warning names (its stacklevel), or of its caller past call forwarders."""
+    frame = sys._getframe()
+    while frame is not None and (frame.f_code.co_filename, frame.f_lineno) != (message.filename, message.lineno):
+        frame = frame.f_back
+    while frame is not None and frame.f_globals.get("__name__") in _CALL_FORWARDERS:
+        frame = frame.f_back
+    return message.filename if frame is None else frame.f_code.co_filename
+
+
+@contextmanager
+def own_deprecations() -> Iterator[list[str]]:
+    """The FutureWarnings and DeprecationWarnings the project's own code causes in the block, as text.
+
+    Runs inside pytest's warning capture, whose recorder it wraps: the stack is still live when a warning is
+    recorded, and pytest still records every warning for its summary."""
+    record = warnings._showwarnmsg_impl  # pytest's recorder (warnings.catch_warnings(record=True))
+    found: list[str] = []
+
+    def check(message: warnings.WarningMessage) -> None:
+        if issubclass(message.category, FutureWarning | DeprecationWarning) and _is_own(_responsible_file(message)):
+            found.append(f"{message.category.__name__} at {_responsible_file(message)}: {message.message}")
+        record(message)
+
+    warnings._showwarnmsg_impl = check
+    try:
+        yield found
+    finally:
+        warnings._showwarnmsg_impl = record
+
+
+def _fail_on_own_deprecations() -> Iterator[None]:
+    with own_deprecations() as found:
+        result = yield
+    if found:
+        pytest.fail("pasta's own call is deprecated:\n" + "\n".join(dict.fromkeys(found)), pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _fail_on_own_deprecations())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _fail_on_own_deprecations())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    return (yield from _fail_on_own_deprecations())
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from pasta.lang import (
     sequence_logprobs,
     tokenize_document,
 )
+from pasta.transformers_api import CACHE_ARGUMENT
 
 TWO_GROUPS = (
     'Intro: <promise topic="first tip"/>\n<promise topic="second tip"/> and main text'
@@ -350,8 +351,8 @@ def test_layout_forward_equals_row_by_row_decoding_with_a_cache(tagged):
                 input_ids=torch.tensor([[layout.input_ids[row]]]),
                 position_ids=torch.tensor([[layout.position_ids[row]]]),
                 attention_mask=bias[row, : row + 1].view(1, 1, 1, row + 1),
-                past_key_values=cache,
                 use_cache=True,
+                **{CACHE_ARGUMENT: cache},
             )
         torch.testing.assert_close(out.logits[0, -1], logits[0, row], atol=1e-4, rtol=1e-4)
 

@@ -223,7 +223,7 @@ def test_trainer_loss_is_alpha_sft_plus_one_minus_alpha_ipo_on_layout_log_probs(
         output_dir=str(tmp_path),
         use_cpu=True,
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         report_to="none",
         remove_unused_columns=False,
         loss_type=["sft", "ipo"],

@@ -253,7 +253,7 @@ def test_trainer_loss_is_the_mean_negative_log_prob_of_the_trained_tokens(record
         output_dir=str(tmp_path),
         use_cpu=True,
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         report_to="none",
         remove_unused_columns=False,
         max_length=None,

@@ -47,6 +47,8 @@ def test_the_settings_trl_also_has_pass_through_to_its_config_by_name():
     assert args.max_length is None and args.remove_unused_columns is False
     assert args.use_cpu and not args.bf16 and args.train_sampling_strategy == "group_by_length"
     assert not {"finetune", "lora", "too_long", "mixed_precision", "group_by_length", "warmup_ratio"} & kwargs.keys()
+    # gradient_checkpointing reaches TRL under transformers' current name (the old one warns)
+    assert "gradient_checkpointing" not in kwargs and args.activation_checkpointing is False
 
     pref = PrefSettings(beta=0.3)
     assert pref.trl_fields()["beta"] == 0.3 and "beta" not in sft.trl_fields()

@@ -29,6 +29,7 @@ from pasta.lang import encode_text
 from pasta.models import ModelConfig, load_model
 from pasta.teachers.base import DIVERGED, TRUNCATED, Teacher, TeacherReply, TeacherRequest
 from pasta.teachers.prompt import TeacherPrompt
+from pasta.transformers_api import CACHE_ARGUMENT, output_cache
 
 
 @dataclass(frozen=True)
@@ -147,9 +148,7 @@ class HFTeacher(Teacher):
             text = self._tokenizer.apply_chat_template(system, tokenize=False)
             ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
             with self._torch.no_grad():
-                cache = self._lm(
-                    self._torch.tensor([ids], device=self._lm.device), use_cache=True
-                ).past_key_values
+                cache = output_cache(self._lm(self._torch.tensor([ids], device=self._lm.device), use_cache=True))
             self._prefix = (ids, cache)
         return self._prefix
 
@@ -175,7 +174,7 @@ class HFTeacher(Teacher):
             mask = [[1] * len(prefix_ids) + [0] * (longest - len(s)) + [1] * len(s) for s in suffixes]
             batch_cache = copy.deepcopy(cache)  # generate() extends the cache in place
             batch_cache.batch_repeat_interleave(len(batch))
-            extra = {"past_key_values": batch_cache}
+            extra = {CACHE_ARGUMENT: batch_cache}
         device = self._lm.device
         inputs = {
             "input_ids": torch.tensor(input_ids, device=device),  # [B, S]

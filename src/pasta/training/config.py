@@ -134,9 +134,13 @@ class OptimSettings:
         raise NotImplementedError(f"{type(self).__name__} names no TRL config")
 
     def trl_fields(self) -> dict[str, Any]:
-        """The settings whose names TRL's config also has, by name."""
+        """The settings whose names TRL's config also has, by name. transformers renamed `gradient_checkpointing` to
+        `activation_checkpointing` (the old name warns until v6): where TRL's config has the new name, it gets it."""
         trl_names = {f.name for f in dataclasses.fields(self.trl_config())}
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in trl_names}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in trl_names}
+        if "activation_checkpointing" in trl_names and "gradient_checkpointing" in fields:
+            fields["activation_checkpointing"] = fields.pop("gradient_checkpointing")
+        return fields
 
     def trainer_kwargs(self, checkpoint_dir: Path, cfg: DictConfig) -> dict[str, Any]:
         """Keyword arguments of TRL's config: `trl_fields()` plus what pasta decides itself. CPU-safe: TRL itself
