@@ -13,13 +13,14 @@ The cache is preallocated and written by index (`SlotCache`), the mask and posit
 nothing inside the step reads a value back to the host. The eager and the compiled path run this same code. What
 the eager path pays for the buckets: attention over up to SLOT_BUCKET - 1 masked slots (on the embedded
 SmolLM2-135M that is about 12 MB of keys and values read per step beside 540 MB of weights), and padding rows
-beyond 8 (8 rows and more run the linears on F.linear, whose cost barely grows with the rows: bench_decode's c(q)).
-Up to 8 rows every count is a bucket of its own: on this CPU padding 5 rows to 8 would cost 1.5x.
+beyond 8 (from 9 rows on, the CPU linears run on F.linear, whose cost barely grows with the rows: bench_decode's
+c(q)). Up to 8 rows every count is a bucket of its own: on the development CPU a step of 8 rows costs 1.8 steps of 4.
 
 `decode.compile`: `torch.compile(dynamic=True, fullgraph=True)` of `model_step`. The row and slot counts are
 symbolic in its graph, so a new bucket compiles nothing; torch.compile specializes a size of 1, so one-row steps
 (every sequential step) have a graph of their own, and more than 8 rows switch the CPU linears (a guard in
-pasta/decoding/linears.py): up to three graphs per model. On CUDA, mode `reduce-overhead` replays a CUDA graph,
+pasta/decoding/linears.py): up to three graphs per model, for one request (a batch of several specializes once
+more). On CUDA, mode `reduce-overhead` replays a CUDA graph,
 recorded once per bucket. A request's prefill (its prompt, a length of its own) always runs eagerly. A step that
 cannot be compiled stops the decode with a PastaError saying so; it never falls back to eager in silence.
 """
@@ -38,7 +39,9 @@ MAX_EXACT_ROWS = 8
 SLOT_BUCKET = 256
 # Graphs per compiled function: a few per model (see above) for every model a process decodes with. Past the limit
 # torch.compile would run the step eagerly without a word; with `fail_on_recompile_limit_hit` it raises instead.
-_RECOMPILE_LIMIT = 64
+# (Older torch releases name these settings differently: they keep their defaults there.)
+_DYNAMO_LIMITS = {name: value for name, value in {"recompile_limit": 64, "fail_on_recompile_limit_hit": True}.items()
+                  if hasattr(torch._dynamo.config, name)}
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -90,10 +93,6 @@ class StepForward:
         self._compiled = _compiled_step(self.mode) if compile else None
         self._cuda_graphs = compile and model.device.type == "cuda" and self.mode in ("reduce-overhead", "max-autotune")
 
-    @property
-    def compiled(self) -> bool:
-        return self._compiled is not None
-
     def prefill(self, cache, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
         """A step that feeds a prompt (of any length): always eager."""
@@ -110,8 +109,7 @@ class StepForward:
         try:
             # Duck shaping would give two dims one symbol when their sizes happen to agree at the first trace (the
             # cache's capacity and the slot bucket, say) and recompile once they part.
-            with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True), \
-                    torch.fx.experimental._config.patch(use_duck_shape=False):
+            with torch._dynamo.config.patch(**_DYNAMO_LIMITS), torch.fx.experimental._config.patch(use_duck_shape=False):
                 return self._compiled(self.model, cache, input_ids, position_ids, attention_mask)
         except torch._dynamo.exc.TorchDynamoException as exc:
             reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
