@@ -210,6 +210,8 @@ def test_settings_that_cannot_be_served_are_one_line_errors(checkpoint):
         build_app(serve_cfg(checkpoint, "decode=sot"))
     with pytest.raises(PastaError, match="max_running_requests"):
         build_app(serve_cfg(checkpoint, "limits.max_running_requests=0"))
+    with pytest.raises(PastaError, match="serve with decode.compile=false"):  # never eager in silence
+        build_app(serve_cfg(checkpoint, "decode.compile=true"))
 
 
 def test_the_cli_prints_its_config_and_says_what_is_wrong_in_one_line(tmp_path):

@@ -70,6 +70,9 @@ def build_app(cfg: DictConfig):
         raise PastaError(f"decode={cfg.decode.kind} cannot be served; use one of {', '.join(MODES)}")
     limits = schema_from(cfg.limits, ServeLimits, "limits")
     config = schema_from(cfg.decode, DecodeConfig, "decode")  # each request's defaults; its seed is the request's own
+    if config.compile:
+        raise PastaError("decode.compile=true: pasta.serve does not compile its decode steps (pasta.generate, "
+                         "pasta.eval and scripts/bench_decode.py do); serve with decode.compile=false")
     num_positions = max_positions(cfg.model)
     if limits.context_length and num_positions and limits.context_length > num_positions:
         raise PastaError(f"limits.context_length={limits.context_length} is over the model's {num_positions} "
