@@ -22,8 +22,9 @@ For each model:
     c(1) / sum over the async run's steps of c(rows that step feeds, bucketed). efficiency = measured / bound.
     On CPU c(q) is printed with transformers' F.linear too (pasta/decoding/linears.py says why they differ).
 (c) With --compile, (b) and c(q) run compiled too (decode.compile), and each decoder's tokens/s compiled against
-    eager: greedy sequential decoding of one prompt, and the async structures. The compiled side is warmed up
-    first (its compilation: graphs and seconds); every graph compiled after the warm-up is a recompilation.
+    eager: greedy sequential decoding of one prompt, and the async structures. Each compiled workload is warmed
+    up first, twice (its compilation: graphs and seconds; on CUDA the recording of its CUDA graphs); every graph
+    compiled after the warm-up is a recompilation.
 Every figure is a ratio of interleaved runs inside this process, median over --repeats. Timings on a shared
 machine are noisy: compare ratios, not absolute times, and rerun when other jobs are quiet.
 """
@@ -204,8 +205,10 @@ class CompileLog:
         self.recompiles: dict[str, int] = {}
 
     def warm_up(self, name: str, run):
-        """`run`'s first compiled call: what it compiled, and its value."""
+        """`run` twice, compiled: what it compiled, and its last value. The first run compiles; on CUDA the second
+        one records the CUDA graphs (a new shape runs once unrecorded first), which are then only replayed."""
         graphs, seconds, start = graphs_compiled(), compile_seconds(), time.perf_counter()
+        run()
         value = run()
         self.warmups[name] = {"graphs": graphs_compiled() - graphs, "compile_s": compile_seconds() - seconds,
                               "warmup_wall_s": time.perf_counter() - start}

@@ -44,7 +44,7 @@ from pasta.lang import (
     tokenize_document,
     written_counts,
 )
-from pasta.models import encode_prompt
+from pasta.models import build_tiny_model, encode_prompt
 
 POLICIES = [
     ReservationPolicy("exact"),
@@ -526,7 +526,8 @@ def test_decode_steps_feed_bucketed_shapes_and_prefills_their_own(lively, monkey
 
 
 @pytest.mark.slow
-def test_compiled_decoders_give_the_eager_greedy_answers_on_the_tiny_model(lively):
+@pytest.mark.parametrize("torch_threads", [1, 2], indirect=True)  # 2: the CPU multi-row linears, compiled too
+def test_compiled_decoders_give_the_eager_greedy_answers_on_the_tiny_model(lively, torch_threads):
     model, tokenizer = lively
     speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
     prompts = [prompt(tokenizer, "Tips", go), prompt(tokenizer, "Give three tips for sleeping well."),
@@ -580,6 +581,19 @@ def test_a_compiled_answer_that_crosses_slot_buckets_compiles_nothing_after_its_
         assert len(chunked.token_doc.chunks[0].body_ids) == 252 and len(long.token_ids) == 260
     assert graphs_compiled() == graphs  # the last decode, after a warm-up of the same answers
     assert answers[True] == [answers[False][0]] * 2
+
+
+@pytest.mark.slow
+def test_one_graph_serves_a_compiled_answer_across_slot_buckets(tiny_model_and_tokenizer):
+    """A model of its own size, so that no earlier test compiled its graph: 300 one-row steps from a 20-token prompt
+    attend over 256 slots, then 512, and compile one graph between them."""
+    tokenizer = tiny_model_and_tokenizer[1]
+    model = build_tiny_model(tokenizer, hidden_size=48, num_heads=4, num_kv_heads=2, intermediate_size=96).eval()
+    forced = list(range(1000, 1300))
+    graphs = graphs_compiled()
+    result = decode_sequential(model, tokenizer, [list(range(100, 120))], DecodeConfig(max_new_tokens=300, compile=True),
+                               forced_ids=[forced])[0]
+    assert result.token_ids == forced and graphs_compiled() - graphs == 1
 
 
 def test_compile_mode_is_one_of_torch_compiles():
