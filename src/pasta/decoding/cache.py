@@ -2,11 +2,11 @@
 
 Every thread of a request appends to the same cache. Before each forward the caller names where the step's rows
 go (`begin_step(starts, q, kv_length)`: row i of request b lands in slot starts[b] + i, written by index, no copy
-of the rest) and how many slots attention reads: the first `kv_length`, as a view (no copy). Rows
-of a request that are padding in this step are written beyond that request's counter, where its next real rows
-will overwrite them; the mask never lets a real row see them. Nothing in `update` depends on a Python value that
-changes from step to step except `kv_length`, which moves in buckets (pasta/decoding/step.py), so a compiled step
-reuses its graph; the stores never move between steps (CUDA graphs replay on their addresses).
+of the rest) and how many slots attention reads: the first `kv_length`, as a view (no copy). Rows of a request
+that are padding in this step are written beyond that request's counter, where its next real rows will overwrite
+them; the mask never lets a real row see them. Nothing in `update` depends on a Python value that changes from
+step to step except `kv_length`, which moves in buckets (pasta/decoding/step.py), so a compiled step reuses its
+graph; the stores never move between steps (CUDA graphs replay on their addresses).
 
 Why not transformers' caches: `DynamicCache` concatenates (a copy of the whole cache per layer per step) and
 `StaticCache` attends over its whole preallocated length; both advance every request by the same q.

@@ -145,13 +145,13 @@ class StepBatch:
         prompt keeps its own shape; a decode step takes its row and slot buckets (pasta/decoding/step.py)."""
         prefill = any(p.prefill for p in plans)
         num_rows = max(len(p.token_ids) for p in plans)
-        used_length = max(p.start_slot for p in plans) + num_rows
+        kv_length = max(p.start_slot for p in plans) + num_rows  # the slots used once this step's rows are in
         if not prefill:
-            num_rows, used_length = bucket_rows(num_rows), bucket_slots(used_length)
-        self.cache.begin_step([p.start_slot for p in plans], num_rows, used_length, self.device)
+            num_rows, kv_length = bucket_rows(num_rows), bucket_slots(kv_length)
+        self.cache.begin_step([p.start_slot for p in plans], num_rows, kv_length, self.device)
         for interpreter in self.members:
             interpreter.ensure_capacity(self.cache.capacity)
-        inputs = step_inputs(plans, self.members, self.pad_id, num_rows, used_length, self.dtype, self.device)
+        inputs = step_inputs(plans, self.members, self.pad_id, num_rows, kv_length, self.dtype, self.device)
         if prefill:
             keep = torch.zeros(len(plans), num_rows, dtype=torch.bool)
             for b, plan in enumerate(plans):
