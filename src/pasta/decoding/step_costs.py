@@ -20,6 +20,7 @@ import torch
 
 from pasta.decoding.attention import grouped_query_sdpa
 from pasta.decoding.linears import multirow_linears
+from pasta.transformers_api import CACHE_ARGUMENT
 
 ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
 
@@ -69,7 +70,7 @@ def measure_step_costs(model, rows: Sequence[int] = ROWS, prefix_len: int = 256,
     seconds = []
     with grouped_query_sdpa(model), multirow_linears(model, enabled=multirow):
         cache = DynamicCache()
-        model(input_ids=tokens(prefix_len), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=tokens(prefix_len), use_cache=True, logits_to_keep=1, **{CACHE_ARGUMENT: cache})
         for num_rows in rows:
             mask = torch.zeros(1, 1, num_rows, prefix_len + num_rows, dtype=dtype, device=device)
             mask[0, 0, :, prefix_len:] = torch.full((num_rows, num_rows), torch.finfo(dtype).min).triu(1)
@@ -80,7 +81,7 @@ def measure_step_costs(model, rows: Sequence[int] = ROWS, prefix_len: int = 256,
                     torch.cuda.synchronize()
                 start = time.perf_counter()
                 model(input_ids=tokens(num_rows), attention_mask=mask, position_ids=positions,
-                      past_key_values=cache, use_cache=True, logits_to_keep=num_rows)
+                      use_cache=True, logits_to_keep=num_rows, **{CACHE_ARGUMENT: cache})
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 samples.append(time.perf_counter() - start)
