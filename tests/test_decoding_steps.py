@@ -9,10 +9,10 @@ import torch
 
 from helpers.models import lively_model
 from pasta.decoding import DecodeConfig, decode_async, decode_sequential
-from pasta.decoding.asynchronous import new_interpreter
+from pasta.decoding.asynchronous import new_interpreter, request_stats
 from pasta.decoding.cache import SlotCache
 from pasta.decoding.plain import PlainInterpreter
-from pasta.decoding.runner import StepBatch
+from pasta.decoding.runner import RequestClock, StepBatch
 from pasta.decoding.text import eos_token_ids, pad_token_id, text_decoder
 from pasta.lang import ReservationPolicy
 from pasta.models import encode_prompt
@@ -101,3 +101,4 @@ def test_the_sequential_baseline_as_a_step_planning_request_decodes_decode_seque
                 step(batch)
         assert (request.main_ids, request.text(), request.finish_reason) == (
             reference.token_ids, reference.text, reference.stats.finish_reason)
+        assert request_stats(request, RequestClock()).step_rows == reference.stats.step_rows  # what serving reports

@@ -39,6 +39,7 @@ class PlainInterpreter:
         self.decode = decode
         self.visibility = VisibilityTable(0, capacity, device)  # the pad row and the main row
         self.num_steps = 0
+        self.step_rows: list[int] = []  # rows fed at each step, the prompt's prefill first (DecodeStats.step_rows)
         self.answer = SampledAnswer(config.max_new_tokens)
         self.malformed: Counter[str] = Counter()  # tags are plain tokens here: nothing is malformed
         self.masked: Counter[str] = Counter()  # and nothing is constrained
@@ -76,6 +77,7 @@ class PlainInterpreter:
             slot = self.visibility.take_slot(MAIN_ROW)
             plan.feed(token_id, slot, MAIN_ROW, MAIN_THREAD)  # one thread: positions are slots
         plan.sample(MAIN_THREAD)
+        self.step_rows.append(len(plan.token_ids))
         return plan
 
     def commit(self, plan: StepPlan, token_ids: list[int]) -> None:
