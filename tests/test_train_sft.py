@@ -30,6 +30,7 @@ from pasta.training.examples import (
     balance_promises,
     build_sft_examples,
     min_promise_share_setting,
+    plain_per_promise_setting,
     token_doc_of,
     with_min_promises,
 )
@@ -338,6 +339,22 @@ def with_and_without_promises(records, num_plain):
     return [Record.from_dict(r) for r in records if "<promise " in r["annotated"]], plain
 
 
+def test_plain_records_ride_along_at_the_asked_ratio_the_same_for_baseline_sft(records):
+    with_promises, plain = with_and_without_promises(records, 190)
+    data = plain + with_promises
+    chosen, balance = balance_promises(data, min_promise_share=0.5, plain_per_promise=1.0, seed=3)
+    num_with = len(with_promises)
+    assert [r for r in chosen if r in with_promises] == with_promises
+    kept = [r for r in chosen if r in plain]
+    assert len(kept) == balance.num_plain_kept == num_with
+    assert chosen == [r for r in data if r in chosen]  # in data order
+    again, _ = balance_promises(data, min_promise_share=0.5, plain_per_promise=1.0, seed=3)
+    assert again == chosen  # the same records for PASTA-SFT and for Baseline-SFT (seeded)
+    assert f"and {num_with} plain ones (data.plain_per_promise)" in balance.message()
+    capped, capped_balance = balance_promises(data, min_promise_share=0.5, plain_per_promise=1000.0)
+    assert len(capped) == len(data) and capped_balance.num_plain_kept == 190
+
+
 def test_scarce_promise_bearing_records_are_trained_on_alone(records):
     with_promises, plain = with_and_without_promises(records, 190)
     chosen, balance = balance_promises(plain + with_promises, min_promise_share=0.5)
@@ -367,6 +384,12 @@ def test_a_share_of_exactly_the_threshold_is_not_scarce(records):
 def test_a_min_promise_share_outside_zero_to_one_is_a_one_line_error(bad):
     with pytest.raises(PastaError, match=r"data.min_promise_share=.* must be a number in \[0, 1\], or null"):
         min_promise_share_setting(OmegaConf.create({"min_promise_share": bad}))
+
+
+@pytest.mark.parametrize("bad", [-1, True, "half"])
+def test_a_plain_per_promise_that_is_not_a_non_negative_number_is_one_error(bad):
+    with pytest.raises(PastaError, match=r"data\.plain_per_promise=.* must be a number >= 0"):
+        plain_per_promise_setting(OmegaConf.create({"plain_per_promise": bad}))
 
 
 # --- real runs ------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +94,8 @@ class PromiseBalance:
     num_with_promises: int
     num_plain: int
     min_promise_share: float | None  # None = records used as they are
-    promise_only: bool  # trained on the promise-bearing records only
+    promise_only: bool  # trained on the promise-bearing records, and `num_plain_kept` plain ones, only
+    num_plain_kept: int = 0  # plain records kept beside them (data.plain_per_promise)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +103,7 @@ class PromiseBalance:
             "num_plain": self.num_plain,
             "min_promise_share": self.min_promise_share,
             "promise_only": self.promise_only,
+            "num_plain_kept": self.num_plain_kept,
         }
 
     def message(self) -> str:
@@ -108,10 +111,13 @@ class PromiseBalance:
         share = self.num_with_promises / max(total, 1)
         found = f"{self.num_with_promises} of {total} records carry promises ({share:.1%})"
         if self.promise_only:
+            kept = (f" and {self.num_plain_kept} plain ones (data.plain_per_promise), leaving out "
+                    f"{self.num_plain - self.num_plain_kept}" if self.num_plain_kept else
+                    f" only, leaving out {self.num_plain}")
             return (
                 f"{found}, below data.min_promise_share={self.min_promise_share}: training on those "
-                f"{self.num_with_promises} only, leaving out {self.num_plain} plain ones (a small student trained "
-                "mostly on plain answers forks rarely; data.min_promise_share=null uses every record)"
+                f"{self.num_with_promises}{kept} plain ones (a small student trained mostly on plain answers forks "
+                "rarely; data.min_promise_share=null uses every record)"
             )
         if self.min_promise_share is None:
             return f"{found}: using every record (data.min_promise_share=null)"
@@ -120,7 +126,7 @@ class PromiseBalance:
 
 # `data.strip_annotations`, `data.min_promises` and `data.min_promise_share` ride on the data config but are
 # training's own switches, not loader fields.
-TRAINING_DATA_KEYS = ("strip_annotations", "min_promises", "min_promise_share")
+TRAINING_DATA_KEYS = ("strip_annotations", "min_promises", "min_promise_share", "plain_per_promise")
 
 
 def loader_config(data_cfg: DictConfig) -> dict[str, Any]:
@@ -155,6 +161,14 @@ def min_promise_share_setting(data_cfg: DictConfig) -> float | None:
     return None if share is None else float(share)
 
 
+def plain_per_promise_setting(data_cfg: DictConfig) -> float:
+    """`data.plain_per_promise`, checked."""
+    ratio = data_cfg.get("plain_per_promise", 0)
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio < 0:
+        raise PastaError(f"data.plain_per_promise={ratio} must be a number >= 0")
+    return float(ratio)
+
+
 def has_promises(record: Record) -> bool:
     """Whether the record is used (not `accepted: false`) and its annotation holds a promise."""
     try:
@@ -164,22 +178,30 @@ def has_promises(record: Record) -> bool:
 
 
 def balance_promises(
-    records: list[Record], *, min_promise_share: float | None
+    records: list[Record], *, min_promise_share: float | None, plain_per_promise: float = 0.0, seed: int = 0
 ) -> tuple[list[Record], PromiseBalance]:
-    """The records to train on: the promise-bearing ones only when fewer than `min_promise_share` carry promises.
+    """The records to train on: the promise-bearing ones, and `plain_per_promise` plain ones for each (a seeded
+    sample, kept in data order), when fewer than `min_promise_share` carry promises.
 
     Rule-based teachers put promises in few answers (the structural teacher in about 6% of Alpaca's). Measured on
     the shared 5K with SmolLM2-135M (README, "The CPU study"): mixing them 50/50 with plain answers (each used 4
     times) gave a student that forked in 7 of 100 held-out answers, and looped in promise lists when it did;
     training on the 281 promise-bearing ones only (not 2,248 examples) gave 33 of 100, every one ending cleanly.
-    The decision depends only on the annotations, so Baseline-SFT (`strip_annotations`) gets the same records.
+    But a student that never saw a plain answer end does not learn to end one: plain answers beside them teach it.
+    The decision depends only on the annotations and the seed, so Baseline-SFT (`strip_annotations`) gets the
+    same records.
     """
     flags = [has_promises(r) for r in records]
     with_promises = [r for r, flag in zip(records, flags, strict=True) if flag]
     num_with, num_plain = len(with_promises), len(records) - len(with_promises)
     scarce = min_promise_share is not None and 0 < num_with < min_promise_share * len(records)
-    balance = PromiseBalance(num_with, num_plain, min_promise_share, promise_only=scarce)
-    return (with_promises if scarce else records), balance
+    if not scarce:
+        return records, PromiseBalance(num_with, num_plain, min_promise_share, promise_only=False)
+    plain_indices = [i for i, flag in enumerate(flags) if not flag]
+    num_kept = min(num_plain, round(plain_per_promise * num_with))
+    kept = set(random.Random(seed).sample(plain_indices, num_kept))
+    chosen = [r for i, (r, flag) in enumerate(zip(records, flags, strict=True)) if flag or i in kept]
+    return chosen, PromiseBalance(num_with, num_plain, min_promise_share, promise_only=True, num_plain_kept=num_kept)
 
 
 def response_document(record: Record, *, strip_annotations: bool, min_promises: int = 0) -> Document:

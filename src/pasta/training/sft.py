@@ -34,6 +34,7 @@ from pasta.training.examples import (
     loader_config,
     min_promise_share_setting,
     num_rows,
+    plain_per_promise_setting,
 )
 from pasta.training.modeling import (
     check_sharding,
@@ -111,7 +112,9 @@ def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], 
     records = load_instructions(loader_config(cfg.data))
     if min_promises > 0:  # with min_promises every record used carries promises: nothing to balance
         return records, None
-    records, balance = balance_promises(records, min_promise_share=min_promise_share)
+    records, balance = balance_promises(records, min_promise_share=min_promise_share,
+                                        plain_per_promise=plain_per_promise_setting(cfg.data),
+                                        seed=int(cfg.get("seed") or 0))
     log.info("sft: %s", balance.message())
     return records, balance
 
