@@ -25,7 +25,7 @@ import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -62,33 +62,28 @@ OPTION_SCHEMAS = {"stage": {"sft": "schema_stage_sft", "pref": "schema_stage_pre
 # --- what the page spec names ------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Primary:
+class Primary(NamedTuple):
     """The keys a primary config (conf/<name>.yaml) sets itself, and the groups it reads."""
 
     name: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """Every setting of a config group (`options`: only these of a group whose options have their own schemas)."""
 
     name: str
     options: tuple[str, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class Lang:
+class Lang(NamedTuple):
     """lang.reservation (the schema ReservationPolicy)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Paths:
+class Paths(NamedTuple):
     """conf/paths/default.yaml: no schema, its comments are the help."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Contracts:
+class Contracts(NamedTuple):
     """The import rules of pyproject.toml's [tool.importlinter] contracts, which `lint-imports` checks."""
 
 
