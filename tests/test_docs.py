@@ -42,7 +42,7 @@ def test_docs_build_strict_offline(tmp_path):
     done = _build(ROOT, tmp_path / "site")
     assert done.returncode == 0, done.stdout + done.stderr
     pages = list((tmp_path / "site").rglob("*.html"))
-    assert (tmp_path / "site" / "stages" / "train-sft" / "index.html") in pages
+    assert (tmp_path / "site" / "stages" / "train-sft.html") in pages
     assert not [p for p in pages if "fonts.googleapis" in p.read_text()]
 
 
