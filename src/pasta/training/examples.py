@@ -169,10 +169,9 @@ def balance_promises(
     """The records to train on: the promise-bearing ones only when fewer than `min_promise_share` carry promises.
 
     Rule-based teachers put promises in few answers (the structural teacher in about 6% of Alpaca's). Measured on
-    the shared 5K with SmolLM2-135M (docs/results/experiments.md, "How the SFT default was chosen"): mixing them
-    50/50 with plain answers (each used 4 times) gave a student that forked in 7 of 100 held-out answers, and
-    looped in promise lists when it did; training on the 281 promise-bearing ones only (not 2,248 examples) gave 33
-    of 100, every one ending cleanly.
+    the shared 5K with SmolLM2-135M (README, "The CPU study"): mixing them 50/50 with plain answers (each used 4
+    times) gave a student that forked in 7 of 100 held-out answers, and looped in promise lists when it did;
+    training on the 281 promise-bearing ones only (not 2,248 examples) gave 33 of 100, every one ending cleanly.
     The decision depends only on the annotations, so Baseline-SFT (`strip_annotations`) gets the same records.
     """
     flags = [has_promises(r) for r in records]
