@@ -1,4 +1,5 @@
-# pasta: `make demo` (set up, then run the main job on the embedded model) and `make test` (set up, then the suite).
+# pasta: `make demo` (set up, then run the main job on the embedded model) and `make test` (set up, then the suite);
+# `make docs` builds the docs site into site/ (mkdocs, warnings as errors, offline).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -6,7 +7,7 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # subprocess starts and model loads overlap; TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= auto
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint docs
 
 setup:
 	PASTA_VENV=$(VENV) bash scripts/setup.sh
@@ -19,3 +20,7 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0, printed on every build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(OFFLINE) $(PY) -m mkdocs build --strict --site-dir site

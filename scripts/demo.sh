@@ -10,9 +10,8 @@
 #
 # Toy scale on purpose (the 39 of the 80 hand-written records whose annotation holds promises, a few LoRA epochs,
 # 8 evaluation prompts, a 135M model, a 135M judge): it shows every stage working end to end, not the paper's
-# numbers. The README's "Full-scale runs"
-# says how to run the real thing. The sizes below can be changed through the environment (the test suite runs the
-# same script on a tiny random model).
+# numbers. docs/full-scale.md says how to run the real thing. The sizes below can be changed through the
+# environment (the test suite runs the same script on a tiny random model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PASTA_VENV:-.venv}/bin/python
@@ -79,6 +78,6 @@ cat <<EOF
 == done in $((SECONDS - started)) s. Outputs: $out/ (report: $out/report/, plot: $out/report/pareto.png)
 This was a toy run: the hand-written records with promises, model $model, $sft_epochs LoRA epochs, $num_eval evaluation
 prompts and a small offline judge. Its numbers show the pipeline working, not the paper's results. For the real
-thing (a strong teacher, a 7B student on GPUs, AlpacaEval's 805 prompts and a GPT-4 judge) see "Full-scale runs"
-in README.md.
+thing (a strong teacher, a 7B student on GPUs, AlpacaEval's 805 prompts and a GPT-4 judge) see docs/full-scale.md
+(linked from README.md).
 EOF

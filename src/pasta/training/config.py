@@ -187,7 +187,7 @@ class SFTSettings(OptimSettings):
     per_device_train_batch_size: int = field(default=2, metadata={"help": "examples per device per micro-batch"})
     gradient_accumulation_steps: int = field(default=4, metadata={"help": "micro-batches per optimizer step"})
     # LoRA at 1e-3: at 2e-4 the stage-default student had not learned to fork after 80 steps (0 of 100 held-out
-    # AlpacaEval answers, README "CPU study"); full finetuning wants about 1e-5 (experiment=paper_sft).
+    # AlpacaEval answers, docs/results/experiments.md); full finetuning wants about 1e-5 (experiment=paper_sft).
     learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate (LoRA; full finetuning: ~1e-5)"})
     group_by_length: bool = field(
         default=True,
@@ -222,7 +222,7 @@ class PrefSettings(OptimSettings):
     # A round starts from a trained policy and reweights its own samples: smaller batches and a tenth of SFT's
     # learning rate. Two passes over few pairs, because one did not move the policy: at 16 pairs and one epoch the
     # SmolLM2-135M LoRA student ended its rounds at IPO margins of 0.025 and 0.005, at 32 pairs and two epochs at
-    # 0.68 and 0.72, with the held-out speedup rising (README, "The CPU study").
+    # 0.68 and 0.72, with the held-out speedup rising (docs/results/experiments.md, "Bigger rounds").
     per_device_train_batch_size: int = field(
         default=4, metadata={"help": "pairs per device per micro-batch (each pair is two layouts)"}
     )

@@ -1,0 +1,158 @@
+"""The picture of a forked answer on the front page: the asynchronous decoder's own trace, step by step.
+
+    python scripts/docs_trace.py            # rewrite the pictures in README.md and docs/lang.md
+    python scripts/docs_trace.py --check    # exit 1 naming the stale files (tests/test_docs.py runs this check)
+
+A short PASTA-LANG answer is replayed through the asynchronous decoder (`pasta.decoding`'s `run_steps`, every
+thread's tokens forced, nothing sampled) on the tiny random model, which shares the embedded SmolLM2 tokenizer:
+the weights do not matter when the tokens are forced, the steps and the threads are the decoder's. Each line is one
+forward step and shows the token each live thread wrote in it. The trace sits between the markers
+`<!-- trace:begin -->` and `<!-- trace:end -->` of each file; docs/lang.md also holds, between
+`<!-- layout:begin -->` and `<!-- layout:end -->`, what `python -m pasta.lang explain` prints for the same answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# (file, block): the trace goes on the front page and the language's page, the layout picture on the latter.
+BLOCKS = ((ROOT / "README.md", "trace"), (ROOT / "docs" / "lang.md", "trace"), (ROOT / "docs" / "lang.md", "layout"))
+PROMPT = "Give two tips for sleeping better."
+ANSWER = (
+    "Two tips:\n"
+    '<promise topic="routine"/><promise topic="room"/>'
+    '<async topic="routine">- Keep a fixed bedtime.\n</async>'
+    '<async topic="room">- Keep the room dark and cool.\n</async>'
+    "<sync/>Both help."
+)
+COLUMN = 22
+COMMAND = "python scripts/docs_trace.py"
+
+
+def _show(tokenizer, token_id: int) -> str:
+    """One token as the trace prints it: its text, a newline as `\\n`, a leading space as `␣`."""
+    text = tokenizer.decode([token_id])
+    text = text.replace("\n", "\\n")
+    return "␣" + text[1:] if text.startswith(" ") else text
+
+
+def pictures() -> dict[str, list[str]]:
+    """{"trace": the trace of ANSWER (tokens="N" measured) replayed through the asynchronous decoder on the tiny
+    model, "layout": what `python -m pasta.lang explain` prints for ANSWER}."""
+    import torch
+
+    from pasta.config import compose
+    from pasta.decoding import DecodeConfig
+    from pasta.decoding.asynchronous import new_interpreter
+    from pasta.decoding.runner import RequestClock, run_steps
+    from pasta.decoding.text import pad_token_id
+    from pasta.lang import (
+        MAIN_THREAD,
+        ReservationPolicy,
+        add_tag_tokens,
+        fill_token_counts,
+        parse,
+        plain_text,
+        serialize,
+        tokenize_document,
+    )
+    from pasta.lang.__main__ import explain, print_explanation
+    from pasta.models import encode_prompt, load_model
+
+    torch.manual_seed(0)
+    model, tokenizer = load_model(compose("generate", ["model=tiny"]).model, device="cpu")
+    add_tag_tokens(tokenizer, model)
+    doc = fill_token_counts(parse(ANSWER), tokenizer)
+    token_doc = tokenize_document(doc, tokenizer)
+    streams = {MAIN_THREAD: list(token_doc.main_ids)}
+    streams.update({k + 1: list(chunk.body_ids) for k, chunk in enumerate(token_doc.chunks)})
+    written: dict[int, int] = dict.fromkeys(streams, 0)
+    steps: list[dict[int, int]] = []
+
+    def force(request: int, logits, threads: list[int]) -> list[int]:
+        step = {}
+        for thread in threads:
+            step[thread] = streams[thread][written[thread]]
+            written[thread] += 1
+        steps.append(step)
+        return [step[thread] for thread in threads]
+
+    longest = max(len(chunk.body_ids) for chunk in token_doc.chunks)
+    config = DecodeConfig(max_new_tokens=len(token_doc.main_ids), max_threads=len(token_doc.chunks),
+                          max_chunk_tokens=longest)
+    interpreter = new_interpreter(model, tokenizer, encode_prompt(tokenizer, PROMPT), config, ReservationPolicy())
+    for _ in run_steps(model, [interpreter], force, pad_token_id(tokenizer), [RequestClock()]):
+        pass
+    assert interpreter.text() == plain_text(doc), (interpreter.text(), plain_text(doc))
+
+    topics = [item.topic for item in doc.items if hasattr(item, "topic")]
+    names = ["main thread"] + [f'chunk {k + 1} "{topic}"' for k, topic in enumerate(topics)]
+    threads = [MAIN_THREAD] + [k + 1 for k in range(len(topics))]
+    lines = [f"prompt: {PROMPT}", "answer (PASTA-LANG, tokens= measured by the tokenizer):"]
+    lines += ["  " + line for line in serialize(doc).splitlines()]
+    lines += ["", "step  " + "".join(name.ljust(COLUMN) for name in names).rstrip()]
+    for number, step in enumerate(steps, start=1):
+        cells = [_show(tokenizer, step[t]) if t in step else "" for t in threads]
+        lines.append(f"{number:>4}  " + "".join(cell.ljust(COLUMN) for cell in cells).rstrip())
+    num_tokens = sum(len(s) for s in steps)
+    lines += [
+        "",
+        f"{num_tokens} tokens in {len(steps)} forward steps: theoretical speedup {num_tokens / len(steps):.2f}x "
+        f"(the decoder's own count: {interpreter.num_sampled} tokens, {interpreter.num_steps} steps)",
+        "plain text: " + repr(interpreter.text()),
+    ]
+    layout = io.StringIO()
+    with contextlib.redirect_stdout(layout):
+        print_explanation(explain(ANSWER, tokenizer))
+    quoted = ANSWER.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")  # bash's $'...'
+    explain_command = f"$ python -m pasta.lang explain $'{quoted}'"
+    return {"trace": lines, "layout": [explain_command, *layout.getvalue().rstrip().splitlines()]}
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def rewrite(text: str, name: str, lines: list[str], where: str) -> str:
+    """`text` with its one `name` block replaced by `lines` in a fenced text block."""
+    begin, end = markers(name)
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if len(pattern.findall(text)) != 1:
+        raise SystemExit(f"error: {where} must hold exactly one {begin} ... {end} block")
+    return pattern.sub(lambda _: "\n".join([begin, "```text", *lines, "```", end]), text)
+
+
+def stale_files(write: bool) -> list[str]:
+    """The files whose pictures differ from a fresh trace (rewritten when `write`)."""
+    blocks = pictures()
+    texts = {path: path.read_text() for path, _ in BLOCKS}
+    new_texts = dict(texts)
+    for path, name in BLOCKS:
+        new_texts[path] = rewrite(new_texts[path], name, blocks[name], str(path.relative_to(ROOT)))
+    stale = [path for path in texts if new_texts[path] != texts[path]]
+    if write:
+        for path in stale:
+            path.write_text(new_texts[path])
+    return [str(path.relative_to(ROOT)) for path in stale]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 when stale")
+    args = parser.parse_args(argv)
+    stale = stale_files(write=not args.check)
+    if args.check and stale:
+        print(f"stale pictures in {', '.join(stale)}: run `{COMMAND}`", file=sys.stderr)
+        return 1
+    print(f"{'rewrote' if stale else 'up to date'}: {', '.join(stale) if stale else 'README.md, docs/lang.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
