@@ -112,7 +112,7 @@ def test_the_eval_command_line_refuses_a_bad_reservation_before_writing_run_json
 
     code, err = run_cli(monkeypatch, capsys, cli, "lang.reservation.policy=bogus", f"output_dir={tmp_path / 'run'}",
                         f"paths.output_root={tmp_path}")
-    assert (code, err) == (2, "error: lang.reservation.policy: 'bogus' is not one of exact, scale, round_up, fixed\n")
+    assert (code, err) == (2, "error: lang.reservation.policy: 'bogus' is not one of exact, scale, round_up, fixed, uncounted\n")
     assert list(tmp_path.iterdir()) == []
 
 
