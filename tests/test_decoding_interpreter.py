@@ -393,6 +393,7 @@ def test_constraint_closes_a_promise_uncounted_when_no_count_fits():
     assert two_left.allowed[PE] and not two_left.allowed[PT] and two_left.allowed[6]
     one_left = grammar.topic([5], " sleep", set(), budget=1)
     assert one_left.allowed.nonzero().flatten().tolist() == [PE]
+    assert one_left.forced and not two_left.forced  # the one step jump-forward could skip
 
 
 # --- the renderer alone ---------------------------------------------------------------------------------------

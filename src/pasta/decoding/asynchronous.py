@@ -68,6 +68,7 @@ def choose_request_tokens(interpreter: Interpreter, tokenizer, logits: torch.Ten
     constraints = [interpreter.constraint(thread, grammar) for thread in threads]
     token_ids, masked_kinds = choose_legal_tokens(logits, config.sampling, generator, constraints)
     interpreter.masked.update(masked_kinds)
+    interpreter.num_forced += sum(constraint.forced for constraint in constraints)
     return token_ids
 
 
@@ -96,6 +97,7 @@ def request_stats(interpreter: Interpreter, clock: RequestClock) -> DecodeStats:
         masked=dict(interpreter.masked),
         finish_reason=interpreter.finish_reason or "",
         step_rows=list(interpreter.step_rows),
+        num_forced=interpreter.num_forced,
     )
 
 

@@ -44,6 +44,7 @@ lengths bounds its decoded length (bytes of one character split over tokens deco
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -77,6 +78,11 @@ class Constraint:
         for rule in rules:
             forbidden |= rule.forbidden
         return cls(rules, ~forbidden)
+
+    @functools.cached_property
+    def forced(self) -> bool:
+        """Only one token is legal: a structured-generation engine would feed it without a forward (jump-forward)."""
+        return int(self.allowed.sum()) == 1
 
     def violation(self, token_id: int) -> str:
         """The kind of the first rule that forbids `token_id` (a token `allowed` excludes)."""

@@ -98,6 +98,7 @@ class Interpreter:
         self.num_sampled = 0  # by all threads
         self.malformed: Counter[str] = Counter()
         self.masked: Counter[str] = Counter()  # constrained choices replaced, by the malformed event they would cause
+        self.num_forced = 0  # constrained choices with one legal token (what jump-forward would skip a step for)
         self.finish_reason: str | None = None
         self.main_ids: list[int] = []  # everything the main thread sampled, as sampled
         self.items: list[MainItem] = []

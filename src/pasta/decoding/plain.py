@@ -43,6 +43,7 @@ class PlainInterpreter:
         self.answer = SampledAnswer(config.max_new_tokens)
         self.malformed: Counter[str] = Counter()  # tags are plain tokens here: nothing is malformed
         self.masked: Counter[str] = Counter()  # and nothing is constrained
+        self.num_forced = 0
         self._max_stop_len = max((len(s) for s in config.stop_strings), default=0)
 
     @property

@@ -23,6 +23,7 @@ class DecodeStats:
     num_overruns: int = 0  # chunks that wrote past the positions reserved for them
     malformed: dict[str, int] = field(default_factory=dict)  # malformed-output events by kind
     masked: dict[str, int] = field(default_factory=dict)  # decode.constrain: choices replaced, by the event avoided
+    num_forced: int = 0  # decode.constrain: tokens the grammar left no choice for (jump-forward's steps to save)
     finish_reason: str = ""  # eos | stop_string | max_new_tokens | max_total_tokens
     # Rows each forward fed for this request, prefill (the prompt) first: what a step costs grows with them, so
     # latency at batch 1 is modelled as the sum of c(rows) over the steps (pasta.evaluation.speed).

@@ -11,7 +11,9 @@ tokenizer, `pasta.lang.tokenize_document`, so the counts can differ from the sam
 - overrun: chunk content past its promise's N; repeated: content words inside a word 4-gram that another thread of
   the same answer also writes (a chunk echoing the main thread or a sibling);
 - steps (the ideal schedule, `pasta.lang.schedule`): main-thread text steps, main-thread tag steps (promise
-  skeleton, topic, count, sync), and waits (the main thread idle at a sync or after eos while chunks finish).
+  skeleton, topic, count, sync), and waits (the main thread idle at a sync or after eos while chunks finish);
+- forced: tokens the constrained decoder found only one legal choice for (`DecodeStats.num_forced`), the steps a
+  jump-forward engine (SGLang's compressed grammar) would save by feeding them without a forward.
 
 Baseline-SFT decodes one token a step, so its tokens are its steps: `steps / baseline tokens` is the step ratio
 the wall-clock speedup rests on, `content / baseline tokens` the length gap in content.
@@ -19,6 +21,7 @@ the wall-clock speedup rests on, `content / baseline tokens` the length gap in c
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -51,6 +54,7 @@ class AnswerTokens:
     num_main_tag_steps: int  # steps sampling a tag, topic or count token in the main thread
     num_wait_steps: int  # steps the main thread waited for chunks (at a sync or after eos)
     forked: bool
+    num_forced: int = 0  # the decoder's tokens that had one legal choice (jump-forward could skip their steps)
 
     @property
     def num_tokens(self) -> int:
@@ -140,7 +144,8 @@ def record_tokens(record: dict[str, Any], tokenizer) -> AnswerTokens | None:
         token_doc = tokenize_document(doc, tokenizer, add_eos=ended)
     except (KeyError, TypeError, LangError):
         return None
-    return answer_tokens(doc, token_doc, tokenizer.eos_token_id if ended else -1)
+    answer = answer_tokens(doc, token_doc, tokenizer.eos_token_id if ended else -1)
+    return dataclasses.replace(answer, num_forced=int(record.get("num_forced", 0)))
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,7 @@ class LengthRow:
     main_text_steps: float
     main_tag_steps: float
     wait_steps: float
+    forced: float  # tokens with one legal choice: what jump-forward would save in steps
     baseline_tokens: float | None  # Baseline-SFT's tokens (= its steps) on the same prompts
     content_over_baseline: float | None  # total content tokens / total Baseline-SFT tokens
     steps_over_baseline: float | None  # total steps / total Baseline-SFT steps
@@ -203,6 +209,7 @@ def length_row(group: str, answers: Sequence[AnswerTokens], baseline_tokens: Seq
         main_text_steps=mean(lambda a: a.num_main_text_steps),
         main_tag_steps=mean(lambda a: a.num_main_tag_steps),
         wait_steps=mean(lambda a: a.num_wait_steps),
+        forced=mean(lambda a: a.num_forced),
         baseline_tokens=baseline_total / num if baseline_tokens and num else None,
         content_over_baseline=sum(content) / baseline_total if baseline_total else None,
         steps_over_baseline=sum(a.num_steps for a in answers) / baseline_total if baseline_total else None,

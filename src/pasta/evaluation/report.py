@@ -349,7 +349,7 @@ def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
 def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """Where the answers' tokens and steps go, per answer, against Baseline-SFT's answers to the same prompts."""
     header = ["run", "answers", "tokens", "content", "promise tags + topic + count", "async_end + sync + eos",
-              "overrun", "repeated words", "steps", "main text / tag / wait steps", "Baseline-SFT tokens",
+              "overrun", "repeated words", "steps", "main text / tag / wait steps", "forced", "Baseline-SFT tokens",
               "content / Baseline-SFT", "steps / Baseline-SFT", "at the token limit"]
     body = [
         [row["name"], f"{row['group']} {row['num_answers']}", _fmt(row["tokens"], 1), _fmt(row["content"], 1),
@@ -357,7 +357,7 @@ def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
          f"{_fmt(row['async_end'], 1)} + {_fmt(row['sync'], 1)} + {_fmt(row['eos'], 1)}", _fmt(row["overrun"], 1),
          _fmt(None if row["repeated_share"] is None else 100 * row["repeated_share"], 1, "%"), _fmt(row["steps"], 1),
          f"{_fmt(row['main_text_steps'], 1)} / {_fmt(row['main_tag_steps'], 1)} / {_fmt(row['wait_steps'], 1)}",
-         _fmt(row["baseline_tokens"], 1), _fmt(row["content_over_baseline"]), _fmt(row["steps_over_baseline"]),
+         _fmt(row.get("forced"), 2), _fmt(row["baseline_tokens"], 1), _fmt(row["content_over_baseline"]), _fmt(row["steps_over_baseline"]),
          row["num_hit_limit"]]
         for row in rows
     ]
@@ -365,8 +365,9 @@ def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
              "Each answer's annotated form re-tokenized with the student's tokenizer (pasta.evaluation.length). "
              "Content: text a reader sees; overrun: chunk tokens past the promise's count; repeated words: content "
              "words in a word 4-gram another thread of the answer also writes. Steps of the ideal schedule: the "
-             "main thread sampling text (or eos), sampling tags, and waiting for chunks. Baseline-SFT takes one "
-             "step per token, so steps / Baseline-SFT below 1 is the step speedup."]
+             "main thread sampling text (or eos), sampling tags, and waiting for chunks. Forced: tokens the "
+             "constrained decoder had one legal choice for (the steps jump-forward would save). Baseline-SFT takes "
+             "one step per token, so steps / Baseline-SFT below 1 is the step speedup."]
     return "\n".join(lines) + "\n"
 
 
