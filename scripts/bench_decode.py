@@ -308,7 +308,7 @@ def forward_costs(model, row_counts, repeats, *, compiled=False, compile_mode=No
     with torch.inference_mode(), grouped_query_sdpa(model), multirow_linears(model, enabled=multirow):
         cache = SlotCache.for_model(model, prefix_len + 64)
         cache.begin_step([0], prefix_len, prefix_len, device)
-        step.prefill(cache, torch.randint(100, 1000, (1, prefix_len), device=device),
+        step.eager(cache, torch.randint(100, 1000, (1, prefix_len), device=device),
                      torch.arange(prefix_len, device=device)[None], None, logits_to_keep=1)
         for rows in row_counts:
             num_rows, kv_length = bucket_rows(rows), bucket_slots(prefix_len + rows)

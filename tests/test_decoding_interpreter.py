@@ -12,7 +12,7 @@ import torch
 from helpers.fake_vocab import AB, AE, AS, EOS, PE, PT, SY, TAGS, WORDS, P, decode, promise
 from pasta.decoding import DecodeConfig
 from pasta.decoding.interpreter import Interpreter
-from pasta.decoding.runner import step_inputs
+from pasta.decoding.packing import pack_step
 from pasta.decoding.visibility import MAIN_ROW, PAD_ROW
 from pasta.lang import ReservationPolicy, parse, plain_text, schedule
 
@@ -101,9 +101,11 @@ def test_main_rows_never_see_unjoined_chunks_and_chunks_never_see_each_other():
     def check(plan):
         for i, thread in enumerate(plan.threads):
             owner[plan.start_slot + i] = thread
-        inputs = step_inputs([plan], [it], 0, len(plan.token_ids), plan.start_slot + len(plan.token_ids), torch.float32,
-                             "cpu")
-        visible = inputs["attention_mask"][0, 0] == 0  # [q, used]
+        used = plan.start_slot + len(plan.token_ids)
+        packed = pack_step([plan], [it.vis], 0, capacity=used, bucketed=False, dtype=torch.float32,
+                           device=torch.device("cpu"))
+        (group,) = packed.ragged.groups  # one request: its rows attend in one group
+        visible = group.mask[0, 0] == 0  # [q, used]
         for i, thread in enumerate(plan.threads):
             seen = {owner[s] for s in range(visible.shape[1]) if visible[i, s]}
             if thread != 0:
