@@ -423,10 +423,23 @@ def test_renderer_splices_chunks_with_text_and_leaves_empty_ones_out():
     assert [chunk.body_ids for chunk in doc.chunks] == [[6, 7, AE]]
 
 
-def test_renderer_final_text_stops_at_a_chunk_still_running():
-    from pasta.decoding.render import Renderer
+def test_settled_text_stops_at_a_running_chunk_and_renders_each_final_item_once():
+    from pasta.decoding.render import Renderer, SettledText
     from pasta.decoding.threads import ChunkState
+
+    decoded = []
+
+    def counting_decode(ids):
+        decoded.append(list(ids))
+        return decode(ids)
 
     items = rendered_items()
     items[1].chunk.state = ChunkState.RUNNING
-    assert Renderer(decode, TAGS).final_text(items, max_stop_len=0) == "Tips:"
+    settled = SettledText(Renderer(counting_decode, TAGS), max_stop_len=0)
+    assert settled.text(items) == "Tips:"
+    items[1].chunk.state = ChunkState.CLOSED
+    assert settled.text(items) == "Tips: early walk one two"
+    decoded.clear()
+    items[-1].ids.append(2)  # the open run grows: only it is decoded again
+    assert settled.text(items) == "Tips: early walk one two one"
+    assert decoded == [[2, 3, 2]]
