@@ -18,8 +18,9 @@ For each model:
     one sync), teacher-forced so that both sides decode the same tokens, against sequential teacher-forced
     decoding of the same plain text (no tags): wall-clock speedup next to the theoretical one (tokens / steps).
     The machine's own bound comes from the same run: the cost c(q) of one decode step that appends q rows to a
-    240-token cache (the decoder's step: its cache, buckets, attention and linears), and bound = n_sequential *
-    c(1) / sum over the async run's steps of c(rows that step feeds, bucketed). efficiency = measured / bound.
+    240-token cache (the decoder's step: its cache, attention and linears, and its buckets when compiled), and
+    bound = n_sequential * c(1) / sum over the async run's steps of c(rows that step feeds). efficiency = measured /
+    bound.
     On CPU c(q) is printed with transformers' F.linear too (pasta/decoding/linears.py says why they differ).
 (c) With --compile, (b) and c(q) run compiled too (decode.compile), and each decoder's tokens/s compiled against
     eager: greedy sequential decoding of one prompt, and the async structures. Each compiled workload is warmed
@@ -294,9 +295,10 @@ def bench_generate(model, tokenizer, prompt_ids, num_tokens, repeats):
 def forward_costs(model, row_counts, repeats, *, compiled=False, compile_mode=None, multirow=True,
                   prefix_len=240):
     """c(q): seconds of one decode step that appends q rows to a prefix_len-token cache, for each q of
-    `row_counts`, through the decoder's own step (pasta/decoding/step.py: its cache, buckets and attention;
-    `compiled` or eager; the decoder's linears, or transformers' F.linear without `multirow`); the fastest of
-    `repeats` (the least disturbed by other processes). Each q is measured after a warm-up call (its compilation)."""
+    `row_counts`, through the decoder's own step (pasta/decoding/step.py: its cache and attention; `compiled`, with
+    its row and slot buckets, or eager, with the exact sizes the step runner's eager steps take; the decoder's
+    linears, or transformers' F.linear without `multirow`); the fastest of `repeats` (the least disturbed by other
+    processes). Each q is measured after a warm-up call (its compilation)."""
     from pasta.decoding.attention import grouped_query_sdpa
     from pasta.decoding.cache import SlotCache
     from pasta.decoding.linears import multirow_linears
@@ -308,10 +310,11 @@ def forward_costs(model, row_counts, repeats, *, compiled=False, compile_mode=No
     with torch.inference_mode(), grouped_query_sdpa(model), multirow_linears(model, enabled=multirow):
         cache = SlotCache.for_model(model, prefix_len + 64)
         cache.begin_step([0], prefix_len, prefix_len, device)
-        step.prefill(cache, torch.randint(100, 1000, (1, prefix_len), device=device),
+        step.eager(cache, torch.randint(100, 1000, (1, prefix_len), device=device),
                      torch.arange(prefix_len, device=device)[None], None, logits_to_keep=1)
         for rows in row_counts:
-            num_rows, kv_length = bucket_rows(rows), bucket_slots(prefix_len + rows)
+            num_rows = bucket_rows(rows) if compiled else rows
+            kv_length = bucket_slots(prefix_len + num_rows) if compiled else prefix_len + num_rows
             # Row i sees the prefix and the rows up to itself; the rest of the slot bucket is hidden.
             visible = torch.arange(kv_length, device=device) <= prefix_len + torch.arange(num_rows, device=device)[:, None]
             mask = torch.zeros(1, 1, num_rows, kv_length, dtype=dtype, device=device)

@@ -1,23 +1,45 @@
 """Benchmark serving: asynchronous (PASTA-LANG) against sequential decoding behind `python -m pasta.serve`.
 
     python scripts/bench_serve.py --model-path outputs/cpu/sft/final \\
-        --prompts ../shared/data/alpaca_eval.jsonl --num-prompts 32 --concurrency 1 4 16
-    python scripts/bench_serve.py --override model=tiny --num-prompts 3 --concurrency 1 2 --max-tokens 16   # smoke
+        --prompts ../shared/data/alpaca_eval.jsonl --num-prompts 64 --max-tokens 96 --concurrency 1 4 16 32 \\
+        --mixed-requests 64 --rate 1.0 --latency-bound 30
+    python scripts/bench_serve.py --override model=tiny --num-prompts 3 --concurrency 1 2 --max-tokens 8 \\
+        --mixed-requests 4 --rate 4 --cost-rows 1 2 4   # smoke
 
-Two servers are started from the same checkpoint as their own processes (decode=async and decode=sequential,
-each on --threads torch threads), and this process drives them over 127.0.0.1 with the `openai` client: at each
-concurrency level the same seeded subset of prompts (chat, greedy, streamed, max_tokens each) goes to one server
-then the other, interleaved, so both see the same machine. Per mode and concurrency it prints the median and p95
-of the request latency and of the time to first token, the median latency per output token, output tokens/s and
-requests/s over the level's wall time, the mean theoretical speedup (tokens per forward step, from each answer's
-`pasta` stats) and the failed requests; then the ratios: async over sequential at each level (latency, tokens/s)
-and each mode's tokens/s at the highest level over the lowest. At concurrency 1 the same prompts are also decoded
-in this process, with the library's decoders (`decode_async`, `decode_sequential`; greedy, so the very answers the
-servers gave), while both servers idle: the served async-over-sequential latency speedup divided by the direct one
-is the server's cost to the speedup (1.00 = none; the issue's target is within 10%). Output tokens are
-`usage.completion_tokens` (every thread's). The two modes write different answers (sequential decoding writes the tags as plain tokens), so
-compare per-token latency and tokens/s as well as request latency. Timings on a shared machine are noisy: run it
-alone. Results also go to --out as JSON.
+Two servers are started from the same checkpoint as their own processes (decode=async and decode=sequential, each
+on --threads torch threads), and this process drives them over 127.0.0.1 with the `openai` client (chat, greedy,
+streamed, max_tokens each).
+
+Closed loop: at each concurrency level the same seeded subset of prompts goes to one server then the other,
+interleaved, so both see the same machine, with at most `concurrency` requests in flight. Per mode and level it
+prints the median and p95 of the request latency and of the time to first token (TTFT), the median latency per
+output token, output tokens/s and requests/s over the level's wall time, the mean theoretical speedup (tokens per
+forward step, from each answer's `pasta` stats) and the failed requests; then the ratios: async over sequential at
+each level and each mode's tokens/s at every level over its lowest.
+
+The bound: this process measures c(q), the seconds of one forward that feeds q rows to a 256-token cache
+(pasta.decoding.step_costs, on the same model and threads, while both servers idle), and reads from each server's
+/metrics the rows every forward of the level fed (`pasta_step_rows`). Priced at c(q), those steps take
+sum c(rows); the level's output tokens over that is what the server could give at best on this machine (it leaves
+out what c(q) does not hold: attention over many requests' caches, the sampling, the bookkeeping, the HTTP side).
+measured / bound is the server's efficiency. The same steps priced on a flat curve (c(q) = c(1): a device whose
+step is memory-bound at every row count the level fed, as a GPU is well past 16 rows) give the flat bound, whose
+async/sequential ratio is the ratio of tokens per step: what the bound predicts on a GPU.
+
+Mixed workload: --mixed-requests requests, half forking list prompts and half short factual prompts (both written
+below), arriving with Poisson gaps at --rate requests/s (one seeded schedule, the same for both modes), open loop
+(each request starts at its arrival, whatever is still running; the server queues what it cannot admit). Per mode:
+p50/p95 latency and TTFT (all requests, and each kind), output tokens/s, and the goodput at --latency-bound: the
+requests per second that finished within the bound, and their share.
+
+At concurrency 1 the same prompts are also decoded in this process with the library's decoders (`decode_async`,
+`decode_sequential`; greedy, so the very answers the servers gave) while both servers idle: the served
+async-over-sequential latency speedup divided by the direct one is the server's cost to the speedup (1.00 = none),
+and the per-step profile compares a served step (from /metrics: `pasta_step_seconds`, and
+`pasta_step_host_seconds`, the step less its forward and sampling) with a direct one (DecodeStats: wall time and
+bookkeeping per step). Output tokens are `usage.completion_tokens` (every thread's). The two modes write different
+answers (sequential decoding writes the tags as plain tokens), so compare tokens/s as well as request latency.
+Timings on a shared machine are noisy: run it alone. Results also go to --out as JSON.
 """
 
 from __future__ import annotations
@@ -34,13 +56,54 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import openai
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("async", "sequential")
+
+# The mixed workload's two kinds: lists whose items a PASTA model writes as parallel chunks, and questions with a
+# one-line answer.
+FORKING_PROMPTS = [
+    "List five tips for sleeping better.",
+    "Give four ways to save money on groceries.",
+    "Name five benefits of regular exercise.",
+    "List four steps to start a vegetable garden.",
+    "Give five tips for a successful job interview.",
+    "Name four ways to reduce stress at work.",
+    "List five things to pack for a beach trip.",
+    "Give four tips for learning a new language.",
+    "List five healthy breakfast ideas.",
+    "Name four ways to make a small room look bigger.",
+    "Give five tips for writing a clear email.",
+    "List four reasons to learn to cook.",
+    "Name five habits of productive people.",
+    "Give four tips for taking care of a houseplant.",
+    "List five ideas for a rainy afternoon with children.",
+    "Give four ways to stay safe while cycling in a city.",
+]
+FACTUAL_PROMPTS = [
+    "What is the capital of France?",
+    "Who wrote Pride and Prejudice?",
+    "At what temperature does water boil at sea level, in Celsius?",
+    "How many continents are there?",
+    "Which gas do plants take in from the air?",
+    "What is the largest planet in the solar system?",
+    "Who painted the Mona Lisa?",
+    "What is the chemical symbol for gold?",
+    "How many days are there in a leap year?",
+    "Which ocean is the largest?",
+    "What is the square root of 81?",
+    "Who was the first person to walk on the Moon?",
+    "What language is spoken in Brazil?",
+    "How many legs does a spider have?",
+    "What is the freezing point of water in Fahrenheit?",
+    "Which country is home to the kangaroo?",
+]
 
 
 def parse_args(argv=None):
@@ -49,11 +112,20 @@ def parse_args(argv=None):
     parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for both servers")
     parser.add_argument("--prompts", default=str(ROOT.parent / "shared" / "data" / "alpaca_eval.jsonl"),
                         help="JSONL with an `instruction` field per line (and an optional `input`)")
-    parser.add_argument("--num-prompts", type=int, default=32, help="seeded random subset of the prompts file")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the subset")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16], help="requests in flight")
-    parser.add_argument("--max-tokens", type=int, default=256, help="max_tokens of every request")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads of each server")
+    parser.add_argument("--num-prompts", type=int, default=64,
+                        help="seeded random subset of the prompts file, sent at every concurrency level")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the subset and of the mixed schedule")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32], help="requests in flight")
+    parser.add_argument("--max-tokens", type=int, default=96, help="max_tokens of every request")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads of each server (and of this "
+                                                               "process's c(q) and direct decoding)")
+    parser.add_argument("--mixed-requests", type=int, default=64,
+                        help="requests of the mixed workload (half of each kind); 0 skips it")
+    parser.add_argument("--rate", type=float, default=1.0, help="mixed workload: mean arrivals per second (Poisson)")
+    parser.add_argument("--latency-bound", type=float, default=30.0,
+                        help="mixed workload: seconds within which a request counts towards the goodput")
+    parser.add_argument("--cost-rows", type=int, nargs="+", default=None,
+                        help="row counts at which c(q) is measured (default: pasta.decoding.step_costs.ROWS)")
     parser.add_argument("--startup-timeout", type=float, default=600, help="seconds to wait for a server")
     parser.add_argument("--no-direct", action="store_true",
                         help="skip decoding the prompts in this process (the server-overhead reference)")
@@ -75,6 +147,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# --- the servers ----------------------------------------------------------------------------------------------------
+
+
 class Server:
     """`python -m pasta.serve` in a child process on a free 127.0.0.1 port."""
 
@@ -92,19 +167,38 @@ class Server:
                                         stdout=self.log, stderr=subprocess.STDOUT)
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.client = openai.AsyncOpenAI(base_url=self.base_url, api_key="unused", max_retries=0, timeout=1800)
+        self.model = ""
 
-    async def wait_ready(self, timeout_s: float) -> str:
-        """The served model name, once the server answers."""
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Until the server answers; keeps the served model name."""
         deadline = time.monotonic() + timeout_s
         while True:
             if self.process.poll() is not None:
                 sys.exit(f"error: the {self.mode} server exited; see {self.log.name}")
             try:
-                return (await self.client.models.list()).data[0].id
+                self.model = (await self.client.models.list()).data[0].id
+                return
             except openai.APIConnectionError:
                 if time.monotonic() > deadline:
                     sys.exit(f"error: the {self.mode} server did not start in {timeout_s:.0f} s")
                 await asyncio.sleep(0.5)
+
+    async def metrics(self) -> dict[str, dict]:
+        """The engine's histograms that the bound and the profile read, from /metrics: name -> {bucket bound or
+        'sum' / 'count': value}."""
+        url = self.base_url.removesuffix("/v1") + "/metrics"
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read().decode())
+        wanted = ("pasta_step_rows", "pasta_step_seconds", "pasta_step_host_seconds")
+        out: dict[str, dict] = {name: {} for name in wanted}
+        for family in text_string_to_metric_families(text):
+            if family.name not in wanted:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    out[family.name][float(sample.labels["le"])] = sample.value
+                elif sample.name.endswith(("_sum", "_count")):
+                    out[family.name][sample.name.rsplit("_", 1)[1]] = sample.value
+        return out
 
     def stop(self) -> None:
         self.process.terminate()
@@ -115,23 +209,47 @@ class Server:
         self.log.close()
 
 
+def metrics_delta(after: dict[str, dict], before: dict[str, dict]) -> dict[str, dict]:
+    return {name: {key: value - before[name].get(key, 0.0) for key, value in values.items()}
+            for name, values in after.items()}
+
+
+def step_row_counts(rows_histogram: dict) -> list[tuple[int, int]]:
+    """(rows, steps) from the cumulative `pasta_step_rows` buckets. Rows up to 64 have a bucket each (exact); a
+    coarser bucket (lo, hi] counts its steps at lo + 1 rows, the cheapest they can have been (the bound stays a
+    bound)."""
+    bounds = sorted(b for b in rows_histogram if isinstance(b, float) and b != float("inf"))
+    counts, previous, lower = [], 0.0, 0
+    for bound in bounds:
+        num_steps = int(round(rows_histogram[bound] - previous))
+        if num_steps:
+            counts.append((lower + 1, num_steps))
+        previous, lower = rows_histogram[bound], int(bound)
+    return counts
+
+
+# --- requests -------------------------------------------------------------------------------------------------------
+
+
 @dataclass
 class Answer:
     latency_s: float
     ttft_s: float
     num_tokens: int
     theoretical_speedup: float
+    num_threads: int
     ok: bool
+    kind: str = ""
 
 
-async def ask(server: Server, model: str, prompt: str, max_tokens: int) -> Answer:
+async def ask(server: Server, prompt: str, max_tokens: int, kind: str = "") -> Answer:
     started = time.perf_counter()
     first = None
     usage, pasta = None, {}
     try:
         stream = await server.client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": prompt}], temperature=0.0, max_tokens=max_tokens,
-            stream=True, stream_options={"include_usage": True})
+            model=server.model, messages=[{"role": "user", "content": prompt}], temperature=0.0,
+            max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content and first is None:
                 first = time.perf_counter()
@@ -141,77 +259,10 @@ async def ask(server: Server, model: str, prompt: str, max_tokens: int) -> Answe
                 usage = chunk.usage
     except openai.APIError as exc:
         print(f"  {server.mode}: request failed: {exc}", file=sys.stderr)
-        return Answer(time.perf_counter() - started, 0.0, 0, 1.0, False)
+        return Answer(time.perf_counter() - started, 0.0, 0, 1.0, 0, False, kind)
     ended = time.perf_counter()
     return Answer(ended - started, (first or ended) - started, usage.completion_tokens if usage else 0,
-                  pasta.get("theoretical_speedup", 1.0), usage is not None)
-
-
-async def run_level(server: Server, model: str, prompts: list[str], concurrency: int, max_tokens: int) -> dict:
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(prompt: str) -> Answer:
-        async with gate:
-            return await ask(server, model, prompt, max_tokens)
-
-    started = time.perf_counter()
-    answers = await asyncio.gather(*(one(p) for p in prompts))
-    wall = time.perf_counter() - started
-    ok = [a for a in answers if a.ok]
-    latencies = sorted(a.latency_s for a in ok) or [0.0]
-    ttfts = sorted(a.ttft_s for a in ok) or [0.0]
-    num_tokens = sum(a.num_tokens for a in ok)
-    return {
-        "mode": server.mode, "concurrency": concurrency, "num_requests": len(answers),
-        "num_failed": len(answers) - len(ok), "wall_s": wall,
-        "latency_median_s": statistics.median(latencies), "latency_p95_s": percentile(latencies, 95),
-        "ttft_median_s": statistics.median(ttfts), "ttft_p95_s": percentile(ttfts, 95),
-        "ms_per_token_median": statistics.median([1000 * a.latency_s / max(a.num_tokens, 1) for a in ok] or [0.0]),
-        "output_tokens_per_s": num_tokens / wall, "requests_per_s": len(ok) / wall,
-        "num_output_tokens": num_tokens,
-        "theoretical_speedup_mean": statistics.mean([a.theoretical_speedup for a in ok] or [1.0]),
-    }
-
-
-def direct_rows(args, prompts: list[str]) -> list[dict]:
-    """Each prompt decoded alone in this process, async then sequential, interleaved: what the servers' c=1 rows
-    would be with no server (same config, chat template, greedy settings)."""
-    import torch
-
-    sys.path.insert(0, str(ROOT / "src"))
-    from pasta.config import compose, schema_from
-    from pasta.decoding import DecodeConfig, decode_async, decode_sequential
-    from pasta.lang import ReservationPolicy, add_tag_tokens
-    from pasta.models import encode_prompt, load_model
-
-    torch.set_num_threads(args.threads)
-    overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
-    cfg = compose("serve", ["decode=async", *overrides])
-    model, tokenizer = load_model(cfg.model, device="cpu")
-    add_tag_tokens(tokenizer, model)
-    policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    base = schema_from(cfg.decode, DecodeConfig, "decode")
-    config = dataclasses.replace(base, max_new_tokens=args.max_tokens, max_total_tokens=args.max_tokens,
-                                 sampling=dataclasses.replace(base.sampling, temperature=0.0, seed=None))
-    latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
-    num_tokens = {mode: 0 for mode in MODES}
-    for prompt in [prompts[0], *prompts]:  # the first one warms up, uncounted
-        prompt_ids = encode_prompt(tokenizer, prompt)  # the ids the server's chat route gives this user message
-        for mode in MODES:
-            started = time.perf_counter()
-            if mode == "async":
-                result = decode_async(model, tokenizer, [prompt_ids], config, policy)[0]
-            else:
-                result = decode_sequential(model, tokenizer, [prompt_ids], config)[0]
-            latencies[mode].append(time.perf_counter() - started)
-            num_tokens[mode] += result.stats.num_tokens
-    rows = []
-    for mode in MODES:
-        counted = sorted(latencies[mode][1:])
-        rows.append({"mode": mode, "latency_median_s": statistics.median(counted),
-                     "latency_p95_s": percentile(counted, 95), "num_output_tokens": num_tokens[mode],
-                     "wall_s": sum(counted)})
-    return rows
+                  pasta.get("theoretical_speedup", 1.0), pasta.get("num_threads", 0), usage is not None, kind)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -220,15 +271,149 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
-def print_table(rows: list[dict]) -> None:
-    header = (f"{'mode':<11}{'conc':>5}{'lat med s':>11}{'lat p95 s':>11}{'ttft med':>10}{'ttft p95':>10}"
-              f"{'ms/tok':>8}{'tok/s':>8}{'req/s':>8}{'theor.':>8}{'failed':>8}")
-    print(header)
+def summary(answers: list[Answer], wall_s: float) -> dict:
+    ok = [a for a in answers if a.ok]
+    latencies = sorted(a.latency_s for a in ok) or [0.0]
+    ttfts = sorted(a.ttft_s for a in ok) or [0.0]
+    num_tokens = sum(a.num_tokens for a in ok)
+    return {
+        "num_requests": len(answers), "num_failed": len(answers) - len(ok), "wall_s": wall_s,
+        "latency_median_s": statistics.median(latencies), "latency_p95_s": percentile(latencies, 95),
+        "ttft_median_s": statistics.median(ttfts), "ttft_p95_s": percentile(ttfts, 95),
+        "ms_per_token_median": statistics.median([1000 * a.latency_s / max(a.num_tokens, 1) for a in ok] or [0.0]),
+        "output_tokens_per_s": num_tokens / wall_s, "requests_per_s": len(ok) / wall_s,
+        "num_output_tokens": num_tokens,
+        "theoretical_speedup_mean": statistics.mean([a.theoretical_speedup for a in ok] or [1.0]),
+        "num_forked": sum(1 for a in ok if a.num_threads),
+    }
+
+
+async def run_level(server: Server, prompts: list[str], concurrency: int, max_tokens: int) -> dict:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(prompt: str) -> Answer:
+        async with gate:
+            return await ask(server, prompt, max_tokens)
+
+    before = await server.metrics()
+    started = time.perf_counter()
+    answers = await asyncio.gather(*(one(p) for p in prompts))
+    wall = time.perf_counter() - started
+    steps = metrics_delta(await server.metrics(), before)
+    return {"mode": server.mode, "concurrency": concurrency, **summary(answers, wall), "engine": steps}
+
+
+def mixed_schedule(num_requests: int, rate: float, seed: int) -> list[tuple[float, str, str]]:
+    """(arrival second, prompt, kind): half forking list prompts, half factual ones, shuffled, Poisson gaps."""
+    rng = random.Random(seed)
+    kinds = ["forking"] * (num_requests // 2) + ["factual"] * (num_requests - num_requests // 2)
+    rng.shuffle(kinds)
+    pools = {"forking": FORKING_PROMPTS, "factual": FACTUAL_PROMPTS}
+    schedule, arrival = [], 0.0
+    for i, kind in enumerate(kinds):
+        schedule.append((arrival, pools[kind][i % len(pools[kind])], kind))
+        arrival += rng.expovariate(rate)
+    return schedule
+
+
+async def run_mixed(server: Server, schedule: list[tuple[float, str, str]], max_tokens: int,
+                    latency_bound: float) -> dict:
+    started = time.perf_counter()
+
+    async def one(arrival: float, prompt: str, kind: str) -> Answer:
+        await asyncio.sleep(max(0.0, started + arrival - time.perf_counter()))
+        return await ask(server, prompt, max_tokens, kind)
+
+    answers = await asyncio.gather(*(one(*entry) for entry in schedule))
+    wall = time.perf_counter() - started
+    within = [a for a in answers if a.ok and a.latency_s <= latency_bound]
+    return {
+        "mode": server.mode, **summary(answers, wall),
+        "by_kind": {kind: summary([a for a in answers if a.kind == kind], wall) for kind in ("forking", "factual")},
+        "latency_bound_s": latency_bound, "goodput_requests_per_s": len(within) / wall,
+        "goodput_share": len(within) / len(answers), "goodput_tokens_per_s": sum(a.num_tokens for a in within) / wall,
+    }
+
+
+# --- this process: c(q) and the direct decodes ----------------------------------------------------------------------
+
+
+class Local:
+    """The servers' model, loaded in this process (same config, chat template, greedy settings)."""
+
+    def __init__(self, args):
+        import torch
+
+        sys.path.insert(0, str(ROOT / "src"))
+        from pasta.config import compose, schema_from
+        from pasta.decoding import DecodeConfig
+        from pasta.lang import ReservationPolicy, add_tag_tokens
+        from pasta.models import load_model
+
+        torch.set_num_threads(args.threads)
+        overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
+        cfg = compose("serve", ["decode=async", *overrides])
+        self.model, self.tokenizer = load_model(cfg.model, device="cpu")
+        add_tag_tokens(self.tokenizer, self.model)
+        self.policy = ReservationPolicy.from_config(cfg.lang.reservation)
+        base = schema_from(cfg.decode, DecodeConfig, "decode")
+        self.config = dataclasses.replace(base, max_new_tokens=args.max_tokens, max_total_tokens=args.max_tokens,
+                                          sampling=dataclasses.replace(base.sampling, temperature=0.0, seed=None))
+
+    def step_costs(self, rows: list[int] | None):
+        from pasta.decoding.step_costs import ROWS, measure_step_costs
+
+        return measure_step_costs(self.model, rows=rows or ROWS)
+
+    def direct_rows(self, prompts: list[str]) -> list[dict]:
+        """Each prompt decoded alone, async then sequential, interleaved: what the servers' c=1 rows would be with
+        no server."""
+        from pasta.decoding import decode_async, decode_sequential
+        from pasta.models import encode_prompt
+
+        latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
+        totals = {mode: {"num_tokens": 0, "num_steps": 0, "wall_s": 0.0, "bookkeeping_s": 0.0} for mode in MODES}
+        for n, prompt in enumerate([prompts[0], *prompts]):  # the first one warms up, uncounted
+            prompt_ids = encode_prompt(self.tokenizer, prompt)  # the ids the server's chat route gives this message
+            for mode in MODES:
+                started = time.perf_counter()
+                if mode == "async":
+                    result = decode_async(self.model, self.tokenizer, [prompt_ids], self.config, self.policy)[0]
+                else:
+                    result = decode_sequential(self.model, self.tokenizer, [prompt_ids], self.config)[0]
+                latencies[mode].append(time.perf_counter() - started)
+                if n:
+                    for key in totals[mode]:
+                        totals[mode][key] += getattr(result.stats, key)
+        rows = []
+        for mode in MODES:
+            counted = sorted(latencies[mode][1:])
+            total = totals[mode]
+            rows.append({"mode": mode, "latency_median_s": statistics.median(counted),
+                         "latency_p95_s": percentile(counted, 95), "num_output_tokens": total["num_tokens"],
+                         "wall_s": sum(counted), "step_ms": 1000 * total["wall_s"] / max(total["num_steps"], 1),
+                         "host_ms_per_step": 1000 * total["bookkeeping_s"] / max(total["num_steps"], 1)})
+        return rows
+
+
+# --- analysis -------------------------------------------------------------------------------------------------------
+
+
+def bounds(rows: list[dict], costs) -> list[dict]:
+    """Each level's bound: its steps' rows priced at c(q), and on a flat curve (c(q) = c(1))."""
+    out = []
     for r in rows:
-        print(f"{r['mode']:<11}{r['concurrency']:>5}{r['latency_median_s']:>11.2f}{r['latency_p95_s']:>11.2f}"
-              f"{r['ttft_median_s']:>10.2f}{r['ttft_p95_s']:>10.2f}{r['ms_per_token_median']:>8.1f}"
-              f"{r['output_tokens_per_s']:>8.1f}{r['requests_per_s']:>8.2f}{r['theoretical_speedup_mean']:>8.2f}"
-              f"{r['num_failed']:>8}")
+        counts = step_row_counts(r["engine"]["pasta_step_rows"])
+        busy_s = sum(num_steps * costs.cost(num_rows) for num_rows, num_steps in counts)
+        num_steps = sum(num_steps for _, num_steps in counts)
+        tokens = r["num_output_tokens"]
+        bound = tokens / busy_s if busy_s else 0.0
+        out.append({"mode": r["mode"], "concurrency": r["concurrency"], "num_steps": num_steps,
+                    "rows_per_step_mean": sum(n * s for n, s in counts) / max(num_steps, 1),
+                    "tokens_per_step": tokens / max(num_steps, 1), "bound_tokens_per_s": bound,
+                    "efficiency": r["output_tokens_per_s"] / bound if bound else 0.0,
+                    "flat_bound_tokens_per_s": tokens / (num_steps * costs.cost(1)) if num_steps else 0.0})
+    return out
 
 
 def ratios(rows: list[dict], levels: list[int]) -> dict:
@@ -241,51 +426,128 @@ def ratios(rows: list[dict], levels: list[int]) -> dict:
             "ms_per_token_speedup_median": s["ms_per_token_median"] / max(a["ms_per_token_median"], 1e-9),
             "tokens_per_s_async_over_sequential": a["output_tokens_per_s"] / max(s["output_tokens_per_s"], 1e-9),
         }
-    low, high = min(levels), max(levels)
+    low = min(levels)
     for mode in MODES:
-        out[f"{mode}_tokens_per_s_c{high}_over_c{low}"] = (by[(mode, high)]["output_tokens_per_s"]
-                                                           / max(by[(mode, low)]["output_tokens_per_s"], 1e-9))
+        for c in levels:
+            if c != low:
+                out[f"{mode}_tokens_per_s_c{c}_over_c{low}"] = (by[(mode, c)]["output_tokens_per_s"]
+                                                                / max(by[(mode, low)]["output_tokens_per_s"], 1e-9))
     return out
 
 
 def server_overhead(rows: list[dict], direct: list[dict]) -> dict:
-    """The async-over-sequential median latency speedup at concurrency 1, served and direct, and their ratio."""
+    """The async-over-sequential median latency speedup at concurrency 1, served and direct, their ratio, and the
+    per-step profile (a step's time and its host part, served and direct)."""
     served = {r["mode"]: r for r in rows if r["concurrency"] == 1}
     alone = {r["mode"]: r for r in direct}
     served_speedup = served["sequential"]["latency_median_s"] / max(served["async"]["latency_median_s"], 1e-9)
     direct_speedup = alone["sequential"]["latency_median_s"] / max(alone["async"]["latency_median_s"], 1e-9)
+    profile = {}
+    for mode in MODES:
+        engine = served[mode]["engine"]
+        num_steps = max(engine["pasta_step_seconds"].get("count", 0.0), 1.0)
+        profile[mode] = {
+            "served_step_ms": 1000 * engine["pasta_step_seconds"].get("sum", 0.0) / num_steps,
+            "served_host_ms_per_step": 1000 * engine["pasta_step_host_seconds"].get("sum", 0.0) / num_steps,
+            "direct_step_ms": alone[mode]["step_ms"], "direct_host_ms_per_step": alone[mode]["host_ms_per_step"],
+            "served_over_direct_latency": served[mode]["latency_median_s"] / max(alone[mode]["latency_median_s"],
+                                                                                 1e-9),
+        }
     return {"served_latency_speedup": served_speedup, "direct_latency_speedup": direct_speedup,
-            "served_over_direct": served_speedup / max(direct_speedup, 1e-9),
-            **{f"{mode}_served_over_direct_latency": served[mode]["latency_median_s"]
-               / max(alone[mode]["latency_median_s"], 1e-9) for mode in MODES}}
+            "served_over_direct": served_speedup / max(direct_speedup, 1e-9), "profile": profile}
+
+
+def targets(results: dict) -> list[tuple[str, float, float]]:
+    """Issue 31's targets: (what, measured, at least)."""
+    by = {(r["mode"], r["concurrency"]): r for r in results["rows"]}
+    bound = {(b["mode"], b["concurrency"]): b for b in results["bounds"]}
+    levels = sorted({c for _, c in by})
+    out = []
+    for c in levels:
+        out.append((f"c={c}: async tokens/s over sequential's",
+                    results["ratios"][f"c{c}"]["tokens_per_s_async_over_sequential"], 1.1 if c == 4 else 0.95))
+        out.append((f"c={c}: async tokens/s over its bound", bound[("async", c)]["efficiency"], 0.9))
+    if 1 in levels and 16 in levels:
+        out.append(("async tokens/s at c=16 over c=1", results["ratios"]["async_tokens_per_s_c16_over_c1"], 3.0))
+    if results["server_overhead"]:
+        out.append(("c=1: served async-over-sequential speedup over the direct one",
+                    results["server_overhead"]["served_over_direct"], 0.95))
+    return out
+
+
+def print_table(rows: list[dict]) -> None:
+    header = (f"{'mode':<11}{'conc':>5}{'lat med s':>11}{'lat p95 s':>11}{'ttft med':>10}{'ttft p95':>10}"
+              f"{'ms/tok':>8}{'tok/s':>8}{'req/s':>8}{'theor.':>8}{'failed':>8}")
+    print(header)
+    for r in rows:
+        print(f"{r['mode']:<11}{r.get('concurrency', '-'):>5}{r['latency_median_s']:>11.2f}{r['latency_p95_s']:>11.2f}"
+              f"{r['ttft_median_s']:>10.2f}{r['ttft_p95_s']:>10.2f}{r['ms_per_token_median']:>8.1f}"
+              f"{r['output_tokens_per_s']:>8.1f}{r['requests_per_s']:>8.2f}{r['theoretical_speedup_mean']:>8.2f}"
+              f"{r['num_failed']:>8}")
+
+
+def print_bounds(bound_rows: list[dict]) -> None:
+    print(f"{'mode':<11}{'conc':>5}{'steps':>7}{'rows/step':>10}{'tok/step':>9}{'bound tok/s':>12}"
+          f"{'measured/bound':>15}{'flat bound':>11}")
+    for b in bound_rows:
+        print(f"{b['mode']:<11}{b['concurrency']:>5}{b['num_steps']:>7}{b['rows_per_step_mean']:>10.2f}"
+              f"{b['tokens_per_step']:>9.2f}{b['bound_tokens_per_s']:>12.1f}{b['efficiency']:>15.2f}"
+              f"{b['flat_bound_tokens_per_s']:>11.1f}")
+    by = {(b["mode"], b["concurrency"]): b for b in bound_rows}
+    for c in sorted({b["concurrency"] for b in bound_rows}):
+        a, s = by[("async", c)], by[("sequential", c)]
+        print(f"  c={c}: bound async/sequential {a['bound_tokens_per_s'] / max(s['bound_tokens_per_s'], 1e-9):.2f}x;"
+              f" flat c(q) (memory-bound device) {a['flat_bound_tokens_per_s'] / max(s['flat_bound_tokens_per_s'], 1e-9):.2f}x")
+
+
+def print_mixed(mixed: list[dict]) -> None:
+    for m in mixed:
+        kinds = ", ".join(f"{kind}: p50 {s['latency_median_s']:.2f} s, ttft p50 {s['ttft_median_s']:.2f} s, "
+                          f"{s['num_forked']}/{s['num_requests']} forked" for kind, s in m["by_kind"].items())
+        print(f"{m['mode']:<11} latency p50/p95 {m['latency_median_s']:.2f}/{m['latency_p95_s']:.2f} s, TTFT p50/p95 "
+              f"{m['ttft_median_s']:.2f}/{m['ttft_p95_s']:.2f} s, {m['output_tokens_per_s']:.1f} tok/s, goodput "
+              f"{m['goodput_requests_per_s']:.2f} req/s within {m['latency_bound_s']:.0f} s "
+              f"({100 * m['goodput_share']:.0f}%), failed {m['num_failed']}; {kinds}")
 
 
 async def main_async(args) -> dict:
     prompts = load_prompts(args.prompts, args.num_prompts, args.seed)
     run_dir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     servers = {mode: Server(mode, args, run_dir) for mode in MODES}
+    local = None
     try:
-        names = {mode: await s.wait_ready(args.startup_timeout) for mode, s in servers.items()}
-        for mode, server in servers.items():  # warm-up: the first forward pays one-time costs
-            await ask(server, names[mode], prompts[0], min(8, args.max_tokens))
+        for server in servers.values():
+            await server.wait_ready(args.startup_timeout)
+        for server in servers.values():  # warm-up: the first forward pays one-time costs
+            await ask(server, prompts[0], min(8, args.max_tokens))
+        local = Local(args)  # both servers idle: c(q) is measured on a quiet machine
+        costs = local.step_costs(args.cost_rows)
+        print("  c(q) ms: " + ", ".join(f"{q}: {1000 * s:.1f}" for q, s in zip(costs.rows, costs.seconds, strict=True)),
+              flush=True)
         rows, direct = [], []
         for concurrency in args.concurrency:
             for mode in MODES:
-                row = await run_level(servers[mode], names[mode], prompts, concurrency, args.max_tokens)
+                row = await run_level(servers[mode], prompts, concurrency, args.max_tokens)
                 rows.append(row)
                 print(f"  {mode} c={concurrency}: {row['wall_s']:.1f} s, {row['num_failed']} failed", flush=True)
             if concurrency == 1 and not args.no_direct:  # both servers idle: decode the same prompts here
-                direct = direct_rows(args, prompts)
+                direct = local.direct_rows(prompts)
                 print(f"  direct (this process): async {direct[0]['wall_s']:.1f} s, "
                       f"sequential {direct[1]['wall_s']:.1f} s", flush=True)
+        mixed = []
+        if args.mixed_requests:
+            schedule = mixed_schedule(args.mixed_requests, args.rate, args.seed)
+            for mode in MODES:
+                mixed.append(await run_mixed(servers[mode], schedule, args.max_tokens, args.latency_bound))
+                print(f"  mixed {mode}: {mixed[-1]['wall_s']:.1f} s, {mixed[-1]['num_failed']} failed", flush=True)
     finally:
         for server in servers.values():
             server.stop()
-    overhead = server_overhead(rows, direct) if direct else None
-    return {"rows": rows, "direct": direct, "server_overhead": overhead,
-            "ratios": ratios(rows, args.concurrency), "model": names["async"],
-            "num_prompts": len(prompts), "prompts": args.prompts, "max_tokens": args.max_tokens,
-            "threads": args.threads, "server_logs": str(run_dir)}
+    overhead = server_overhead(rows, direct) if direct and 1 in args.concurrency else None
+    return {"rows": rows, "bounds": bounds(rows, costs), "step_costs": costs.to_dict(), "direct": direct,
+            "server_overhead": overhead, "ratios": ratios(rows, args.concurrency), "mixed": mixed,
+            "model": servers["async"].model, "num_prompts": len(prompts), "prompts": args.prompts,
+            "max_tokens": args.max_tokens, "threads": args.threads, "server_logs": str(run_dir)}
 
 
 def main(argv=None) -> None:
@@ -294,14 +556,28 @@ def main(argv=None) -> None:
     print()
     print_table(results["rows"])
     print()
+    print_bounds(results["bounds"])
+    print()
     for key, value in results["ratios"].items():
         if isinstance(value, dict):
             print(f"async over sequential at {key}: " + ", ".join(f"{k} {v:.2f}x" for k, v in value.items()))
         else:
             print(f"{key}: {value:.2f}x")
     if results["server_overhead"]:
-        print("concurrency 1, served vs decoded in this process: "
-              + ", ".join(f"{k} {v:.2f}x" for k, v in results["server_overhead"].items()))
+        overhead = results["server_overhead"]
+        print(f"concurrency 1, served vs decoded in this process: served speedup "
+              f"{overhead['served_latency_speedup']:.2f}x, direct {overhead['direct_latency_speedup']:.2f}x, "
+              f"served/direct {overhead['served_over_direct']:.2f}")
+        for mode, p in overhead["profile"].items():
+            print(f"  {mode}: step {p['served_step_ms']:.1f} ms served / {p['direct_step_ms']:.1f} ms direct, "
+                  f"host {p['served_host_ms_per_step']:.2f} / {p['direct_host_ms_per_step']:.2f} ms per step, "
+                  f"latency served/direct {p['served_over_direct_latency']:.2f}x")
+    if results["mixed"]:
+        print()
+        print_mixed(results["mixed"])
+    print()
+    for what, measured, least in targets(results):
+        print(f"{'met ' if measured >= least else 'MISS'} {what}: {measured:.2f} (target >= {least:.2f})")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**results, "args": vars(args)}, indent=2))

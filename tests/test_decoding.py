@@ -26,7 +26,7 @@ from pasta.decoding import (
     teacher_forced_logprobs,
 )
 from pasta.decoding.interpreter import Interpreter
-from pasta.decoding.runner import step_inputs
+from pasta.decoding.packing import pack_step
 from pasta.decoding.text import text_decoder
 from pasta.errors import PastaError
 from pasta.lang import (
@@ -213,9 +213,10 @@ def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
         plan = interpreter.plan()
         used = plan.start_slot + len(plan.token_ids)
         interpreter.ensure_capacity(used)
-        mask = step_inputs([plan], [interpreter], 0, len(plan.token_ids), used, torch.float32,
-                           torch.device("cpu"))["attention_mask"]
-        visible = mask[0, 0] == 0  # [q, used]
+        packed = pack_step([plan], [interpreter.vis], 0, capacity=used, bucketed=False, dtype=torch.float32,
+                           device=torch.device("cpu"))
+        (group,) = packed.ragged.groups  # one request: its rows attend in one group
+        visible = group.mask[0, 0] == 0  # [q, used]
         for i, (token_id, position, thread) in enumerate(zip(plan.token_ids, plan.positions, plan.threads,
                                                              strict=True)):
             n = counts[thread] = counts.get(thread, 0) + 1
@@ -418,7 +419,7 @@ def test_a_long_decoded_answer_replays_through_teacher_forcing_with_the_same_ste
 def test_slot_cache_writes_each_request_at_its_own_slots_and_grows():
     from pasta.decoding.cache import SlotCache
 
-    cache = SlotCache(num_layers=1, capacity=4)
+    cache = SlotCache(num_layers=1, capacity=4, num_rows=2)
     layer = cache.layers[0]
     first = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)  # [B, H, q, D]
     cache.begin_step([0, 1], 3, kv_length=4)
@@ -496,33 +497,24 @@ def graphs_compiled() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-def test_decode_steps_feed_bucketed_shapes_and_prefills_their_own(lively, monkeypatch):
+def test_sequential_decode_steps_feed_bucketed_shapes_and_its_prefill_its_own(lively, monkeypatch):
+    """The sequential decoder's batched steps (the step runner's packed ones: tests/test_decoding_steps.py)."""
     from pasta.decoding import step
 
     shapes = {"prefill": [], "decode": []}
     model_step = step.model_step
 
-    def spy(model, cache, input_ids, position_ids, attention_mask, logits_to_keep=0):
+    def spy(model, cache, input_ids, position_ids, attention_mask, logits_to_keep=0, ragged=None):
         kind = "decode" if isinstance(logits_to_keep, int) and logits_to_keep == 0 else "prefill"
-        shapes[kind].append((tuple(input_ids.shape), tuple(position_ids.shape),
-                             None if attention_mask is None else tuple(attention_mask.shape)))
-        return model_step(model, cache, input_ids, position_ids, attention_mask, logits_to_keep)
+        shapes[kind].append((tuple(input_ids.shape), None if attention_mask is None else tuple(attention_mask.shape)))
+        return model_step(model, cache, input_ids, position_ids, attention_mask, logits_to_keep, ragged)
 
     monkeypatch.setattr(step, "model_step", spy)
     model, tokenizer = lively
-    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
-    prompts = [prompt(tokenizer, "Tips", go), prompt(tokenizer, "More tips, longer prompt here", go)]
-    config = DecodeConfig(max_new_tokens=24, max_chunk_tokens=7)
-    assert [r.stats.num_threads for r in decode_async(speaker, tokenizer, prompts, config, ReservationPolicy())] \
-        == [1, 1]
-    decode_sequential(model, tokenizer, prompts[:1], config)
-    prompt_len = max(len(ids) for ids in prompts)
-    assert {s[0][1] for s in shapes["prefill"]} == {prompt_len, len(prompts[0])}  # exact: a prompt's own shape
-    num_rows = {ids[1] for ids, _, _ in shapes["decode"]}
-    assert num_rows >= {1, 4} and num_rows <= set(range(1, 9))  # the fork step feeds the opener's rows too
-    for input_shape, position_shape, mask_shape in shapes["decode"]:
-        batch, rows = input_shape
-        assert position_shape == input_shape and mask_shape == (batch, 1, rows, 256)  # one slot bucket
+    prompts = [prompt(tokenizer, "Tips"), prompt(tokenizer, "More tips, longer prompt here")]
+    decode_sequential(model, tokenizer, prompts, DecodeConfig(max_new_tokens=12))
+    assert [ids[1] for ids, _ in shapes["prefill"]] == [max(len(ids) for ids in prompts)]  # left-padded prompts
+    assert shapes["decode"] and {mask for ids, mask in shapes["decode"]} <= {(2, 1, 1, 256), (1, 1, 1, 256)}
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import torch
 from helpers.fake_vocab import AB, AE, AS, EOS, PE, PT, SY, TAGS, WORDS, P, decode, promise
 from pasta.decoding import DecodeConfig
 from pasta.decoding.interpreter import Interpreter
-from pasta.decoding.runner import step_inputs
+from pasta.decoding.packing import pack_step
 from pasta.decoding.visibility import MAIN_ROW, PAD_ROW
 from pasta.lang import ReservationPolicy, parse, plain_text, schedule
 
@@ -101,9 +101,11 @@ def test_main_rows_never_see_unjoined_chunks_and_chunks_never_see_each_other():
     def check(plan):
         for i, thread in enumerate(plan.threads):
             owner[plan.start_slot + i] = thread
-        inputs = step_inputs([plan], [it], 0, len(plan.token_ids), plan.start_slot + len(plan.token_ids), torch.float32,
-                             "cpu")
-        visible = inputs["attention_mask"][0, 0] == 0  # [q, used]
+        used = plan.start_slot + len(plan.token_ids)
+        packed = pack_step([plan], [it.vis], 0, capacity=used, bucketed=False, dtype=torch.float32,
+                           device=torch.device("cpu"))
+        (group,) = packed.ragged.groups  # one request: its rows attend in one group
+        visible = group.mask[0, 0] == 0  # [q, used]
         for i, thread in enumerate(plan.threads):
             seen = {owner[s] for s in range(visible.shape[1]) if visible[i, s]}
             if thread != 0:
@@ -422,10 +424,23 @@ def test_renderer_splices_chunks_with_text_and_leaves_empty_ones_out():
     assert [chunk.body_ids for chunk in doc.chunks] == [[6, 7, AE]]
 
 
-def test_renderer_final_text_stops_at_a_chunk_still_running():
-    from pasta.decoding.render import Renderer
+def test_settled_text_stops_at_a_running_chunk_and_renders_each_final_item_once():
+    from pasta.decoding.render import Renderer, SettledText
     from pasta.decoding.threads import ChunkState
+
+    decoded = []
+
+    def counting_decode(ids):
+        decoded.append(list(ids))
+        return decode(ids)
 
     items = rendered_items()
     items[1].chunk.state = ChunkState.RUNNING
-    assert Renderer(decode, TAGS).final_text(items, max_stop_len=0) == "Tips:"
+    settled = SettledText(Renderer(counting_decode, TAGS), max_stop_len=0)
+    assert settled.text(items) == "Tips:"
+    items[1].chunk.state = ChunkState.CLOSED
+    assert settled.text(items) == "Tips: early walk one two"
+    decoded.clear()
+    items[-1].ids.append(2)  # the open run grows: only it is decoded again
+    assert settled.text(items) == "Tips: early walk one two one"
+    assert decoded == [[2, 3, 2]]

@@ -392,11 +392,13 @@ def speaker(tiny_model_and_tokenizer):
     return Scripted(model, transitions), tokenizer
 
 
-def speaker_app(speaker, limits: AdmissionLimits | None = None):
+def speaker_app(speaker, limits: AdmissionLimits | None = None, max_tokens_limit: int = 64):
+    """The speaker served; a request's max_tokens defaults to MAX_TOKENS, and may ask up to `max_tokens_limit`."""
     model, tokenizer = speaker
-    decode = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    decode = DecodeConfig(max_new_tokens=MAX_TOKENS, max_chunk_tokens=5)
     engine = Engine(model, tokenizer, mode="async", limits=limits)
-    settings = ServeSettings(model_name="speaker", decode=decode, max_tokens_limit=64, max_n=4, context_length=8192)
+    settings = ServeSettings(model_name="speaker", decode=decode, max_tokens_limit=max_tokens_limit, max_n=4,
+                             context_length=8192)
     return create_app(engine, settings)
 
 
@@ -404,6 +406,7 @@ PROMPTS = [f"Request {i}: tips{' Go' if i % 2 == 0 else ''}" for i in range(16)]
 
 
 def alone_answers(speaker) -> list[str]:
+    """Each of PROMPTS decoded alone by `speaker` (model, tokenizer), greedy."""
     model, tokenizer = speaker
     config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5)
     return [decode_async(model, tokenizer, [tokenizer(p)["input_ids"]], config, ReservationPolicy())[0].text
@@ -573,6 +576,63 @@ def test_a_bounded_load_run_answers_every_request_uncorrupted_and_returns_to_idl
     assert state["num_threads"] == state["num_cache_rows"] == 0
     assert f'pasta_sequences_total{{outcome="finished"}} {num_requests}.0' in metrics
     assert 'pasta_requests_total{status="200"}' in metrics and 'status="500"' not in metrics
+
+
+def test_a_64_request_load_with_forks_failures_disconnects_and_hang_ups_leaves_nothing_behind(speaker, monkeypatch):
+    """64 requests through a batch of 8 that admission also holds by tokens in flight (requests wait for room):
+    half of the answers fork; every eighth request fails inside its step, every eighth client disconnects mid-stream
+    and every eighth hangs up before its non-streamed answer. The others get their answers alone, and the engine
+    ends with no rows, KV bytes, threads or tokens in flight left."""
+    model, tokenizer = speaker
+    poison, (word,) = encode_text(tokenizer, " poison")[0], encode_text(tokenizer, " and")
+    commit = Interpreter.commit
+
+    def fragile_commit(self, plan, token_ids):
+        if poison in self.prompt_ids and self.num_steps == 3:
+            raise RuntimeError("injected failure")
+        commit(self, plan, token_ids)
+
+    monkeypatch.setattr(Interpreter, "commit", fragile_commit)
+    transitions = {**model.transitions, word: word}  # "Tips and" says " and" until max_tokens
+    looping = (Scripted(model.model, transitions), tokenizer)
+    expected = alone_answers(looping)
+    # A looping answer asks 1000 tokens: it ends only when its client goes (and holds 1000 tokens in flight, so
+    # that requests after it wait for room).
+    limits = AdmissionLimits(max_running_requests=8, max_tokens_in_flight=2500, max_queued_requests=64)
+    app = speaker_app((Scripted(model.model, transitions, delay_s=0.01), tokenizer), limits, max_tokens_limit=1000)
+
+    def one(i: int) -> str:
+        kind = i % 8
+        if kind == 4:
+            with pytest.raises(openai.InternalServerError, match="injected failure"):
+                complete(api, f"Request {i}: poison Go", stream=False)
+            return "failed"
+        if kind == 5:
+            body = {"model": "speaker", "prompt": "Tips and", "max_tokens": 1000, "stream": True}
+            with httpx.stream("POST", f"{base_url}/completions", json=body, timeout=60) as reply:
+                lines = reply.iter_lines()  # held: dropping the iterator would close the stream at once
+                assert next(line for line in lines if line.startswith("data: "))
+            return "disconnected"
+        if kind == 6:
+            body = {"model": "speaker", "prompt": "Tips and", "max_tokens": 1000}
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(f"{base_url}/completions", json=body, timeout=httpx.Timeout(60, read=0.3))
+            return "hung up"
+        return complete(api, PROMPTS[i % 16], stream=i % 2 == 1)[0]
+
+    with running(app) as base_url:
+        api = client(base_url)
+        with ThreadPoolExecutor(16) as pool:
+            outcomes = list(pool.map(one, range(64)))
+        state = wait_idle(base_url)
+        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    answered = [i for i in range(64) if i % 8 not in (4, 5, 6)]
+    assert [outcomes[i] for i in answered] == [expected[i % 16] for i in answered]
+    assert state["num_threads"] == state["num_cache_rows"] == state["kv_cache_bytes"] == 0
+    assert state["num_tokens_in_flight"] == state["num_waiting"] == 0
+    counts = {line.split("\"")[1]: float(line.split()[-1]) for line in metrics.splitlines()
+              if line.startswith("pasta_sequences_total{")}
+    assert counts == {"finished": len(answered), "failed": 8, "cancelled": 16}
 
 
 def test_a_crash_inside_one_requests_step_fails_only_that_request(speaker, monkeypatch):

@@ -11,10 +11,11 @@ Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread 
 wires parser (the main thread's promise tags -> typed events), visibility (the per-request visibility table and
 cache slots) and scheduler (the StepPlan: which tokens each thread feeds next), with threads (the chunk and
 main-thread records and their states) and render (items -> text, document, TokenDoc),
-cache (slot-indexed KV cache), step (a decode step's forward over bucketed shapes, eager or compiled), runner
-(StepBatch, one step of a batch that requests join and leave, and the step loop), plain (the sequential baseline
-as a step-planning request, for continuous batching), attention
-(grouped-query SDPA on CPU), linears (linear layers of multi-row steps over every CPU thread), grammar (the tokens
+cache (slot-indexed KV cache, a row per request), packing (one ragged step: every request's rows packed into one
+[1, N] forward, and the attention groups that unpack them), step (a decode step's forward, eager or compiled over
+bucketed shapes), runner (StepBatch, one step of a batch that requests join and leave, and the step loop), plain
+(the sequential baseline as a step-planning request, for continuous batching), attention (the ragged attention of
+packed steps; grouped-query SDPA on CPU), linears (linear layers of multi-row steps over every CPU thread), grammar (the tokens
 that keep each thread's PASTA-LANG well-formed, for `decode.constrain`), sampling, text (detokenizing, stop strings,
 streaming),
 asynchronous and sequential (the entry points), result (DecodeResult, DecodeStats, TokenLogprobs).

@@ -1,18 +1,24 @@
-"""A preallocated KV cache written by slot index: one interleaved cache per request, all requests in one batch.
+"""A preallocated KV cache written by slot index: one interleaved cache row per request, all requests in one batch.
 
-Every thread of a request appends to the same cache. Before each forward the caller names where the step's rows
-go (`begin_step(starts, q, kv_length)`: row i of request b lands in slot starts[b] + i, written by index, no copy
-of the rest) and how many slots attention reads: the first `kv_length`, as a view (no copy). Rows of a request
-that are padding in this step are written beyond that request's counter, where its next real rows will overwrite
-them; the mask never lets a real row see them. Nothing in `update` depends on a Python value that changes from
-step to step except `kv_length`, which moves in buckets (pasta/decoding/step.py), so a compiled step reuses its
-graph; the stores never move between steps (CUDA graphs replay on their addresses).
+Every thread of a request appends to its request's row. Before each forward the caller names where the step's
+rows go (`place(row_ids, slot_ids, kv_length)`: the key and value of fed row i land in cache row row_ids[.., i] at
+slot slot_ids[.., i], written by index, no copy of the rest) and how many slots attention reads: the first
+`kv_length` of every cache row, as a view (no copy). Two layouts feed it:
+
+- packed (pasta/decoding/packing.py, the step runner): the forward's rows [1, N] are every request's rows one after
+  another, so row_ids / slot_ids are [1, N];
+- batched (`begin_step(starts, q, kv_length)`: the sequential decoder, its prefill and c(q)): the forward's rows are
+  [B, q], request b's at slots starts[b] + i.
+
+Nothing in `update` depends on a Python value that changes from step to step except `kv_length` and the number of
+cache rows, so a compiled step reuses its graph; the stores never move between steps (CUDA graphs replay on their
+addresses). The one slot beyond the capacity (see `_static_store`) is never read: a compiled step's padding rows
+write there.
 
 Why not transformers' caches: `DynamicCache` concatenates (a copy of the whole cache per layer per step) and
 `StaticCache` attends over its whole preallocated length; both advance every request by the same q.
 The capacity doubles when a step would overflow it (rare: it starts at prompt + max_new_tokens + a margin).
-Requests leave (`keep`) and join (`add_rows`, or `merge` with a cache they prefilled on their own) between steps,
-which is what continuous batching needs.
+Requests join (`add_rows`) and leave (`remove`, `keep`) between steps, which is what continuous batching needs.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ def _static_store(store: torch.Tensor) -> torch.Tensor:
     """A key or value store [R, H, C + 1, D] as torch.compile should see it: its address stays put between steps
     (so CUDA graphs write into it in place, and a new store re-records rather than recompiles), and its head and
     head-size dims are the model's constants (only rows and capacity may change). The one slot beyond the capacity
-    is never written: with it the attended view [:kv] is never the whole store, so the compiled step does not
-    guard on whether it is (a contiguity check) and recompile once the capacity outgrows the slot bucket."""
+    is never read: with it the attended view [:kv] is never the whole store, so the compiled step does not guard
+    on whether it is (a contiguity check) and recompile once the capacity outgrows the slot bucket."""
     torch._dynamo.mark_static_address(store, guard=False)
     torch._dynamo.mark_static(store, 1)
     torch._dynamo.mark_static(store, 3)
@@ -44,13 +50,13 @@ class SlotLayer(CacheLayerMixin):
         self.owner = owner
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        batch, num_heads = key_states.shape[:2]
+        num_heads = key_states.shape[1]
         self.dtype, self.device = key_states.dtype, key_states.device
-        num_slots = self.owner.capacity + 1  # see _static_store
+        num_rows, num_slots = self.owner.num_rows, self.owner.capacity + 1  # see _static_store
         # keys / values are views of the first B rows of these stores, so rows can leave and join without
         # reallocating the whole cache (continuous batching); a static batch uses every row.
-        self._set_stores(key_states.new_zeros(batch, num_heads, num_slots, key_states.shape[-1]),  # [R, H, C+1, D]
-                         value_states.new_zeros(batch, num_heads, num_slots, value_states.shape[-1]), batch)
+        self._set_stores(key_states.new_zeros(num_rows, num_heads, num_slots, key_states.shape[-1]),  # [R, H, C+1, D]
+                         value_states.new_zeros(num_rows, num_heads, num_slots, value_states.shape[-1]), num_rows)
         self.is_initialized = True
 
     def _set_stores(self, key_store: torch.Tensor, value_store: torch.Tensor, num_rows: int) -> None:
@@ -62,16 +68,15 @@ class SlotLayer(CacheLayerMixin):
         self.values = self._value_store[:num_rows]  # [B, H, C, Dv]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Write this step's rows [B, H, q, D] at the owner's slot ids; the first kv_length slots [B, H, kv, D]."""
+        """Write this step's rows [b, H, q, D] at the owner's (row, slot) ids [b, q]; every cache row's first
+        kv_length slots [B, H, kv, D]."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        num_rows = key_states.shape[0]
+        owner = self.owner
         # The stores themselves are written (not the `keys` view): a compiled step then writes in place.
-        rows = torch.arange(num_rows, device=key_states.device)[:, None]  # [B, 1]
-        slots = self.owner.slot_ids  # [B, q]
-        self._key_store[rows, :, slots] = key_states.transpose(1, 2)  # [B, q, H, D] at (b, :, slot)
-        self._value_store[rows, :, slots] = value_states.transpose(1, 2)
-        kv_length = self.owner.kv_length
+        self._key_store[owner.row_ids, :, owner.slot_ids] = key_states.transpose(1, 2)  # [b, q, H, D] at (row, :, slot)
+        self._value_store[owner.row_ids, :, owner.slot_ids] = value_states.transpose(1, 2)
+        num_rows, kv_length = owner.num_rows, owner.kv_length
         return self._key_store[:num_rows, :, :kv_length], self._value_store[:num_rows, :, :kv_length]
 
     def _reallocate(self, num_store_rows: int, capacity: int) -> None:
@@ -97,17 +102,6 @@ class SlotLayer(CacheLayerMixin):
             self._reallocate(max(2 * self._key_store.shape[0], old_rows + num_rows), self.owner.capacity)
         self._key_store[old_rows : old_rows + num_rows].zero_()
         self._value_store[old_rows : old_rows + num_rows].zero_()
-        self._use_rows(old_rows + num_rows)
-
-    def append(self, other: SlotLayer) -> None:
-        """Append `other`'s rows (same capacity, both initialized): only those rows are copied."""
-        if not (self.is_initialized and other.is_initialized):
-            raise ValueError("only caches that have run a forward can be merged")
-        old_rows, num_rows = self.keys.shape[0], other.keys.shape[0]
-        if old_rows + num_rows > self._key_store.shape[0]:
-            self._reallocate(max(2 * self._key_store.shape[0], old_rows + num_rows), self.owner.capacity)
-        self._key_store[old_rows : old_rows + num_rows] = other.keys
-        self._value_store[old_rows : old_rows + num_rows] = other.values
         self._use_rows(old_rows + num_rows)
 
     def move_row(self, source: int, target: int) -> None:
@@ -141,31 +135,43 @@ class SlotLayer(CacheLayerMixin):
 
 
 class SlotCache(Cache):
-    """The batch's cache. Call `begin_step(starts, q, kv_length)` before each forward; `starts[b]` is request b's
-    first slot."""
+    """The batch's cache: `num_rows` cache rows of `capacity` slots. Call `place` (or `begin_step`) before each
+    forward."""
 
-    def __init__(self, num_layers: int, capacity: int):
+    def __init__(self, num_layers: int, capacity: int, num_rows: int = 1):
         self.capacity = capacity
-        self.slot_ids: torch.Tensor | None = None  # [B, q]: the slot of each row of the next forward
+        self.num_rows = num_rows
+        self.row_ids: torch.Tensor | None = None  # [b, q]: the cache row of each row of the next forward
+        self.slot_ids: torch.Tensor | None = None  # [b, q]: its slot
         self.kv_length = 0  # slots the next forward attends over
-        self.seq_length = 0  # the largest request's slots before this step (transformers' `get_seq_length`)
+        self.seq_length = 0  # the largest first slot of the next forward (transformers' `get_seq_length`)
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
 
     @classmethod
-    def for_model(cls, model, capacity: int) -> SlotCache:
+    def for_model(cls, model, capacity: int, num_rows: int = 1) -> SlotCache:
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        return cls(config.num_hidden_layers, capacity)
+        return cls(config.num_hidden_layers, capacity, num_rows)
+
+    def place(self, row_ids: torch.Tensor, slot_ids: torch.Tensor, kv_length: int, seq_length: int) -> None:
+        """The next forward writes its row i's key and value at (row_ids[.., i], slot_ids[.., i]), [b, q] each, and
+        attends over the first `kv_length` slots; the caller has grown the capacity to hold both."""
+        self.row_ids, self.slot_ids = row_ids, slot_ids
+        self.kv_length, self.seq_length = kv_length, seq_length
 
     def begin_step(self, starts: list[int], num_rows: int, kv_length: int,
                    device: torch.device | str = "cpu") -> None:
-        """Place the next forward's `num_rows` rows of request b at slots [starts[b], starts[b] + num_rows); its
-        attention reads the first `kv_length` slots. The capacity grows to hold both."""
-        needed = max(max(starts) + num_rows, kv_length)
-        if needed > self.capacity:
-            self.grow(max(2 * self.capacity, needed))
-        self.slot_ids = torch.tensor(starts, device=device)[:, None] + torch.arange(num_rows, device=device)  # [B, q]
-        self.kv_length = kv_length
-        self.seq_length = max(starts)
+        """The batched layout: the next forward's `num_rows` rows of request b go to slots [starts[b],
+        starts[b] + num_rows) of cache row b; its attention reads the first `kv_length` slots. The capacity grows
+        to hold both."""
+        self.reserve(max(max(starts) + num_rows, kv_length))
+        slot_ids = torch.tensor(starts, device=device)[:, None] + torch.arange(num_rows, device=device)  # [B, q]
+        row_ids = torch.arange(len(starts), device=device)[:, None]  # [B, 1]
+        self.place(row_ids, slot_ids, kv_length, max(starts))
+
+    def reserve(self, num_slots: int) -> None:
+        """At least `num_slots` slots per row: the capacity doubles (or more) when it has fewer."""
+        if num_slots > self.capacity:
+            self.grow(max(2 * self.capacity, num_slots))
 
     def grow(self, capacity: int) -> None:
         """At least `capacity` slots per row, what was written kept."""
@@ -175,22 +181,15 @@ class SlotCache(Cache):
                 layer.grow(capacity)
 
     def add_rows(self, num_rows: int) -> None:
-        """Append empty batch rows for requests joining a running batch (their slots start at 0)."""
+        """Append empty cache rows for requests joining a running batch (their slots start at 0)."""
+        self.num_rows += num_rows
         for layer in self.layers:
             layer.add_rows(num_rows)
 
-    def merge(self, other: SlotCache) -> None:
-        """Append `other`'s batch rows after this cache's (both have run a forward; capacities align upward)."""
-        capacity = max(self.capacity, other.capacity)
-        self.grow(capacity)
-        other.grow(capacity)
-        for mine, theirs in zip(self.layers, other.layers, strict=True):
-            mine.append(theirs)
-
-    def remove(self, batch_indices: list[int], num_rows: int) -> list[int]:
-        """Drop these of the `num_rows` rows, each hole filled by the current last row (one row copied per
-        removal, nothing reallocated). Returns the new order: the old index of the row now at each position."""
-        order = list(range(num_rows))
+    def remove(self, batch_indices: list[int]) -> list[int]:
+        """Drop these rows, each hole filled by the current last row (one row copied per removal, nothing
+        reallocated). Returns the new order: the old index of the row now at each position."""
+        order = list(range(self.num_rows))
         for row in sorted(set(batch_indices), reverse=True):  # rows above `row` that go are already gone
             last = len(order) - 1
             if row != last:
@@ -198,6 +197,7 @@ class SlotCache(Cache):
                 for layer in self.layers:
                     layer.move_row(last, row)
             order.pop()
+        self.num_rows = len(order)
         for layer in self.layers:
             layer.truncate(len(order))
         return order
@@ -207,7 +207,8 @@ class SlotCache(Cache):
         return sum(layer.num_bytes() for layer in self.layers)
 
     def keep(self, batch_indices: list[int]) -> None:
-        """Drop finished requests: keep these batch rows, in this order."""
+        """Drop finished requests: keep these rows, in this order."""
         index = torch.tensor(batch_indices, dtype=torch.long)
+        self.num_rows = len(batch_indices)
         for layer in self.layers:
             layer.keep(index)

@@ -38,7 +38,7 @@ from pasta.decoding.parser import (
     SyncTag,
     TextToken,
 )
-from pasta.decoding.render import Renderer
+from pasta.decoding.render import Renderer, SettledText
 from pasta.decoding.scheduler import Scheduler, StepPlan
 from pasta.decoding.text import find_stop
 from pasta.decoding.threads import (
@@ -103,7 +103,7 @@ class Interpreter:
         self.main_ids: list[int] = []  # everything the main thread sampled, as sampled
         self.items: list[MainItem] = []
         self._stop_checked_len = 0
-        self._max_stop_len = max((len(s) for s in config.stop_strings), default=0)
+        self._settled = SettledText(self.renderer, max((len(s) for s in config.stop_strings), default=0))
 
     # --- state -----------------------------------------------------------------------------------------------
 
@@ -284,7 +284,7 @@ class Interpreter:
 
     def final_text(self) -> str:
         """The prefix of the plain text that later steps cannot change (for streaming)."""
-        return self.text() if self.done else self.renderer.final_text(self.items, self._max_stop_len)
+        return self.text() if self.done else self._settled.text(self.items)
 
     def document(self) -> Document:
         return self.renderer.document(self.items)

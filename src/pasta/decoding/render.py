@@ -32,19 +32,6 @@ class Renderer:
         """The plain text: main-thread text with each chunk spliced in at its promise."""
         return "".join(self.item_text(item) for item in items)
 
-    def final_text(self, items: Sequence[MainItem], max_stop_len: int) -> str:
-        """The prefix of the plain text that later steps cannot change (for streaming), of a request not done."""
-        parts = []
-        for i, item in enumerate(items):
-            if isinstance(item, PromiseItem) and item.chunk.state not in (ChunkState.CLOSED, ChunkState.DROPPED):
-                break
-            text = self.item_text(item)
-            if i == len(items) - 1 and isinstance(item, TextRun):
-                # Still open: later tokens may complete a character, a stop string, or fall back into it.
-                parts.append(settled(text, max_stop_len))
-                break
-            parts.append(text)
-        return "".join(parts)
 
     def document(self, items: Sequence[MainItem]) -> Document:
         parts = []
@@ -82,3 +69,30 @@ class Renderer:
         if eos_id is not None:
             main_ids.append(eos_id)
         return TokenDoc(main_ids=main_ids, chunks=chunks, tag_ids=tags)
+
+
+class SettledText:
+    """The prefix of a request's plain text that later steps cannot change (for streaming), kept incrementally.
+
+    Items only ever append, and an item is final once another follows it (a text run) or its chunk has closed or
+    been dropped (a promise); final items are rendered once, into `prefix`. A call renders only the open text run
+    at the end (one decode of its ids), so a step's streaming costs what the step added, not the whole answer.
+    """
+
+    def __init__(self, renderer: Renderer, max_stop_len: int):
+        self.renderer, self.max_stop_len = renderer, max_stop_len
+        self.num_items = 0  # items rendered into `prefix`
+        self.prefix = ""
+
+    def text(self, items: Sequence[MainItem]) -> str:
+        """The settled text of a request not done, whose main-thread items are `items` (the same list, grown)."""
+        while self.num_items < len(items):
+            item = items[self.num_items]
+            if isinstance(item, PromiseItem) and item.chunk.state not in (ChunkState.CLOSED, ChunkState.DROPPED):
+                return self.prefix  # its chunk still writes: nothing after it is final
+            if self.num_items == len(items) - 1 and isinstance(item, TextRun):
+                # Still open: later tokens may complete a character, a stop string, or fall back into it.
+                return self.prefix + settled(self.renderer.item_text(item), self.max_stop_len)
+            self.prefix += self.renderer.item_text(item)
+            self.num_items += 1
+        return self.prefix

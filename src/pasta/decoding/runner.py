@@ -1,19 +1,18 @@
 """The step loop of the asynchronous decoder: one forward per step for every live thread of every request.
 
-Each step: every unfinished request's interpreter plans what it feeds (`Interpreter.plan`); the runner pads the
-plans to one [B, q] block, places request b's rows at its own next cache slots (`SlotCache.begin_step`), builds
-the additive mask [B, 1, q, kv] from the interpreters' visibility rows and runs the model once. A chooser
-(sampling, or teacher forcing) picks the tokens from the logits of the rows that choose one and the interpreters
-commit them. Finished requests leave the batch, so their rows stop costing compute.
+Each step: every unfinished request's interpreter plans what it feeds (`Interpreter.plan`); the runner packs the
+plans into one ragged block (pasta/decoding/packing.py: input_ids and position_ids [1, N], N the rows the requests
+actually feed, each row written at its own request's next cache slot and attending through the ragged attention of
+pasta/decoding/attention.py with its request's visibility rows) and runs the model once. A chooser (sampling, or
+teacher forcing) picks the tokens from the logits of the rows that choose one and the interpreters commit them.
+Finished requests leave the batch, so their rows stop costing compute.
 
-Decode steps take the shapes of pasta/decoding/step.py's buckets (q padded, kv the used slots rounded up), so a
-compiled step (`decode.compile`) reuses its graph; a step that feeds a prompt runs eagerly at its own length.
+Compiled decode steps (`decode.compile`) take the shapes of pasta/decoding/step.py's buckets, so that they reuse
+their graph; eager steps, and every step that feeds a prompt, take their exact sizes.
 
-`StepBatch` holds those pieces, so that requests can also join and leave between steps (continuous batching, as
-a server does); `run_steps` is the batch decoder's loop over it.
-
-Padding rows see slot 0 only (a query that sees nothing turns softmax into NaN) and write beyond their request's
-slot counter, where nothing real looks.
+`StepBatch` holds those pieces, so that requests can also join and leave between steps (continuous batching, as a
+server does: a newcomer's prompt rides in the same forward as the others' decode rows); `run_steps` is the batch
+decoder's loop over it.
 """
 
 from __future__ import annotations
@@ -25,13 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
-from pasta.decoding.attention import grouped_query_sdpa
+from pasta.decoding.attention import ragged_attention
 from pasta.decoding.cache import SlotCache
 from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.linears import multirow_linears
+from pasta.decoding.packing import PackedStep, pack_step
 from pasta.decoding.scheduler import StepPlan
-from pasta.decoding.step import StepForward, bucket_rows, bucket_slots
-from pasta.decoding.visibility import PAD_ROW
+from pasta.decoding.step import StepForward, bucket_slots
 
 # (request index, logits [n, V] of its choosing rows, the thread of each row) -> the n chosen token ids
 Chooser = Callable[[int, torch.Tensor, list[int]], list[int]]
@@ -54,44 +53,15 @@ class RequestClock:
         self.bookkeeping_s += bookkeeping_s
 
 
-def step_inputs(plans: list[StepPlan], interpreters: list[Interpreter], pad_id: int, num_rows: int,
-                kv_length: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
-    """The forward's inputs for one step, each request's plan padded to `num_rows` rows: input_ids, position_ids
-    [B, q] and the additive attention_mask [B, 1, q, kv] over the first `kv_length` slots."""
-    token_rows, position_rows, visible_rows = [], [], []
-    for plan, interpreter in zip(plans, interpreters, strict=True):
-        num_pad = num_rows - len(plan.token_ids)
-        token_rows.append(plan.token_ids + [pad_id] * num_pad)
-        position_rows.append(plan.positions + [0] * num_pad)
-        rows = torch.tensor(plan.rows + [PAD_ROW] * num_pad, device=interpreter.vis.device)
-        visible_rows.append(interpreter.vis[rows, :kv_length])  # [q, kv]
-    visible = torch.stack(visible_rows).to(device)  # [B, q, kv]
-    # Row i of request b sees its thread's slots up to its own: the causal order among one step's new rows.
-    starts = torch.tensor([p.start_slot for p in plans], device=device)
-    last_visible = starts[:, None] + torch.arange(num_rows, device=device)  # [B, q]
-    visible &= torch.arange(kv_length, device=device) <= last_visible[..., None]  # [B, q, kv]
-    mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, torch.finfo(dtype).min)
-    return {
-        "input_ids": torch.tensor(token_rows, device=device),  # [B, q]
-        "position_ids": torch.tensor(position_rows, device=device),  # [B, q]
-        "attention_mask": mask.unsqueeze(1),  # [B, 1, q, kv]
-    }
-
-
-def choosing_rows(plans: list[StepPlan], num_rows: int, device: torch.device) -> torch.Tensor:
-    """The rows whose logits choose a token, as indices into the step's [B * q] rows, in request order."""
-    return torch.tensor([b * num_rows + i for b, plan in enumerate(plans) for i in plan.sample_feeds],
-                        device=device)  # [n]
-
-
 class StepBatch:
-    """Requests decoded together: one SlotCache (a batch row per request), one forward per step.
+    """Requests decoded together: one SlotCache (a cache row per request), one packed forward per step.
 
     A step: the caller plans every member (`Interpreter.plan`, or `PlainInterpreter.plan` for the sequential
-    baseline), `prepare`s the inputs, runs `forward` for each member's logits, chooses tokens and commits them.
-    Between steps members `join` (a new cache row; their prompt's prefill then rides in the same forward as the
-    others' decode rows), arrive with the rows of a batch that ran their prefill (`merge`), and leave (`keep`, in
-    order; `remove`, reordering), which is what continuous batching needs. An empty batch drops its cache.
+    baseline), `prepare`s the packed inputs, runs `forward` for each member's logits, chooses tokens and commits
+    them. Between steps members `join` (a new cache row; their prompt's prefill then rides in the same forward as the
+    others' decode rows) and leave (`keep`, in order; `remove`, reordering), which is what continuous batching
+    needs. An empty batch drops its cache. The model must attend with pasta/decoding/attention.py's
+    `ragged_attention` while it steps.
     """
 
     def __init__(self, model, pad_id: int, step: StepForward | None = None):
@@ -111,22 +81,10 @@ class StepBatch:
             self.cache.add_rows(1)
         self.members.append(interpreter)
 
-    def merge(self, other: StepBatch) -> None:
-        """Take over `other`'s members and cache rows (requests that ran their prefill in a batch of their own, so
-        that a long prompt does not pad every running request's decode rows to its length); `other` is emptied."""
-        if not other.members:
-            return
-        if self.cache is None:
-            self.cache = other.cache
-        else:
-            self.cache.merge(other.cache)
-        self.members += other.members
-        other.members, other.cache = [], None
-
     def remove(self, indices: list[int]) -> list[int]:
         """Drop these members; the last members move into the holes (one cache row copied per removal, where
         `keep` copies every row). Returns the new order: the old index of the member now at each position."""
-        order = self.cache.remove(indices, len(self.members)) if indices else list(range(len(self.members)))
+        order = self.cache.remove(indices) if indices else list(range(len(self.members)))
         self.members = [self.members[b] for b in order]
         if not self.members:
             self.cache = None
@@ -140,36 +98,31 @@ class StepBatch:
         else:
             self.cache.keep(indices)
 
-    def prepare(self, plans: list[StepPlan]) -> dict[str, torch.Tensor]:
-        """Place each member's planned rows at its next cache slots; the forward's inputs. A step that feeds a
-        prompt keeps its own shape; a decode step takes its row and slot buckets (pasta/decoding/step.py)."""
-        prefill = any(p.prefill for p in plans)
-        num_rows = max(len(p.token_ids) for p in plans)
-        kv_length = max(p.start_slot for p in plans) + num_rows  # the slots used once this step's rows are in
-        if not prefill:
-            num_rows, kv_length = bucket_rows(num_rows), bucket_slots(kv_length)
-        self.cache.begin_step([p.start_slot for p in plans], num_rows, kv_length, self.device)
+    def prepare(self, plans: list[StepPlan]) -> PackedStep:
+        """Pack the members' planned rows (pasta/decoding/packing.py) and place each at its request's next cache
+        slots. A compiled decode step takes step.py's buckets; every other step its exact sizes."""
+        bucketed = self.step.compiled and not any(p.prefill for p in plans)
+        used = max(p.start_slot + len(p.token_ids) for p in plans)
+        self.cache.reserve(bucket_slots(used) if bucketed else used)
         for interpreter in self.members:
             interpreter.ensure_capacity(self.cache.capacity)
-        inputs = step_inputs(plans, self.members, self.pad_id, num_rows, kv_length, self.dtype, self.device)
-        if prefill:
-            keep = torch.zeros(len(plans), num_rows, dtype=torch.bool)
-            for b, plan in enumerate(plans):
-                keep[b, plan.sample_feeds] = True
-            inputs["logits_to_keep"] = keep.to(self.device)  # [B, q]: the prompt's other rows need no logits
-        else:
-            inputs["choosing_rows"] = choosing_rows(plans, num_rows, self.device)
-        return inputs
+        packed = pack_step(plans, [i.vis for i in self.members], self.pad_id, capacity=self.cache.capacity,
+                           bucketed=bucketed, dtype=self.dtype, device=self.device)
+        self.cache.place(packed.row_ids, packed.slot_ids, packed.kv_length, packed.seq_length)
+        return packed
 
     @torch.inference_mode()
-    def forward(self, inputs: dict[str, torch.Tensor], plans: list[StepPlan]) -> list[torch.Tensor]:
+    def forward(self, packed: PackedStep, plans: list[StepPlan]) -> list[torch.Tensor]:
         """One forward for every member; member b's logits [len(plans[b].sample_feeds), V]."""
-        rows = {name: inputs[name] for name in ("input_ids", "position_ids", "attention_mask")}
-        if "logits_to_keep" in inputs:
-            logits = self.step.prefill(self.cache, **rows, logits_to_keep=inputs["logits_to_keep"])  # [n, V]
+        sample_rows = torch.tensor(packed.sample_rows, device=self.device)  # [n]
+        if packed.bucketed:  # a compiled step computes every row's logits: its graph does not depend on which
+            logits = self.step.decode(self.cache, packed.input_ids, packed.position_ids, None, packed.ragged)
+            logits = logits[0].index_select(0, sample_rows)  # [n, V]
         else:
-            logits = self.step.decode(self.cache, **rows)  # [B, q, V]
-            logits = logits.flatten(0, 1).index_select(0, inputs["choosing_rows"])  # [n, V]
+            keep = torch.zeros(packed.input_ids.shape, dtype=torch.bool, device=self.device)  # [1, N]
+            keep[0, sample_rows] = True  # only the choosing rows go through the lm_head
+            logits = self.step.eager(self.cache, packed.input_ids, packed.position_ids, None, keep,
+                                     packed.ragged)  # [n, V]
         offsets = [0]
         for plan in plans:
             offsets.append(offsets[-1] + len(plan.sample_feeds))
@@ -187,14 +140,14 @@ def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: i
         batch.join(interpreter, capacity)
     active = list(range(len(interpreters)))
     first = True
-    with grouped_query_sdpa(model), ExitStack() as decode_kernels:
+    with ragged_attention(model), ExitStack() as decode_kernels:
         while active:
             started = time.perf_counter()
             plans = [interpreter.plan() for interpreter in batch.members]
-            inputs = batch.prepare(plans)
+            packed = batch.prepare(plans)
             planned = time.perf_counter()
 
-            logits = batch.forward(inputs, plans)
+            logits = batch.forward(packed, plans)
             chosen = [choose(r, rows, plan.sample_threads)
                       for r, rows, plan in zip(active, logits, plans, strict=True)]
             sampled = time.perf_counter()

@@ -79,10 +79,10 @@ def _prefill(model, step: StepForward, prompt_ids_batch: list[list[int]], pad_id
     )  # [B, S]
     position_ids = (padding_mask.cumsum(-1) - 1).masked_fill_(padding_mask == 0, 1)  # [B, S]
     capacity = bucket_slots(prompt_len + num_new_slots)  # every decode step's slot bucket fits: no regrowth
-    cache = SlotCache.for_model(model, capacity)
+    cache = SlotCache.for_model(model, capacity, num_rows=len(prompt_ids_batch))
     cache.begin_step([0] * len(prompt_ids_batch), prompt_len, prompt_len, device)
-    logits = step.prefill(cache, input_ids, position_ids, padding_mask if use_mask else None,
-                          logits_to_keep=1)[:, -1]  # [B, V]
+    logits = step.eager(cache, input_ids, position_ids, padding_mask if use_mask else None,
+                        logits_to_keep=1)[:, -1]  # [B, V]
     visible = torch.zeros(len(prompt_ids_batch), capacity, dtype=torch.bool, device=device)  # [B, C]
     visible[:, :prompt_len] = padding_mask.bool()
     rows = _Rows(list(range(len(prompt_ids_batch))), cache, visible, prompt_len, position_ids[:, -1])

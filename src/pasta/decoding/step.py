@@ -1,20 +1,21 @@
 """One decoding step's forward, over shapes that move only between a few buckets, run as written or compiled.
 
-A compiled step is worth its compilation only if its graph serves step after step. Both decoders therefore give
-every decode step (every step after a request's prefill) tensors of a few shapes only:
+A compiled step is worth its compilation only if its graph serves step after step, so a compiled decode step (every
+step after a request's prefill) takes tensors of a few shapes only:
 
-- rows: a step's q rows per request, padded to `bucket_rows(q)`: q itself up to MAX_EXACT_ROWS, then the next
-  multiple of it. The sequential decoder always feeds one row; the asynchronous one feeds a row per live thread,
-  plus a promise's opener rows at a fork and the closing rows at a join.
+- rows: padded to `bucket_rows(q)`: q itself up to MAX_EXACT_ROWS, then the next multiple of it. The step runner
+  (pasta/decoding/runner.py) pads its N packed rows and the width of its attention group (pasta/decoding/
+  packing.py); the sequential decoder feeds one row per request.
 - slots: attention reads the first `bucket_slots(used)` cache slots (multiples of SLOT_BUCKET), not just the used
   ones; the mask hides the rest.
 
-The cache is preallocated and written by index (`SlotCache`), the mask and positions come in as tensors, and
-nothing inside the step reads a value back to the host. The eager and the compiled path run this same code. What
-the eager path pays for the buckets: attention over up to SLOT_BUCKET - 1 masked slots (on the embedded
-SmolLM2-135M that is about 12 MB of keys and values read per step beside 540 MB of weights), and padding rows
-beyond 8 (from 9 rows on, the CPU linears run on F.linear, whose cost barely grows with the rows: bench_decode's
-c(q)). Up to 8 rows every count is a bucket of its own: on the development CPU a step of 8 rows costs 1.8 steps of 4.
+The cache is preallocated and written by index (`SlotCache`), the masks and positions come in as tensors, and
+nothing inside the step reads a value back to the host. The step runner's eager steps take every size exactly
+(nothing is spent on padding rows in the linear layers, whose cost grows with them: beyond 8 rows the CPU linears
+run on F.linear, bench_decode's c(q)); the sequential decoder keeps the slot buckets eagerly too (one row per
+request: nothing to pad), so its eager and compiled steps are the same code. What the buckets cost: attention over
+up to SLOT_BUCKET - 1 masked slots (on the embedded SmolLM2-135M about 12 MB of keys and values per request per
+step beside 540 MB of weights), and up to 7 padding rows beyond 8.
 
 `decode.compile`: `torch.compile(dynamic=True, fullgraph=True)` of `model_step`. The row and slot counts are
 symbolic in its graph, so a new bucket compiles nothing; torch.compile specializes a size of 1, so one-row steps
@@ -32,6 +33,7 @@ from collections.abc import Callable
 import torch
 import torch.fx.experimental._config
 
+from pasta.decoding.attention import RaggedAttention
 from pasta.errors import PastaError
 from pasta.transformers_api import CACHE_ARGUMENT
 
@@ -58,12 +60,16 @@ def bucket_slots(num_slots: int) -> int:
     return _round_up(num_slots, SLOT_BUCKET)
 
 
-def model_step(model, cache, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
-               logits_to_keep: int | torch.Tensor = 0) -> torch.Tensor:
-    """One forward: the rows input_ids / position_ids [B, q], the additive mask [B, 1, q, kv]; their keys and values
-    go where `cache.begin_step` placed them. The logits [B, q, V] of every row (or those of `logits_to_keep`)."""
+def model_step(model, cache, input_ids: torch.Tensor, position_ids: torch.Tensor,
+               attention_mask: torch.Tensor | None, logits_to_keep: int | torch.Tensor = 0,
+               ragged: RaggedAttention | None = None) -> torch.Tensor:
+    """One forward: the rows input_ids / position_ids [b, q]; their keys and values go where `cache.place` put
+    them. Batched rows [B, q] attend with the additive mask [B, 1, q, kv]; packed rows [1, N] (pasta/decoding/
+    packing.py) with `ragged`, under the ragged attention (pasta/decoding/attention.py), and no mask. The logits
+    [b, q, V] of every row (or those of `logits_to_keep`)."""
+    extra = {} if ragged is None else {"ragged": ragged}
     return model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                 logits_to_keep=logits_to_keep, use_cache=True, **{CACHE_ARGUMENT: cache}).logits
+                 logits_to_keep=logits_to_keep, use_cache=True, **{CACHE_ARGUMENT: cache}, **extra).logits
 
 
 _compiled_steps: dict[str, Callable] = {}
@@ -93,16 +99,23 @@ class StepForward:
         self._compiled = _compiled_step(self.mode) if compile else None
         self._cuda_graphs = compile and model.device.type == "cuda" and self.mode in ("reduce-overhead", "max-autotune")
 
-    def prefill(self, cache, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                attention_mask: torch.Tensor | None, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
-        """A step that feeds a prompt (of any length): always eager."""
-        return model_step(self.model, cache, input_ids, position_ids, attention_mask, logits_to_keep)
+    @property
+    def compiled(self) -> bool:
+        """Decode steps run compiled (and take the buckets above)."""
+        return self._compiled is not None
 
-    def decode(self, cache, input_ids: torch.Tensor, position_ids: torch.Tensor,
-               attention_mask: torch.Tensor) -> torch.Tensor:
-        """A decode step, its shapes in the buckets above: the logits [B, q, V] of every row."""
+    def eager(self, cache, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+              logits_to_keep: int | torch.Tensor, ragged: RaggedAttention | None = None) -> torch.Tensor:
+        """A step run as written: every step that feeds a prompt (a length of its own), and every step when not
+        compiled."""
+        return model_step(self.model, cache, input_ids, position_ids, attention_mask, logits_to_keep, ragged)
+
+    def decode(self, cache, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               ragged: RaggedAttention | None = None) -> torch.Tensor:
+        """A decode step, compiled when `compile` is set (its shapes then in the buckets above): the logits
+        [b, q, V] of every row."""
         if self._compiled is None:
-            return model_step(self.model, cache, input_ids, position_ids, attention_mask)
+            return model_step(self.model, cache, input_ids, position_ids, attention_mask, ragged=ragged)
         if self._cuda_graphs:
             # The previous step's logits were read already: its CUDA-graph outputs may be overwritten.
             torch.compiler.cudagraph_mark_step_begin()
@@ -110,7 +123,7 @@ class StepForward:
             # Duck shaping would give two dims one symbol when their sizes happen to agree at the first trace (the
             # cache's capacity and the slot bucket, say) and recompile once they part.
             with torch._dynamo.config.patch(**_DYNAMO_LIMITS), torch.fx.experimental._config.patch(use_duck_shape=False):
-                return self._compiled(self.model, cache, input_ids, position_ids, attention_mask)
+                return self._compiled(self.model, cache, input_ids, position_ids, attention_mask, ragged=ragged)
         except torch._dynamo.exc.TorchDynamoException as exc:
             reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             raise PastaError(

@@ -1,11 +1,14 @@
 """The engine: one thread that owns the model and decodes every request in one continuous batch.
 
-Each turn of its loop: the requests the scheduler started get an interpreter each and run their prefill together
-in a batch of their own (one prompt's length does not pad every running request's decode rows), cancelled ones
-leave, the running batch takes one step (`pasta.decoding.runner.StepBatch`: every member plans its rows, one
-forward, each member chooses its tokens with its own sampling settings and generator and commits them), every
-member gets the text that became final, finished ones leave at once (their cache rows freed; an empty batch frees
-the whole cache), and the newcomers' rows merge into the running batch. The thread sleeps while nothing runs.
+Each turn of its loop: cancelled requests leave, the requests the scheduler started join the running batch (an
+interpreter and a cache row each), and the batch takes one step (`pasta.decoding.runner.StepBatch`: every member
+plans its rows, one packed forward for all of them, a newcomer's prompt riding beside the others' decode rows
+(pasta/decoding/packing.py), each member chooses its tokens with its own sampling settings and generator and commits
+them); every member gets the text that became final, and finished ones leave at once (their cache rows freed; an
+empty batch frees the whole cache). The thread sleeps while nothing runs.
+
+What a step costs beyond the forward is kept to what the step added: the text that became final is rendered
+incrementally (`pasta.decoding.render.SettledText`), and a member's event goes out only when its text grew.
 
 A request whose own plan, sampling or commit raises fails alone (Failed; its row freed) and the others go on; a
 forward that raises fails the requests of that step, since they shared it. A greedy answer does not depend on the
@@ -24,12 +27,13 @@ import torch
 
 from pasta.decoding import DecodeConfig
 from pasta.decoding.asynchronous import choose_request_tokens, new_interpreter, request_result
-from pasta.decoding.attention import grouped_query_sdpa
+from pasta.decoding.attention import ragged_attention
 from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.linears import multirow_linears
 from pasta.decoding.plain import PlainInterpreter
 from pasta.decoding.runner import RequestClock, StepBatch
 from pasta.decoding.sampling import choose_tokens, request_generators
+from pasta.decoding.scheduler import StepPlan
 from pasta.decoding.text import eos_token_ids, pad_token_id, text_decoder
 from pasta.decoding.threads import ChunkState
 from pasta.errors import PastaError
@@ -85,7 +89,6 @@ class Engine:
         self._decode = text_decoder(tokenizer)
         self._pad_id = pad_token_id(tokenizer)
         self._running = _Group(model, self._pad_id)  # the continuous batch
-        self._newcomers = _Group(model, self._pad_id)  # this turn's admitted requests, until they merge
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -125,48 +128,43 @@ class Engine:
         self._wake.set()
 
     def state(self) -> EngineState:
-        # Newcomers count as running from their prefill on, before they merge into the batch at the end of the turn.
-        groups = (self._running, self._newcomers)
-        members = [m for g in groups for m in g.members]
-        cached = [g for g in groups if g.members and g.batch.cache is not None]
+        running = self._running
+        members = list(running.members)
+        cache = running.batch.cache
         return EngineState(
             num_running=len(members),
             num_waiting=self.scheduler.num_waiting,
             num_threads=sum(1 + _num_running_chunks(m.interpreter) for m in members),
             num_tokens_in_flight=self.scheduler.num_tokens_in_flight,
-            num_cache_rows=sum(len(g.members) for g in cached),
-            kv_cache_bytes=sum(g.batch.cache.num_bytes() for g in cached),
+            num_cache_rows=0 if cache is None else cache.num_rows,
+            kv_cache_bytes=0 if cache is None else cache.num_bytes(),
         )
 
     # --- the engine thread -----------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        with torch.inference_mode(), grouped_query_sdpa(self.model), \
+        with torch.inference_mode(), ragged_attention(self.model), \
                 multirow_linears(self.model, enabled=self.cpu_multirow_linears):
             while not self._stopping:
                 self._wake.clear()
-                newcomers = self._newcomers = self._admit()
                 try:
                     self._end(self._running, [(m, None) for m in self._running.members if m.request.cancelled])
-                    if not newcomers.members and not self._running.members:
+                    self._admit()
+                    if not self._running.members:
                         self._wake.wait()
                         continue
-                    for group in (newcomers, self._running):
-                        if group.members:
-                            self._step(group)
-                    self._running.merge(newcomers)
+                    self._step(self._running)
                 except Exception as exc:  # a bug outside any one request: fail what runs, keep serving
                     log.exception("engine step failed")
-                    self._abandon(newcomers.members + self._running.members, f"engine step failed: {exc}")
+                    self._abandon(self._running.members, f"engine step failed: {exc}")
                     self._running = _Group(self.model, self._pad_id)
         for request in self.scheduler.take_started():
             request.emit(Failed("the server is shutting down"))
         self._end(self._running, [(m, Failed("the server is shutting down")) for m in self._running.members])
 
-    def _admit(self) -> _Group:
-        """The requests the scheduler started, in a group of their own: their prefill runs without padding the
-        running requests' decode rows to the prompts' length, then they merge into the running batch."""
-        newcomers = _Group(self.model, self._pad_id)
+    def _admit(self) -> None:
+        """The requests the scheduler started join the running batch: their prompts' prefill rides in the next
+        step's forward, packed beside the running requests' decode rows (no padding to the prompts' length)."""
         for request in self.scheduler.take_started():
             if request.cancelled:
                 self.scheduler.retire(request)
@@ -180,8 +178,7 @@ class Engine:
                 self.metrics.sequences.labels("failed").inc()
                 request.emit(Failed(f"could not start the request: {exc}"))
                 continue
-            newcomers.join(member, len(request.prompt_ids) + request.config.max_new_tokens + 64)
-        return newcomers
+            self._running.join(member, len(request.prompt_ids) + request.config.max_new_tokens + 64)
 
     def _interpreter(self, prompt_ids: list[int], config: DecodeConfig) -> Interpreter | PlainInterpreter:
         if self.mode == "async":
@@ -206,37 +203,49 @@ class Engine:
                 return
         members = list(group.members)
         try:
-            logits = group.batch.forward(group.batch.prepare(plans), plans)
+            packed = group.batch.prepare(plans)
+            forward_started = time.perf_counter()
+            logits = group.batch.forward(packed, plans)
+            forward_s = time.perf_counter() - forward_started
         except Exception as exc:
             log.exception("forward failed")
             self._end(group, [(m, Failed(f"the forward failed: {exc}")) for m in members])
             return
         self.metrics.forward_steps.inc()
-        ended = []
+        self.metrics.step_rows.observe(sum(len(p.token_ids) for p in plans))
+        ended, sampling_s = [], 0.0
         for member, plan, rows in zip(members, plans, logits, strict=True):
             try:
-                config = member.request.config
-                if isinstance(member.interpreter, Interpreter):
-                    token_ids = choose_request_tokens(member.interpreter, self.tokenizer, rows, plan.sample_threads,
-                                                      config, member.generator)
-                else:  # the sequential baseline writes plain text: nothing to constrain
-                    token_ids = choose_tokens(rows, config.sampling, member.generator).tolist()
+                sampling_started = time.perf_counter()
+                token_ids = self._choose(member, plan, rows)
+                sampling_s += time.perf_counter() - sampling_started
                 member.interpreter.commit(plan, token_ids)
                 self._send_text(member)
             except Exception as exc:
                 ended.append((member, Failed(f"sampling or committing the step failed: {exc}")))
         elapsed = time.perf_counter() - started
         self.metrics.step_seconds.observe(elapsed)
+        self.metrics.step_host_seconds.observe(elapsed - forward_s - sampling_s)
         for member in members:
             clock = member.clock
             if member.interpreter.num_steps == 1:
                 clock.prefill_s = elapsed
             else:
                 clock.decode_s += elapsed
+            clock.bookkeeping_s += elapsed - forward_s - sampling_s
         failed = {id(m) for m, _ in ended}
         ended += [(m, Finished(request_result(m.interpreter, m.clock), len(m.request.prompt_ids)))
                   for m in members if m.interpreter.done and id(m) not in failed]
         self._end(group, ended)
+
+    def _choose(self, member: _Member, plan: StepPlan, logits: torch.Tensor) -> list[int]:
+        """The member's tokens from its rows' logits, with its own sampling settings and generator."""
+        config = member.request.config
+        if isinstance(member.interpreter, Interpreter):
+            return choose_request_tokens(member.interpreter, self.tokenizer, logits, plan.sample_threads, config,
+                                         member.generator)
+        # The sequential baseline writes plain text: nothing to constrain.
+        return choose_tokens(logits, config.sampling, member.generator).tolist()
 
     def _send_text(self, member: _Member) -> None:
         final = member.interpreter.final_text()
@@ -291,11 +300,6 @@ class _Group:
         gone = {id(m) for m in leaving}
         order = self.batch.remove([b for b, m in enumerate(self.members) if id(m) in gone])
         self.members = [self.members[b] for b in order]
-
-    def merge(self, other: _Group) -> None:
-        self.batch.merge(other.batch)
-        self.members += other.members
-        other.members = []
 
 
 def _num_running_chunks(interpreter: Interpreter | PlainInterpreter) -> int:

@@ -14,6 +14,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 STEP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 SPEEDUP_BUCKETS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0)
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+HOST_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
+# Every row count up to 64 its own bucket (decode steps: what a step costs grows with them, scripts/bench_serve.py
+# prices each at c(rows)), then coarser ones for the steps that carry a prompt.
+STEP_ROWS_BUCKETS = (*range(1, 65), 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096)
 
 
 class ServingMetrics:
@@ -33,6 +37,11 @@ class ServingMetrics:
                                  "(finished, failed, cancelled)", ["outcome"], registry=registry)
         self.step_seconds = Histogram("pasta_step_seconds", "one engine step: plan, forward, sample, commit",
                                       buckets=STEP_BUCKETS, registry=registry)
+        self.step_host_seconds = Histogram("pasta_step_host_seconds", "one engine step less its forward and "
+                                           "sampling: planning, packing, committing and streaming the text",
+                                           buckets=HOST_BUCKETS, registry=registry)
+        self.step_rows = Histogram("pasta_step_rows", "rows one forward fed, every request's together",
+                                   buckets=STEP_ROWS_BUCKETS, registry=registry)
         self.theoretical_speedup = Histogram("pasta_theoretical_speedup", "tokens per forward step of each "
                                              "finished sequence", buckets=SPEEDUP_BUCKETS, registry=registry)
         self.sequence_seconds = Histogram("pasta_sequence_seconds", "arrival to last token of each finished "

@@ -1,0 +1,113 @@
+"""Time one preference round's sampling: the candidates `pasta.training.sampling.sample_and_score` draws.
+
+    python scripts/bench_pref_sampling.py --model-path outputs/cpu/sft/final --out outputs/bench/pref_after.json
+    python scripts/bench_pref_sampling.py --override model=tiny --num-prompts 2 --num-samples 2 --max-new-tokens 8  # smoke
+
+The round's sampling, as the stage runs it (its defaults are PrefSettings'): `--num-prompts` prompts of the data,
+`--num-samples` candidates each, decoded with `decode_async` in batches of `--batch-size` prompts (every candidate
+of a batch's prompts in one call), temperature sampling, candidate k of prompt i seeded with seed + i *
+num_samples + k where seed is round 1's of `pasta.train stage=pref seed=--seed`. Judging and training are left out.
+
+It prints the seconds the sampling took and a digest of the candidates (their token ids and text), and writes both
+with every candidate to --out. `--compare other.json` checks that the other run (another checkout, the same
+arguments) drew the very same candidates and prints the speed ratio. The script uses only the decoder's public entry
+points, so it runs against an older checkout too: put that checkout's src/ first on PYTHONPATH. Timings on a
+shared machine are noisy: run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-path", default=None, help="checkpoint folder (default: the config's model)")
+    parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides (the `generate` config)")
+    parser.add_argument("--data", default=str(ROOT / "data" / "alpaca_sample.jsonl"),
+                        help="JSONL with an `instruction` (and an optional `input`) per line; the first prompts")
+    parser.add_argument("--num-prompts", type=int, default=32, help="prompts of the round (stage.prompts_per_round)")
+    parser.add_argument("--num-samples", type=int, default=4, help="candidates per prompt (stage.num_samples)")
+    parser.add_argument("--batch-size", type=int, default=8, help="prompts decoded together (stage.sample_batch_size)")
+    parser.add_argument("--max-new-tokens", type=int, default=384, help="longest candidate (stage.max_new_tokens)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="stage.temperature")
+    parser.add_argument("--top-p", type=float, default=1.0, help="stage.top_p")
+    parser.add_argument("--seed", type=int, default=0, help="the run's seed (round 1's candidates)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--compare", default=None, help="another run's --out: same candidates? speed ratio")
+    parser.add_argument("--out", default="outputs/bench/pref_sampling.json", help="JSON results file")
+    return parser.parse_args(argv)
+
+
+def load_prompts(path: str, num_prompts: int) -> list[tuple[str, str]]:
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [(r["instruction"], r.get("input", "")) for r in rows[:num_prompts]]
+
+
+def sample_round(args) -> dict:
+    from pasta.config import compose
+    from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+    from pasta.lang import ReservationPolicy, add_tag_tokens
+    from pasta.models import encode_prompt, load_model
+
+    torch.set_num_threads(args.threads)
+    overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
+    cfg = compose("generate", overrides)
+    model, tokenizer = load_model(cfg.model, device="cpu")
+    add_tag_tokens(tokenizer, model)
+    policy = ReservationPolicy.from_config(cfg.lang.reservation)
+    config = DecodeConfig(max_new_tokens=args.max_new_tokens,
+                          sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p))
+    seed = (args.seed * 1000 + 1) * 1_000_003  # pasta.training.pref.run_round's, round 1
+    prompts = load_prompts(args.data, args.num_prompts)
+    num = args.num_samples
+    candidates, decode_s = [], 0.0
+    decode_async(model, tokenizer, [encode_prompt(tokenizer, *prompts[0])], config, policy, seeds=[0])  # warm-up
+    for start in range(0, len(prompts), args.batch_size):
+        batch = list(enumerate(prompts))[start : start + args.batch_size]
+        prompt_ids = [encode_prompt(tokenizer, instruction, input) for _, (instruction, input) in batch]
+        seeds = [seed + index * num + k for index, _ in batch for k in range(num)]
+        repeated = [ids for ids in prompt_ids for _ in range(num)]
+        started = time.perf_counter()
+        with torch.inference_mode():
+            results = decode_async(model, tokenizer, repeated, config, policy, seeds=seeds)
+        decode_s += time.perf_counter() - started
+        candidates += [{"seed": s, "text": r.text, "token_ids": r.token_ids, "annotated": r.annotated,
+                        "num_tokens": r.stats.num_tokens, "num_steps": r.stats.num_steps}
+                       for s, r in zip(seeds, results, strict=True)]
+        print(f"  prompts {start + 1}-{start + len(batch)}: {decode_s:.1f} s so far", flush=True)
+    digest = hashlib.sha256(json.dumps([(c["token_ids"], c["annotated"]) for c in candidates]).encode()).hexdigest()
+    return {"sampling_s": decode_s, "digest": digest, "num_candidates": len(candidates),
+            "num_tokens": sum(c["num_tokens"] for c in candidates), "num_steps": sum(c["num_steps"] for c in candidates),
+            "candidates": candidates, "args": vars(args), "pasta_source": str(Path(sys.modules["pasta"].__file__).parent)}
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    result = sample_round(args)
+    print(f"sampling: {result['sampling_s']:.1f} s for {result['num_candidates']} candidates "
+          f"({result['num_tokens']} tokens); candidates' digest {result['digest'][:16]} (pasta from "
+          f"{result['pasta_source']})")
+    if args.compare:
+        other = json.loads(Path(args.compare).read_text())
+        same = other["digest"] == result["digest"]
+        print(f"against {args.compare}: candidates {'identical' if same else 'DIFFERENT'}; this run's sampling "
+              f"{other['sampling_s'] / result['sampling_s']:.2f}x as fast ({result['sampling_s']:.1f} s against "
+              f"{other['sampling_s']:.1f} s)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

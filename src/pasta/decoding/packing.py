@@ -1,0 +1,193 @@
+"""One ragged step: the rows every request feeds, packed into one [1, N] block, and how attention unpacks them.
+
+A step feeds a different number of rows per request: one for a plain answer, one per live thread for a PASTA
+answer (plus a promise's opener rows at a fork and the closing rows at a join), a whole prompt for a newcomer.
+Padding every request to the widest one ([B, q]) made the linear layers, a step's dominant cost, run on B * q rows:
+one request running 8 threads made 16 requests feed 128 rows instead of 23. Here the model runs on input_ids and
+position_ids [1, N], N the rows the requests actually feed, one request after another: every linear layer, norm and
+RoPE sees real rows only, each with its own position.
+
+Attention is the one place that needs per-request structure, and the choice is where the keys live:
+
+- one cache row per request (pasta/decoding/cache.py, [B, H_kv, C, D]), kept: the packed keys and values are
+  written into their request's row at their slots (`row_ids`, `slot_ids` [1, N]), and pasta/decoding/attention.py's
+  ragged attention gathers the packed queries into per-request blocks, attends each against its own request's row
+  and scatters the outputs back;
+- a pool of slots shared by every request (vLLM's paged layout) would put every request's keys in one row, so that
+  each packed query attends over all of them, masked: B times the attention work and a [N, B * C] mask per step.
+  A pool pays off with a paged-attention kernel that reads only a request's own blocks; PyTorch's SDPA has none.
+
+So the cache keeps a row per request, and padding exists only inside attention, where the queries gather into
+groups (`AttentionGroup`), one SDPA call each:
+
+- the narrow group: every request's first `w` rows, against the cache rows as they lie (a view, no copy);
+- the wide group: the rows beyond `w` of the requests that feed more (a fork's threads), against a gathered copy
+  of those requests' cache rows;
+- a prompt (a request's prefill, a length of its own) alone, against its own cache row, over its own slots.
+
+`w` is chosen per step to minimise the padded query rows, counting each gathered cache row as GATHER_COST_ROWS query
+rows: when one request feeds 8 rows and fifteen feed 1, the queries are 16 * 1 + 7 instead of 16 * 8.
+Eager steps take every size exactly (N, w and the attended slots: the used ones). A compiled step (`decode.compile`,
+pasta/decoding/step.py) takes the narrow group alone, its width, N and the attended slots padded to step.py's
+buckets, so that its graphs serve step after step; its padding rows write the cache's spare slot, which nothing
+reads, and their outputs are never read either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pasta.decoding.attention import AttentionGroup, RaggedAttention
+from pasta.decoding.scheduler import StepPlan
+from pasta.decoding.step import bucket_rows, bucket_slots
+from pasta.decoding.visibility import PAD_ROW
+
+# A gathered cache row is a copy of a request's keys and values (read and written once), where one more query row
+# of a view only reads them again: about as much memory traffic as two query rows' attention on CPU.
+GATHER_COST_ROWS = 2
+
+
+@dataclass(frozen=True)
+class PackedStep:
+    """The forward's inputs for one packed step, and where its rows go in the cache."""
+
+    input_ids: torch.Tensor  # [1, N]
+    position_ids: torch.Tensor  # [1, N]
+    row_ids: torch.Tensor  # [1, N]: the cache row of each packed row
+    slot_ids: torch.Tensor  # [1, N]: its slot in that row
+    kv_length: int  # cache slots attention reads (every group's mask covers at most these)
+    seq_length: int  # the largest first slot among the requests (transformers' `get_seq_length`)
+    ragged: RaggedAttention
+    sample_rows: list[int]  # the packed rows whose logits choose a token, in request order
+    bucketed: bool  # a compiled step's shapes: every row's logits are computed, `sample_rows` picks them
+
+
+@dataclass(frozen=True)
+class _Request:
+    """Where one request's plan lies in the packed block."""
+
+    index: int  # its cache row, its position in the batch
+    plan: StepPlan
+    visible: torch.Tensor  # [R, C] its visibility table
+    first_row: int  # its first packed row
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.plan.token_ids)
+
+    @property
+    def used_slots(self) -> int:
+        return self.plan.start_slot + self.num_rows
+
+
+def narrow_width(row_counts: list[int], num_cache_rows: int) -> int:
+    """The narrow group's width for requests feeding these numbers of rows (every cache row takes part in the
+    narrow group, `num_cache_rows` of them): the width with the fewest query rows, the wide group's included."""
+    widest = max(row_counts)
+
+    def cost(width: int) -> int:
+        num_wide = sum(1 for count in row_counts if count > width)
+        return num_cache_rows * width + num_wide * (widest - width + GATHER_COST_ROWS)
+
+    return min(sorted({count for count in row_counts if count > 0}) or [1], key=cost)
+
+
+def _mask(requests: list[tuple[_Request, list[int]]], width: int, kv_length: int, dtype: torch.dtype,
+          device: torch.device) -> torch.Tensor:
+    """The additive mask [G, 1, w, kv] of a group: request g's query j is its row rows_g[j] (padding beyond them).
+    A row sees its thread's slots up to its own (the causal order among one step's rows of a thread); a padding
+    row sees slot 0 only (PAD_ROW)."""
+    blocks = []
+    for request, rows in requests:
+        plan = request.plan
+        num_pad = width - len(rows)
+        table_rows = torch.tensor([plan.rows[i] for i in rows] + [PAD_ROW] * num_pad, device=request.visible.device)
+        # The last slot each query may see: its own; padding rows are cut by their table row already.
+        limits = torch.tensor([plan.start_slot + i for i in rows] + [kv_length] * num_pad, device=device)
+        blocks.append(request.visible[table_rows, :kv_length]
+                      & (torch.arange(kv_length, device=device) <= limits[:, None]))  # [w, kv]
+    visible = torch.stack(blocks)  # [G, w, kv]
+    mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask.unsqueeze(1)  # [G, 1, w, kv]
+
+
+class _Groups:
+    """The groups of one step, built one after another, and each packed row's place in their outputs."""
+
+    def __init__(self, num_packed_rows: int, device: torch.device):
+        self.device = device
+        self.groups: list[AttentionGroup] = []
+        self.output_index = [0] * num_packed_rows  # padding rows of a bucketed step keep 0: never read
+        self.num_outputs = 0
+
+    def add(self, requests: list[tuple[_Request, list[int]]], width: int, kv_length: int, cache_rows,
+            dtype: torch.dtype) -> None:
+        """A group of these requests' rows (request, its row indices), `width` query rows each."""
+        query_index = []
+        for g, (request, rows) in enumerate(requests):
+            packed = [request.first_row + i for i in rows]
+            for j, row in enumerate(packed):
+                self.output_index[row] = self.num_outputs + g * width + j
+            query_index.append(packed + [0] * (width - len(packed)))
+        self.groups.append(AttentionGroup(
+            query_index=torch.tensor(query_index, device=self.device),  # [G, w]
+            mask=_mask(requests, width, kv_length, dtype, self.device),  # [G, 1, w, kv]
+            cache_rows=cache_rows,
+        ))
+        self.num_outputs += len(requests) * width
+
+    def ragged(self) -> RaggedAttention:
+        return RaggedAttention(self.groups, torch.tensor(self.output_index, device=self.device))
+
+
+def pack_step(plans: list[StepPlan], visibility: list[torch.Tensor], pad_id: int, *, capacity: int, bucketed: bool,
+              dtype: torch.dtype, device: torch.device) -> PackedStep:
+    """Request b's plan (its cache row b, its visibility table `visibility[b]`) packed with the others'. `bucketed`
+    (a compiled decode step, no prompt in it): one group, sizes in step.py's buckets, padding rows written at slot
+    `capacity` (the cache's spare one)."""
+    requests, first_row = [], 0
+    for b, (plan, visible) in enumerate(zip(plans, visibility, strict=True)):
+        requests.append(_Request(b, plan, visible, first_row))
+        first_row += len(plan.token_ids)
+    num_rows = bucket_rows(first_row) if bucketed else first_row
+    num_pad = num_rows - first_row
+    token_ids = [t for r in requests for t in r.plan.token_ids] + [pad_id] * num_pad
+    positions = [p for r in requests for p in r.plan.positions] + [0] * num_pad
+    row_ids = [r.index for r in requests for _ in range(r.num_rows)] + [0] * num_pad
+    slot_ids = [r.plan.start_slot + i for r in requests for i in range(r.num_rows)] + [capacity] * num_pad
+
+    groups = _Groups(num_rows, device)
+    prompts = [r for r in requests if r.plan.prefill]
+    others = [r for r in requests if not r.plan.prefill]
+    kv_length = max(r.used_slots for r in requests)
+    if others:
+        counts = [r.num_rows for r in others]
+        if bucketed:
+            width = bucket_rows(max(counts))
+            kv_length = bucket_slots(kv_length)
+        else:
+            width = narrow_width(counts, len(requests))
+        slots = kv_length if bucketed else max(r.used_slots for r in others)
+        prompt_rows = {r.index for r in prompts}
+        narrow = [(r, [] if r.index in prompt_rows else list(range(min(r.num_rows, width)))) for r in requests]
+        groups.add(narrow, width, slots, None, dtype)
+        wide = [(r, list(range(width, r.num_rows))) for r in others if r.num_rows > width]
+        if wide:
+            cache_rows = torch.tensor([r.index for r, _ in wide], device=device)
+            groups.add(wide, max(len(rows) for _, rows in wide), slots, cache_rows, dtype)
+    for r in prompts:
+        groups.add([(r, list(range(r.num_rows)))], r.num_rows, r.used_slots, r.index, dtype)
+
+    return PackedStep(
+        input_ids=torch.tensor([token_ids], device=device),
+        position_ids=torch.tensor([positions], device=device),
+        row_ids=torch.tensor([row_ids], device=device),
+        slot_ids=torch.tensor([slot_ids], device=device),
+        kv_length=kv_length,
+        seq_length=max(r.plan.start_slot for r in requests),
+        ragged=groups.ragged(),
+        sample_rows=[r.first_row + i for r in requests for i in r.plan.sample_feeds],
+        bucketed=bucketed,
+    )
