@@ -178,3 +178,27 @@ def test_embedded_model_greedily_continues_a_chat_prompt_sensibly(embedded_model
                                     do_sample=False)  # [1, S + 24]
     answer = tokenizer.decode(output_ids[0, len(prompt_ids):], skip_special_tokens=True).lower()
     assert any(word in answer for word in ("water", "hydrated", "exercise", "sleep", "diet", "eat"))
+
+
+# --- the policy a checkpoint was trained with ------------------------------------------------------------------
+
+
+def test_a_checkpoint_is_decoded_only_with_the_reservation_it_was_trained_with(tmp_path):
+    from omegaconf import OmegaConf
+
+    from pasta.errors import PastaError
+    from pasta.lang import ReservationPolicy
+    from pasta.models.trained_lang import decoding_policy, write_trained_policy
+
+    def reservation(**values):
+        return OmegaConf.create(values)
+
+    model_cfg = OmegaConf.create({"path": str(tmp_path)})
+    assert decoding_policy(reservation(policy="scale"), model_cfg) == ReservationPolicy("scale")  # nothing recorded
+    write_trained_policy(tmp_path, ReservationPolicy("scale", scale=2.0))
+    assert decoding_policy(reservation(policy="scale", scale=2.0, fixed=7), model_cfg).fixed == 7  # unused: fine
+    with pytest.raises(PastaError, match=r"trained with lang\.reservation\.policy=scale lang\.reservation\.scale=2\.0, "
+                                         r"not lang\.reservation\.policy=uncounted lang\.reservation\.fixed=64"):
+        decoding_policy(reservation(policy="uncounted"), model_cfg)
+    with pytest.raises(PastaError, match=r"not lang\.reservation\.policy=scale lang\.reservation\.scale=10"):
+        decoding_policy(reservation(policy="scale", scale=10), model_cfg)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -450,6 +452,16 @@ def test_a_few_full_sft_steps_on_a_repeated_batch_lower_its_loss(tagged, two_rec
     info = json.loads((tmp_path / "run" / "train_info.json").read_text())
     assert info["status"] == "done" and info["examples"]["num_used"] == 2 and len(info["data_sha256"]) == 64
     assert info["metrics"]["train_loss"] > 0 and info["config"]["stage"]["finetune"] == "full"
+    # The checkpoint keeps the reservation policy it was trained with (the default, uncounted), and a decode under
+    # another one is refused in one line before any weight loads.
+    assert json.loads((final / "pasta_lang.json").read_text())["reservation"]["policy"] == "uncounted"
+    done = subprocess.run([sys.executable, "-m", "pasta.generate", f"model.path={final}", "prompt=hi",
+                           "max_new_tokens=2", "lang.reservation.policy=scale",
+                           f"paths.output_root={tmp_path / 'generate'}"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: model.path={final} was trained with lang.reservation.policy=uncounted "
+                           "lang.reservation.fixed=64, not lang.reservation.policy=scale lang.reservation.scale=2.0: "
+                           "decode it as it was trained, or chunk positions differ from training\n")
 
 
 def test_lora_sft_trains_the_tag_rows_and_both_final_forms_load_alike(tagged, two_records, tmp_path):

@@ -32,8 +32,9 @@ def answer(cfg: DictConfig) -> DecodeResult:
     """Decode `cfg.prompt` with `cfg.model` in mode `cfg.decode.kind`; print it as `cfg.format` says."""
     from pasta.config import resolve_device
     from pasta.decoding import decode_async, decode_sequential
-    from pasta.lang import ReservationPolicy, add_tag_tokens
+    from pasta.lang import add_tag_tokens
     from pasta.models import encode_prompt, load_model
+    from pasta.models.trained_lang import decoding_policy
 
     if OmegaConf.is_missing(cfg, "prompt") or not str(cfg.prompt).strip():
         raise PastaError('give the instruction to answer: prompt="..."')
@@ -42,6 +43,8 @@ def answer(cfg: DictConfig) -> DecodeResult:
     if cfg.format not in FORMATS:
         raise PastaError(f"format={cfg.format} is not one of {', '.join(FORMATS)}")
     config = decode_config(cfg)
+    # Checked before the weights load: a checkpoint trained with another reservation policy is one line.
+    policy = decoding_policy(cfg.lang.reservation, cfg.model) if cfg.decode.kind == "async" else None
     model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
     prompt_ids = encode_prompt(tokenizer, str(cfg.prompt), str(cfg.input or ""))
 
@@ -52,7 +55,6 @@ def answer(cfg: DictConfig) -> DecodeResult:
     on_text = show if cfg.format == "text" else None
     if cfg.decode.kind == "async":
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
-        policy = ReservationPolicy.from_config(cfg.lang.reservation)
         result = decode_async(model, tokenizer, [prompt_ids], config, policy, on_text=on_text)[0]
     else:
         result = decode_sequential(model, tokenizer, [prompt_ids], config, on_text=on_text)[0]

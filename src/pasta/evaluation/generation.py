@@ -51,6 +51,7 @@ from pasta.evaluation.run_files import (
     read_stats,
 )
 from pasta.lang import ReservationPolicy
+from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import Processes, ShardedJsonl, current_processes
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class Decoder:
 
             # A PASTA checkpoint already carries the tag tokens; a plain model gets them (untrained rows).
             add_tag_tokens(tokenizer, model)
-            self.policy = ReservationPolicy.from_config(cfg.lang.reservation)
+            self.policy = decoding_policy(cfg.lang.reservation, cfg.model)
 
     def __call__(self, records: list[dict[str, Any]]) -> list[DecodeResult]:
         if self.mode == "sot":
@@ -237,6 +238,8 @@ def generate_run(
 
     processes = processes or current_processes()
     mode = decode_mode(cfg)
+    if mode == "async":
+        decoding_policy(cfg.lang.reservation, cfg.model)  # a checkpoint trained with another policy: before loading
     records, _, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
     check_prompts_fit(cfg, records)

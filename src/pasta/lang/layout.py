@@ -53,7 +53,7 @@ class ReservationPolicy:
     """How many positions the main thread skips for a chunk whose promise predicted `tokens="N"`."""
 
     policy: Reservation = field(
-        default=Reservation.scale,
+        default=Reservation.uncounted,
         metadata={"help": "exact: N | scale: ceil(scale * N) | round_up: N up to a multiple of `multiple` | "
                           "fixed: `fixed` (N: the promise's tokens=\"N\") | uncounted: promises are trained "
                           "without tokens=\"N\", every chunk reserves `fixed`"},

@@ -61,8 +61,9 @@ def build_app(cfg: DictConfig):
     """The FastAPI app for `cfg`: the model loaded, the engine built (its thread starts with the app)."""
     from pasta.config import resolve_device, schema_from
     from pasta.decoding import DecodeConfig
-    from pasta.lang import ReservationPolicy, add_tag_tokens
+    from pasta.lang import add_tag_tokens
     from pasta.models import load_model, max_positions
+    from pasta.models.trained_lang import decoding_policy
     from pasta.serving.app import ServeSettings, create_app
     from pasta.serving.engine import MODES, Engine
 
@@ -77,11 +78,10 @@ def build_app(cfg: DictConfig):
     if limits.context_length and num_positions and limits.context_length > num_positions:
         raise PastaError(f"limits.context_length={limits.context_length} is over the model's {num_positions} "
                          "positions (max_position_embeddings): lower it, or leave it null for the model's")
+    policy = decoding_policy(cfg.lang.reservation, cfg.model) if cfg.decode.kind == "async" else None
     model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
-    policy = None
-    if cfg.decode.kind == "async":
+    if policy is not None:
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
-        policy = ReservationPolicy.from_config(cfg.lang.reservation)
     context_length = limits.context_length or num_positions or 2048
     engine = Engine(model, tokenizer, mode=cfg.decode.kind, policy=policy, limits=limits,
                     cpu_multirow_linears=config.cpu_multirow_linears)

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pasta.lang import ReservationPolicy
 from pasta.lang.tokens import TagIds
+from pasta.models.trained_lang import write_trained_policy
 from pasta.training.config import Finetune, LoraSettings, OptimSettings
 
 log = logging.getLogger(__name__)
@@ -96,8 +98,11 @@ def save_base_once(model, tokenizer, target: Path) -> None:
     state.wait_for_everyone()
 
 
-def save_final(trainer, tokenizer, settings: OptimSettings, output_dir: Path) -> Path:
-    """Write `<output_dir>/final` from a trained TRL trainer (every process calls this; see the module docstring).
+def save_final(trainer, tokenizer, settings: OptimSettings, output_dir: Path,
+               policy: ReservationPolicy | None = None) -> Path:
+    """Write `<output_dir>/final` from a trained TRL trainer (every process calls this; see the module docstring),
+    with the reservation `policy` the checkpoint was trained with (pasta.models.trained_lang; None for Baseline-SFT,
+    which writes no promise).
 
     Under FSDP or DeepSpeed the weights are sharded over the processes, so transformers' `save_model` gathers
     them (all processes take part) into a temporary folder that the main process renames into place; an adapter
@@ -123,6 +128,8 @@ def save_final(trainer, tokenizer, settings: OptimSettings, output_dir: Path) ->
         if isinstance(model, PeftModel) and settings.merge_lora:
             model = model.merge_and_unload()
         save_model_folder(model, tokenizer, final)
+    if policy is not None and trainer.is_world_process_zero():
+        write_trained_policy(final, policy)
     trainer.accelerator.wait_for_everyone()
     return final
 

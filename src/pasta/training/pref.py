@@ -40,6 +40,7 @@ from pasta.data import Record, load_instructions, write_json_atomic, write_jsonl
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import load_model
+from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
@@ -119,7 +120,7 @@ def train_round(
     expose_head_bias(trainer.model)
     check_sharding(trainer, settings)
     result = trainer.train(resume_from_checkpoint=resume_from)
-    save_final(trainer, tokenizer, settings, round_dir)
+    save_final(trainer, tokenizer, settings, round_dir, policy)
     return round_train_metrics(result.metrics, trainer.state.log_history)
 
 
@@ -221,7 +222,7 @@ def run_pref(cfg: DictConfig) -> Path:
     assert isinstance(settings, PrefSettings)
     processes = current_processes()
     output_dir = resolve_output_dir(cfg)
-    policy = ReservationPolicy.from_config(cfg.lang.reservation)
+    policy = decoding_policy(cfg.lang.reservation, cfg.model)  # the starting policy's, checked
     min_promises = int(cfg.data.get("min_promises", 0))
     records = with_min_promises(load_instructions(loader_config(cfg.data)), min_promises)
     if not records:

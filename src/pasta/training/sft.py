@@ -102,7 +102,9 @@ def run_sft(cfg: DictConfig) -> Path:
     resume_from = checkpoint_to_resume(run.checkpoint_dir, bool(cfg.get("resume", False)))
     check_same_data(run.output_dir, data.sha256)
     trainer = sft_trainer(run, model, tokenizer, tag_ids, policy, data.examples)
-    return train_and_save(run, trainer, tokenizer, resume_from, {"stage": "sft", **data.info()})
+    # Baseline-SFT writes no promise: its checkpoint records no policy (pasta.models.trained_lang).
+    trained_policy = None if cfg.data.get("strip_annotations", False) else policy
+    return train_and_save(run, trainer, tokenizer, resume_from, {"stage": "sft", **data.info()}, trained_policy)
 
 
 def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], PromiseBalance | None]:
@@ -190,9 +192,10 @@ def sft_trainer(
     return trainer
 
 
-def train_and_save(run: SFTRun, trainer, tokenizer, resume_from: str | None, info: dict[str, Any]) -> Path:
-    """Train (on from `resume_from` when set) and save `final`; train_info.json says running, then done or failed
-    (`info` in every status)."""
+def train_and_save(run: SFTRun, trainer, tokenizer, resume_from: str | None, info: dict[str, Any],
+                   policy: ReservationPolicy | None) -> Path:
+    """Train (on from `resume_from` when set) and save `final` with the reservation `policy` it was trained with;
+    train_info.json says running, then done or failed (`info` in every status)."""
     cfg, settings, output_dir = run.cfg, run.settings, run.output_dir
     if trainer.is_world_process_zero():
         write_train_info(output_dir, cfg, status="running", **info)
@@ -200,7 +203,7 @@ def train_and_save(run: SFTRun, trainer, tokenizer, resume_from: str | None, inf
         start = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=resume_from)
         seconds = time.perf_counter() - start
-        final = save_final(trainer, tokenizer, settings, output_dir)
+        final = save_final(trainer, tokenizer, settings, output_dir, policy)
     except BaseException as exc:
         if trainer.is_world_process_zero():
             write_train_info(output_dir, cfg, status="failed", reason=failure_reason(exc), **info)
