@@ -155,6 +155,7 @@ def test_timed_prompts_are_decoded_alone_first_and_every_answer_keeps_its_step_r
     costs = json.loads((tmp_path / "run" / "step_costs.json").read_text())
     assert costs["rows"][:2] == [1, 2] and len(costs["seconds"]) == len(costs["rows"])
     assert all(seconds > 0 for seconds in costs["seconds"])
+    assert costs["seconds"] == sorted(costs["seconds"])  # a forward feeding fewer rows is never priced higher
 
 
 # ------------------------------------------------------------------------------------------ Skeleton-of-Thought

@@ -54,37 +54,47 @@ def modelled_seconds(step_rows: Sequence[int], costs: StepCosts) -> float:
 @torch.inference_mode()
 def measure_step_costs(model, rows: Sequence[int] = ROWS, prefix_len: int = 256, repeats: int = 3,
                        multirow: bool = True) -> StepCosts:
-    """c(q) for each q in `rows`: the fastest of `repeats` forwards (the one least disturbed by other processes)
-    appending q random tokens to a `prefix_len`-token cache, as the decoders run on this device."""
+    """c(q) for each q in `rows`: one forward appending q random tokens to a `prefix_len`-token cache, as the
+    decoders run on this device; the fastest of `repeats` rounds over every q after a warm-up round.
+
+    Rounds go over the whole ladder, so that a slow spell of the machine (other processes: seen here at 10x for
+    minutes) falls on every q of a round rather than on every sample of one q; and c is made non-decreasing in q
+    (a forward that feeds fewer rows is not slower), so a spike that survives the minimum cannot invert the curve.
+    """
     from transformers import DynamicCache
 
     device = model.device
     dtype = model.dtype if model.dtype.is_floating_point else torch.float32
-    vocab = model.config.get_text_config().vocab_size if hasattr(model.config, "get_text_config") \
-        else model.config.vocab_size
+    text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     generator = torch.Generator().manual_seed(0)
 
     def tokens(num: int) -> torch.Tensor:
-        return torch.randint(0, vocab, (1, num), generator=generator).to(device)  # [1, num]
+        return torch.randint(0, text_config.vocab_size, (1, num), generator=generator).to(device)  # [1, num]
 
-    seconds = []
+    def one_forward(num_rows: int) -> float:
+        mask = torch.zeros(1, 1, num_rows, prefix_len + num_rows, dtype=dtype, device=device)
+        mask[0, 0, :, prefix_len:] = torch.full((num_rows, num_rows), torch.finfo(dtype).min).triu(1)
+        positions = torch.arange(prefix_len, prefix_len + num_rows, device=device)[None]  # [1, q]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        model(input_ids=tokens(num_rows), attention_mask=mask, position_ids=positions, use_cache=True,
+              logits_to_keep=num_rows, **{CACHE_ARGUMENT: cache})
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        cache.crop(-num_rows)
+        return seconds
+
+    fastest = [float("inf")] * len(rows)
     with grouped_query_sdpa(model), multirow_linears(model, enabled=multirow):
         cache = DynamicCache()
         model(input_ids=tokens(prefix_len), use_cache=True, logits_to_keep=1, **{CACHE_ARGUMENT: cache})
-        for num_rows in rows:
-            mask = torch.zeros(1, 1, num_rows, prefix_len + num_rows, dtype=dtype, device=device)
-            mask[0, 0, :, prefix_len:] = torch.full((num_rows, num_rows), torch.finfo(dtype).min).triu(1)
-            positions = torch.arange(prefix_len, prefix_len + num_rows, device=device)[None]  # [1, q]
-            samples = []
-            for _ in range(repeats + 1):  # the first is a warm-up
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                model(input_ids=tokens(num_rows), attention_mask=mask, position_ids=positions,
-                      use_cache=True, logits_to_keep=num_rows, **{CACHE_ARGUMENT: cache})
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                samples.append(time.perf_counter() - start)
-                cache.crop(-num_rows)
-            seconds.append(min(samples[1:]))
-    return StepCosts(rows=list(rows), seconds=seconds, prefix_len=prefix_len)
+        for round_index in range(repeats + 1):  # the first round is a warm-up
+            for index, num_rows in enumerate(rows):
+                seconds = one_forward(num_rows)
+                if round_index:
+                    fastest[index] = min(fastest[index], seconds)
+    for index in range(len(rows) - 2, -1, -1):
+        fastest[index] = min(fastest[index], fastest[index + 1])
+    return StepCosts(rows=list(rows), seconds=fastest, prefix_len=prefix_len)

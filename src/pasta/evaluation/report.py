@@ -147,13 +147,23 @@ def _speed_lines(speed: dict[str, Any]) -> list[str]:
                      f"with malformed tags (decoded as text): {speed['num_malformed']}")
     lines.append(f"- theoretical speedup (geomean): {_fmt(theoretical['value'])}x "
                  f"[{_fmt(theoretical['ci_low'])}, {_fmt(theoretical['ci_high'])}]")
+    confidence = f"{int(100 * speed['bootstrap']['confidence'])}% bootstrap interval"
+    if "step_speedup_geomean" in speed:
+        lines.append(f"- step speedup (geomean) against {speed.get('sequential_run')}: "
+                     f"{_with_ci(speed['step_speedup_geomean'])}, {confidence}; length ratio (tokens, mean) "
+                     f"{_fmt(speed.get('length_ratio_mean'))}")
+    if "cost_speedup_geomean" in speed:
+        lines.append(f"- cost-model speedup (geomean, every prompt): {_with_ci(speed['cost_speedup_geomean'])}")
     if "wall_speedup_geomean" in speed:
-        wall = speed["wall_speedup_geomean"]
-        lines.append(f"- wall-clock speedup (geomean) against {speed.get('sequential_run')}: {_fmt(wall['value'])}x "
-                     f"[{_fmt(wall['ci_low'])}, {_fmt(wall['ci_high'])}], "
-                     f"{int(100 * speed['bootstrap']['confidence'])}% bootstrap interval")
+        lines.append(f"- wall-clock speedup (geomean, {speed.get('num_timed_prompts')} prompts decoded one at a time) "
+                     f"against {speed.get('sequential_run')}: {_with_ci(speed['wall_speedup_geomean'])}, {confidence}"
+                     + (f"; the cost model on them: {speed['cost_speedup_timed_geomean']:.2f}x"
+                        if speed.get("cost_speedup_timed_geomean") is not None else ""))
         lines.append(f"- latency per token (median): {_fmt(speed['ms_per_token_median'], 1)} ms "
                      f"(sequential {_fmt(speed['sequential_ms_per_token_median'], 1)} ms)")
+    elif "step_speedup_geomean" in speed:
+        lines.append("- no wall-clock speedup: no prompt was decoded one at a time by both runs "
+                     "(eval.timing=wall, or eval.timed_prompts=N)")
     else:
         lines.append(f"- latency per token (median): {_fmt(speed['ms_per_token_median'], 1)} ms "
                      "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
