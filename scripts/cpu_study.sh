@@ -10,6 +10,10 @@
 # samples the same candidates for every lambda (same start, prompts and seeds), so later lambdas reuse the first
 # lambda's round-1 samples and Baseline-SFT answers instead of decoding them again.
 #
+# Every answer gets the same budget: max_new_tokens tokens, every thread's together for the PASTA models
+# (decode.max_total_tokens), as a sequential answer's. Otherwise a PASTA answer may run to max_new_tokens on its main
+# thread and as many again in each chunk.
+#
 # How speed is measured: every model decodes the held-out prompts in batches (eval.timing=throughput) except the
 # first PASTA_STUDY_TIMED_PROMPTS, decoded one at a time after a warm-up: their per-prompt wall-clock speedups against
 # Baseline-SFT are measured. For every prompt, the cost model prices each answer's steps on the forward cost by rows
@@ -45,7 +49,8 @@ common=("paths.output_root=$out" device=cpu "model=$model")
 # shellcheck disable=SC2206  # the extra overrides are meant to split on spaces
 train=("${common[@]}" "data.path=$out/annotated.jsonl" resume=true)
 evaluate=("${common[@]}" "eval_data=$eval_data" "eval.subset=$num_eval" eval.subset_seed=0
-    "decode.max_new_tokens=$max_new_tokens" eval.timing=throughput eval.batch_size=8 "eval.timed_prompts=$num_timed"
+    "decode.max_new_tokens=$max_new_tokens" "decode.max_total_tokens=$max_new_tokens" eval.timing=throughput \
+    eval.batch_size=8 "eval.timed_prompts=$num_timed"
     eval.win_rate=false)
 baseline_eval="$out/eval/baseline-sft"
 started=$SECONDS

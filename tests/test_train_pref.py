@@ -532,6 +532,9 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     out = tmp_path / "pref"
     (pair,) = read_jsonl(out / "round-1" / "pairs.jsonl")
     assert pair["chosen"]["speedup"] > 1.0 == pair["rejected"]["speedup"]
+    # A candidate's budget is its threads' tokens together, as a sequential answer's is its own.
+    (scored,) = read_jsonl(out / "round-1" / "scores.jsonl")
+    assert max(c["num_tokens"] for c in scored["candidates"]) <= 40
     assert pair["chosen"]["num_malformed"] == 0
     before = json.loads((out / "round-0" / "heldout.json").read_text())
     after = json.loads((out / "round-1" / "heldout.json").read_text())

@@ -266,7 +266,11 @@ class PrefSettings(OptimSettings):
     )
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the candidates"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of the candidates"})
-    max_new_tokens: int = field(default=384, metadata={"help": "longest candidate, in sampled tokens"})
+    max_new_tokens: int = field(
+        default=384,
+        metadata={"help": "longest candidate, in tokens sampled by all its threads together (a sequential answer's "
+                          "budget; the reference decode of stage.reference=baseline gets as many)"},
+    )
     sample_batch_size: int = field(default=8, metadata={"help": "prompts decoded together while sampling"})
     judge_retries: int = field(
         default=2,

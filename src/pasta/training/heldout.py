@@ -83,7 +83,8 @@ def check_policy(
     store.gather()
     done = store.keys()
     todo = processes.shard([r for r in records if r.id not in done])
-    config = DecodeConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=0.0))
+    config = DecodeConfig(max_new_tokens=max_new_tokens, max_total_tokens=max_new_tokens,
+                          sampling=SamplingConfig(temperature=0.0))
     model.eval()
     with store.appender() as out:
         for start in range(0, len(todo), batch_size):

@@ -133,7 +133,8 @@ def sample_and_score(
     store.gather()
     done = store.keys()
     sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p)
-    config = DecodeConfig(max_new_tokens=settings.max_new_tokens, sampling=sampling)
+    config = DecodeConfig(max_new_tokens=settings.max_new_tokens, max_total_tokens=settings.max_new_tokens,
+                          sampling=sampling)
     num = settings.num_samples
     todo = processes.shard([(index, r) for index, r in enumerate(prompts) if r.id not in done])
     model.eval()
