@@ -66,7 +66,7 @@ def test_subset_runs_decode_the_same_prompts_record_them_and_refuse_another_subs
     generate(tmp_path, "pasta", "async", *subset)
     assert stats_instructions(tmp_path / "base") == stats_instructions(tmp_path / "pasta") == instructions_of(subset)
     meta = json.loads((tmp_path / "pasta" / "run.json").read_text())
-    assert meta["subset"] == {"size": 3, "seed": 7} and meta["reservation"]["policy"] == "scale"
+    assert meta["subset"] == {"size": 3, "seed": 7} and meta["reservation"]["policy"] == "uncounted"
     with pytest.raises(PastaError, match="holds a run with subset=.*'seed': 7.*not .*'seed': 8"):
         generate(tmp_path, "pasta", "async", "eval.subset=3", "eval.subset_seed=8")
     cfg = compose("eval", [*TINY, "eval.mode=score", f"output_dir={tmp_path / 'pasta'}"])
@@ -98,7 +98,7 @@ def test_scored_subset_runs_report_structure_and_proxies_labelled_as_proxies(tmp
     assert summary["subset"] == {"size": 2, "seed": 0}
     structure, proxies = summary["structure"], summary["proxies"]
     assert structure["num_answers"] == proxies["num_answers"] == 2
-    assert structure["reservation"]["policy"] == "scale"
+    assert structure["reservation"]["policy"] == "uncounted"
     assert proxies["baseline"] == "tiny-sequential" and proxies["length_ratio"] > 0
     assert 0 <= proxies["embedding_similarity"] <= 1 and proxies["embedding_model"] == embedding_judge.name
     assert "emb-sim (proxy)" in (tmp_path / "pasta" / "summary.md").read_text()

@@ -27,7 +27,9 @@ def study_env(out: Path) -> dict[str, str]:
         "PASTA_STUDY_ROUNDS": "1",
         "PASTA_STUDY_PREF_PROMPTS": "2",
         "PASTA_STUDY_SAMPLES": "2",
-        "PASTA_STUDY_PREF_ARGS": "stage.max_steps=1 stage.max_length=192",
+        # The tiny Baseline-SFT answers only newlines after 2 steps: a length match with it is 0 for every
+        # candidate, so plain similarity (no length control) is what tells the candidates apart.
+        "PASTA_STUDY_PREF_ARGS": "stage.max_steps=1 stage.max_length=192 judge.length_control=0",
         "PASTA_STUDY_EVAL_PROMPTS": "2",
         "PASTA_STUDY_TIMED_PROMPTS": "1",
         "PASTA_STUDY_MAX_NEW_TOKENS": "12",

@@ -48,5 +48,7 @@ def test_ddp_on_two_cpu_processes_equals_one_process_with_the_same_global_batch(
     )
     expected = load_file(single / "model.safetensors")
     actual = load_file(tmp_path / "ddp" / "final" / "model.safetensors")
+    # Gloo's all-reduce sums in another order than one process's backward, and Adam divides by sqrt(v), so a
+    # weight whose gradient is near zero can move ~1e-5 apart; a wrong global batch moves weights by ~lr = 3e-3.
     for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-4)

@@ -506,8 +506,8 @@ class ConstantJudge:
 
 def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_path, monkeypatch):
     # lambda = 0, a constant judge and speed_reward=theoretical: the reward is the theoretical speedup alone, so
-    # the round's pair is a
-    # (well-formed, constrained) fork against a plain answer, and the held-out check must see the greedy answer
+    # the round's chosen answer is a (well-formed, constrained) fork faster than the rejected one, and the held-out
+    # check must see the greedy answer
     # of the trained policy fork where the starting policy's did not: the reward went up, not only the weights.
     folder, data = sometimes_forking
     monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: ConstantJudge())
@@ -531,7 +531,7 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     run_pref(cfg)
     out = tmp_path / "pref"
     (pair,) = read_jsonl(out / "round-1" / "pairs.jsonl")
-    assert pair["chosen"]["speedup"] > 1.0 == pair["rejected"]["speedup"]
+    assert pair["chosen"]["speedup"] > max(1.0, pair["rejected"]["speedup"])
     # A candidate's budget is its threads' tokens together, as a sequential answer's is its own.
     (scored,) = read_jsonl(out / "round-1" / "scores.jsonl")
     assert max(c["num_tokens"] for c in scored["candidates"]) <= 40
