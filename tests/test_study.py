@@ -56,6 +56,8 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     # scored them against Baseline-SFT's answers.
     shared = [(out / f"pref-lambda{lam}" / "round-1" / "scores.jsonl").read_text() for lam in ("1", "inf")]
     assert shared[0] == shared[1]
+    # Baseline-SFT answers only the prompts a round samples (1 round x 2 prompts), not all 12 records.
+    assert len((out / "pref-lambda1" / "baseline_answers.jsonl").read_text().splitlines()) == 2
     stats = [json.loads(line) for line in (out / "eval" / "pasta-sft" / "stats.jsonl").read_text().splitlines()]
     assert [r["batch_size"] for r in stats] == [1, 1]  # one timed prompt, then a batch of the one left
     assert (out / "eval" / "baseline-sft" / "step_costs.json").is_file()

@@ -235,8 +235,11 @@ def run_pref(cfg: DictConfig) -> Path:
             f"{output_dir} holds an earlier run: pass resume=true to continue it, or another output_dir"
         )
     processes.wait()  # every process has looked before any writes
-    references = reference_answers(records, settings, cfg, output_dir, processes)
-    check_latency_references(settings, records, references)
+    # Only the rounds' prompts need a reference: Baseline-SFT answers for the whole pool cost minutes for nothing.
+    used_ids = {r.id for i in range(1, settings.rounds + 1) for r in round_prompts(records, settings, i)}
+    used = [r for r in records if r.id in used_ids]
+    references = reference_answers(used, settings, cfg, output_dir, processes)
+    check_latency_references(settings, used, references)
     judge = build_judge(cfg.judge)
     if processes.is_main:
         write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name)
