@@ -188,7 +188,9 @@ def _interrupt_after(process: subprocess.Popen, output: Path, num_lines: int, si
 
 def test_runs_interrupted_by_ctrl_c_and_by_a_kill_resume_to_the_same_file_as_an_uninterrupted_run(tmp_path):
     records = sample(40)
-    with start_chat_server(tmp_path, rules=good_rules(records), delay=0.1) as (base_url, _):
+    # 0.3 s a reply: the 32 records left after the 8th line take ~5 s, so a machine busy with other tests cannot
+    # finish the run before the signal lands (at 0.1 s, CI once saw exit 0 for a run it had interrupted).
+    with start_chat_server(tmp_path, rules=good_rules(records), delay=0.3) as (base_url, _):
         annotate(compose("annotate", openai_overrides(base_url, tmp_path, "teacher.concurrency=2", limit=40)))
         expected = (tmp_path / "ann.jsonl").read_bytes()
         output = tmp_path / "interrupted.jsonl"
