@@ -578,13 +578,9 @@ def test_a_bounded_load_run_answers_every_request_uncorrupted_and_returns_to_idl
     assert 'pasta_requests_total{status="200"}' in metrics and 'status="500"' not in metrics
 
 
-def test_a_64_request_load_with_forks_failures_disconnects_and_hang_ups_leaves_nothing_behind(speaker, monkeypatch):
-    """64 requests through a batch of 8 that admission also holds by tokens in flight (requests wait for room):
-    half of the answers fork; every eighth request fails inside its step, every eighth client disconnects mid-stream
-    and every eighth hangs up before its non-streamed answer. The others get their answers alone, and the engine
-    ends with no rows, KV bytes, threads or tokens in flight left."""
-    model, tokenizer = speaker
-    poison, (word,) = encode_text(tokenizer, " poison")[0], encode_text(tokenizer, " and")
+def fail_steps_of_poisoned_prompts(monkeypatch, tokenizer) -> None:
+    """A request whose prompt holds " poison" raises inside its third step's commit ("injected failure")."""
+    poison = encode_text(tokenizer, " poison")[0]
     commit = Interpreter.commit
 
     def fragile_commit(self, plan, token_ids):
@@ -593,6 +589,16 @@ def test_a_64_request_load_with_forks_failures_disconnects_and_hang_ups_leaves_n
         commit(self, plan, token_ids)
 
     monkeypatch.setattr(Interpreter, "commit", fragile_commit)
+
+
+def test_a_64_request_load_with_forks_failures_disconnects_and_hang_ups_leaves_nothing_behind(speaker, monkeypatch):
+    """64 requests through a batch of 8 that admission also holds by tokens in flight (requests wait for room):
+    half of the answers fork; every eighth request fails inside its step, every eighth client disconnects mid-stream
+    and every eighth hangs up before its non-streamed answer. The others get their answers alone, and the engine
+    ends with no rows, KV bytes, threads or tokens in flight left."""
+    model, tokenizer = speaker
+    fail_steps_of_poisoned_prompts(monkeypatch, tokenizer)
+    (word,) = encode_text(tokenizer, " and")
     transitions = {**model.transitions, word: word}  # "Tips and" says " and" until max_tokens
     looping = (Scripted(model.model, transitions), tokenizer)
     expected = alone_answers(looping)
@@ -637,15 +643,7 @@ def test_a_64_request_load_with_forks_failures_disconnects_and_hang_ups_leaves_n
 
 def test_a_crash_inside_one_requests_step_fails_only_that_request(speaker, monkeypatch):
     model, tokenizer = speaker
-    poison = encode_text(tokenizer, " poison")[0]
-    commit = Interpreter.commit
-
-    def fragile_commit(self, plan, token_ids):
-        if poison in self.prompt_ids and self.num_steps == 3:
-            raise RuntimeError("injected failure")
-        commit(self, plan, token_ids)
-
-    monkeypatch.setattr(Interpreter, "commit", fragile_commit)
+    fail_steps_of_poisoned_prompts(monkeypatch, tokenizer)
     expected = alone_answers(speaker)
     with running(speaker_app(speaker)) as base_url:
         api = client(base_url)
