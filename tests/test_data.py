@@ -195,6 +195,35 @@ def test_shuffle_offset_and_limit_select_disjoint_reproducible_windows(tmp_path)
     assert [r.instruction for r in load_instructions(_data_cfg(path, offset=18))] == ["q18", "q19"]
 
 
+def test_extra_paths_follow_the_selected_records_whole_in_pattern_then_name_order(tmp_path):
+    # A preference run's round-*/forking.jsonl files added to SFT data: data.limit picks from `path` only.
+    path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": f"q{i}", "output": "a"}) for i in range(5)])
+    for round_index in (2, 1):
+        folder = tmp_path / "pref" / f"round-{round_index}"
+        folder.mkdir(parents=True)
+        _write_lines(folder / "forking.jsonl", [json.dumps({"instruction": f"r{round_index}", "output": "b",
+                                                            "annotated": "b", "round": round_index})])
+    extra = [str(tmp_path / "pref" / "round-*" / "forking.jsonl")]
+    records = load_instructions(_data_cfg(path, limit=2, extra_paths=extra))
+    assert [r.instruction for r in records] == ["q0", "q1", "r1", "r2"]
+    assert records[2].annotated == "b" and records[2].extra["round"] == 1
+
+
+def test_an_extra_path_that_matches_no_file_is_an_error_naming_it(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
+    missing = str(tmp_path / "pref" / "round-*" / "forking.jsonl")
+    with pytest.raises(PastaError, match=r"^data.extra_paths: no file matches '.*round-\*/forking.jsonl'$"):
+        load_instructions(_data_cfg(path, extra_paths=[missing]))
+
+
+def test_a_bad_record_in_an_extra_file_names_that_file_and_line(tmp_path):
+    path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
+    extra = _write_lines(tmp_path / "more.jsonl", [json.dumps({"instruction": "C", "output": "D"}),
+                                                  json.dumps({"instruction": "E"})])
+    with pytest.raises(PastaError, match=r"more.jsonl:2: missing field 'output'"):
+        load_instructions(_data_cfg(path, extra_paths=[str(extra)]))
+
+
 def test_negative_limit_is_rejected(tmp_path):
     path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
     with pytest.raises(PastaError, match=r"^data.limit: must be an integer >= 0, got -1"):

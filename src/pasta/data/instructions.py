@@ -11,6 +11,7 @@ drops such records instead. Extra fields (such as `annotated`) are kept.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import logging
@@ -44,6 +45,12 @@ class DataConfig:
     shuffle: bool = field(default=False, metadata={"help": "shuffle before offset and limit"})
     seed: int = field(default=0, metadata={"help": "seed of the shuffle"})
     on_error: OnError = field(default=OnError.fail, metadata={"help": "bad record: fail (one-line error) or skip (log)"})
+    extra_paths: list[str] = field(
+        default_factory=list,
+        metadata={"help": "more local .jsonl/.json files (glob patterns allowed) whose records follow the selected ones "
+                          "whole (shuffle, offset and limit apply to `path` only), e.g. a preference run's "
+                          "`round-*/forking.jsonl`: its students' own well-formed forking answers, as SFT data"},
+    )
 
     def validate(self, where: str) -> None:
         for key in ("offset", "limit"):
@@ -84,12 +91,7 @@ class Record:
 def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield (where, record) pairs, `where` naming the record for error messages; `group` is the config key."""
     if cfg.path is not None and Path(cfg.path).is_file():
-        path = Path(cfg.path)
-        if path.suffix == ".json":
-            yield from _json_records(path, cfg.on_error, check_unicode)
-        else:
-            for line_no, record in iter_numbered_jsonl(path, cfg.on_error, check_unicode):
-                yield f"{path}:{line_no}", record
+        yield from _file_records(Path(cfg.path), cfg.on_error, check_unicode)
         return
     if cfg.hub_id is None:
         raise PastaError(f"data {cfg.name}: file not found: {cfg.path}; set {group}.path=/path/to/file.jsonl")
@@ -97,6 +99,26 @@ def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[t
         log.info("data %s: %s not found, loading %s from the hub", cfg.name, cfg.path, cfg.hub_id)
     for index, record in enumerate(_hub_records(cfg, group), start=1):
         yield f"{cfg.hub_id}[{cfg.split}] record {index}", record
+
+
+def _file_records(path: Path, on_error: OnError, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    if path.suffix == ".json":
+        yield from _json_records(path, on_error, check_unicode)
+    else:
+        for line_no, record in iter_numbered_jsonl(path, on_error, check_unicode):
+            yield f"{path}:{line_no}", record
+
+
+def extra_files(cfg: DataConfig, group: str) -> list[Path]:
+    """The files of `extra_paths`, each pattern's matches sorted; a pattern that matches no file is an error (a typo
+    would otherwise train on less data without a word)."""
+    files: list[Path] = []
+    for pattern in cfg.extra_paths:
+        matches = sorted(Path(m) for m in glob.glob(pattern, recursive=True) if Path(m).is_file())
+        if not matches:
+            raise PastaError(f"{group}.extra_paths: no file matches {pattern!r}")
+        files.extend(matches)
+    return files
 
 
 def _json_records(path: Path, on_error: OnError, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -176,10 +198,21 @@ def load_instructions(data_cfg: DataConfig | DictConfig | dict[str, Any], check_
     `check_unicode=False` keeps records whose text is not valid Unicode, for a stage that rejects them itself.
     """
     cfg = schema_from(data_cfg, DataConfig, "data", only_known=True)
-    records = _checked(
-        _raw_records(cfg, "data", check_unicode), ("instruction", "output"), ("input",), cfg.on_error, check_unicode
-    )
-    return _select([Record.from_dict(record) for record in records], cfg)
+    records = _selected_records(cfg, "data", ("instruction", "output"), ("input",), check_unicode)
+    return [Record.from_dict(record) for record in records]
+
+
+def _selected_records(
+    cfg: DataConfig, group: str, required: tuple[str, ...], optional: tuple[str, ...], check_unicode: bool
+) -> list[dict[str, Any]]:
+    """The checked records of `path` (or the hub) after shuffle, offset and limit, then every `extra_paths` file's."""
+    extras = extra_files(cfg, group)  # before the main file is read: a typo fails at once
+    records = _select(_checked(_raw_records(cfg, group, check_unicode), required, optional, cfg.on_error,
+                               check_unicode), cfg)
+    for path in extras:
+        records.extend(_checked(_file_records(path, cfg.on_error, check_unicode), required, optional, cfg.on_error,
+                                check_unicode))
+    return records
 
 
 def load_alpaca_eval(eval_data_cfg: DataConfig | DictConfig | dict[str, Any]) -> list[dict[str, Any]]:
@@ -188,10 +221,8 @@ def load_alpaca_eval(eval_data_cfg: DataConfig | DictConfig | dict[str, Any]) ->
     `generator` defaults to "reference" and `dataset` to the config's name when a file leaves them out.
     """
     cfg = schema_from(eval_data_cfg, DataConfig, "eval_data", only_known=True)
-    records = _checked(
-        _raw_records(cfg, "eval_data", True), ("instruction", "output"), ("generator", "dataset"), cfg.on_error
-    )
+    records = _selected_records(cfg, "eval_data", ("instruction", "output"), ("generator", "dataset"), True)
     for record in records:
         record.setdefault("generator", "reference")
         record.setdefault("dataset", cfg.name)
-    return _select(records, cfg)
+    return records
