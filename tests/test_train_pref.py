@@ -545,3 +545,8 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     info = json.loads((out / "train_info.json").read_text())
     assert info["heldout_start"] == before and info["rounds"][0]["heldout"] == after
     assert info["rounds"][0]["train"]["margin_history"][-1] > 0
+    # The chosen fork goes to forking.jsonl as an SFT record when it ended by itself (not cut at the token limit).
+    forking = read_jsonl(out / "round-1" / "forking.jsonl")
+    ended = scored["candidates"][pair["chosen"]["index"]]["finish_reason"] in ("eos", "stop_string")
+    assert [r["annotated"] for r in forking] == ([pair["chosen"]["annotated"]] if ended else [])
+    assert info["rounds"][0]["num_forking_records"] == len(forking)

@@ -54,3 +54,45 @@ def test_the_settings_trl_also_has_pass_through_to_its_config_by_name():
     assert pref.trl_fields()["beta"] == 0.3 and "beta" not in sft.trl_fields()
     assert not {"alpha", "rounds", "num_samples", "temperature", "reference"} & pref.trl_fields().keys()
     assert DPOConfig(**pref.trainer_kwargs(Path("checkpoints"), OmegaConf.create({"device": "cpu"}))).beta == 0.3
+
+
+def _candidate(annotated: str, *, malformed: int = 0, finish: str = "eos", quality: float = 0.5):
+    from pasta.lang import parse, plain_text
+    from pasta.training.candidates import Candidate
+
+    try:
+        text = plain_text(parse(annotated))
+    except ValueError:
+        text = annotated
+    return Candidate(text=text, annotated=annotated, speedup=1.5, quality=quality, judge="j", num_tokens=9,
+                     num_steps=6, finish_reason=finish, malformed={"bad_tag": malformed} if malformed else {})
+
+
+def test_a_rounds_forking_records_are_chosen_answers_that_fork_are_well_formed_and_ended():
+    from pasta.data import Record
+    from pasta.training.candidates import ScoredPrompt
+    from pasta.training.config import SpeedReward
+    from pasta.training.examples import with_min_promises
+    from pasta.training.feedback import forking_records
+    from pasta.training.pairs import make_pairs
+
+    fork = 'Two:\n<promise topic="a"/>\n<promise topic="b"/><async topic="a">one</async><async topic="b">two</async>'
+    plain = "Two: one, two."
+    cases = {  # prompt -> its candidates; the first is chosen (best quality), the last rejected
+        "forks": [_candidate(fork, quality=0.9), _candidate(plain, quality=0.1)],
+        "plain": [_candidate(plain, quality=0.9), _candidate(fork, quality=0.1)],
+        "cut": [_candidate(fork, quality=0.9, finish="max_new_tokens"), _candidate(plain, quality=0.1)],
+        "stopped": [_candidate(fork, quality=0.9, finish="stop_string"), _candidate(plain, quality=0.1)],
+    }
+    scored = [
+        ScoredPrompt(id=name, prompt_index=i, instruction=f"q {name}", input="", reference="r", prompt_ids=[1],
+                     judge="j", status="scored", candidates=candidates, reference_num_tokens=9)
+        for i, (name, candidates) in enumerate(cases.items())
+    ]
+    pairs, _ = make_pairs(scored, float("inf"), SpeedReward.latency)
+    records = forking_records(scored, pairs, round_index=2)
+    assert [r["prompt_id"] for r in records] == ["forks", "stopped"]
+    assert records[0]["annotated"] == fork and records[0]["output"] == "Two:\none\ntwo"
+    assert records[0]["num_promises"] == 2 and records[0]["round"] == 2 and records[0]["quality"] == 0.9
+    # SFT reads them as promise-bearing training records.
+    assert len(with_min_promises([Record.from_dict(r) for r in records], 1)) == 2

@@ -10,7 +10,9 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    `judge_retries` times, then the prompt is marked `judge_failed` and skipped, never scored as zero. Each prompt's
    record goes to `scores.jsonl` (appended and fsynced: a crash loses at most the batch in flight), the judge's
    name next to every score;
-3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped);
+3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped); the chosen
+   answers that fork, well-formed and ended by themselves, go to `forking.jsonl` as SFT records
+   (pasta.training.feedback; `data.extra_paths` trains on them);
 4. train BoNBoN, alpha * SFT(best) + (1 - alpha) * IPO(margin), with TRL's DPOTrainer (its "sft" and "ipo" loss
    types and weights) on the PASTA-LANG layout, the reference being the round's starting policy; write
    `round-<r>/final` and `round-<r>/metrics.json`.
@@ -46,6 +48,7 @@ from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
 from pasta.training.config import Finetune, PrefSettings, Reference, SpeedReward, settings_from_cfg
 from pasta.training.examples import loader_config, with_min_promises
+from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
 from pasta.training.pairs import json_number, make_pairs, summarize
@@ -55,6 +58,7 @@ from pasta.training.sampling import reference_answers, sample_and_score
 log = logging.getLogger(__name__)
 
 ROUND_METRICS = "metrics.json"
+FORKING_RECORDS = "forking.jsonl"  # the round's chosen answers that fork, as SFT records (pasta.training.feedback)
 
 
 def round_prompts(records: list[Record], settings: PrefSettings, round_index: int) -> list[Record]:
@@ -169,9 +173,14 @@ def run_round(
     sample_seconds = time.perf_counter() - start
     pairs, skipped = make_pairs(scored, settings.quality_weight, settings.speed_reward)
     summary = summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward)
+    forking = forking_records(scored, pairs, round_index)
+    summary["num_forking_records"] = len(forking)
     if processes.is_main:
         write_jsonl_atomic(round_dir / "pairs.jsonl", [pair.to_json() for pair in pairs])
+        write_jsonl_atomic(round_dir / FORKING_RECORDS, forking)
         log.info("round %d: %s", round_index, summary)
+        log.info("round %d: %d of %d prompts' chosen answers fork, well-formed and ended: %s (SFT data: "
+                 "data.extra_paths)", round_index, len(forking), len(scored), round_dir / FORKING_RECORDS)
     if not pairs:
         raise PastaError(
             f"round {round_index}: no pairs from {len(scored)} prompts ({dict(skipped)}); sample more candidates "
