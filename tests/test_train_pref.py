@@ -125,6 +125,24 @@ def test_the_latency_reward_prefers_the_answer_that_takes_fewer_steps_not_more_t
         make_pairs([dataclasses.replace(entry, reference_num_tokens=None)], 1.0, SpeedReward.latency)
 
 
+def test_the_capped_latency_reward_gives_no_credit_for_an_answer_shorter_than_the_reference():
+    # The reference has 60 tokens. A: 30 tokens in 30 steps, plain and short (latency 2.0, capped 1.0). B: 60 tokens
+    # in 40 steps, a fork as long as the reference (1.5 both ways). C: 120 tokens in 60 steps (1.0 / 1.0).
+    entry = scored_entry("a", [0.5, 0.5, 0.5], speedups=[1.0, 1.5, 2.0])
+    entry = dataclasses.replace(entry, reference_num_tokens=60, candidates=[
+        dataclasses.replace(entry.candidates[0], num_tokens=30, num_steps=30),
+        dataclasses.replace(entry.candidates[1], num_tokens=60, num_steps=40),
+        dataclasses.replace(entry.candidates[2], num_tokens=120, num_steps=60),
+    ])
+    (by_latency,), _ = make_pairs([entry], 1.0, SpeedReward.latency)
+    assert by_latency.chosen.index == 0 and by_latency.chosen.speed == pytest.approx(2.0)
+    (capped,), _ = make_pairs([entry], 1.0, SpeedReward.latency_capped)
+    assert (capped.chosen.index, capped.rejected.index) == (1, 0)
+    assert capped.chosen.speed == pytest.approx(1.5) and capped.rejected.speed == pytest.approx(1.0)
+    with pytest.raises(PastaError, match="stage.speed_reward=latency_capped needs"):
+        make_pairs([dataclasses.replace(entry, reference_num_tokens=None)], 1.0, SpeedReward.latency_capped)
+
+
 # --- judging --------------------------------------------------------------------------------------------------
 
 

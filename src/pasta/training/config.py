@@ -73,6 +73,13 @@ class SpeedReward(Choice):
 
     latency = "latency"  # reference answer's tokens / the candidate's decoding steps: a longer answer is slower
     theoretical = "theoretical"  # the candidate's own tokens / steps: the paper's, which a longer answer can raise
+    # min(the candidate's tokens, the reference's) / its steps: latency without credit for an answer shorter than the
+    # reference, so a candidate wins on speed by forking, not by saying less
+    latency_capped = "latency_capped"
+
+    @property
+    def needs_reference(self) -> bool:
+        return self != SpeedReward.theoretical
 
 
 @dataclass
@@ -246,7 +253,9 @@ class PrefSettings(OptimSettings):
         metadata={"help": "latency: the reference answer's tokens (what a sequential decode of it takes in steps) "
                           "over the candidate's decoding steps, the unit the evaluation's wall-clock speedup "
                           "measures | theoretical: the candidate's own tokens over its steps (the paper's; a longer "
-                          "answer with more chunks raises it)"},
+                          "answer with more chunks raises it) | latency_capped: the smaller of the two, i.e. "
+                          "min(candidate's tokens, reference's tokens) over the candidate's steps: no credit for an "
+                          "answer shorter than the reference"},
     )
     alpha: float = field(
         default=0.5, metadata={"help": "BoNBoN: alpha * SFT(best) + (1 - alpha) * IPO(margin)"}

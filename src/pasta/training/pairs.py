@@ -46,15 +46,19 @@ def combined_score(candidate: Scored, quality_weight: float) -> float:
 
 
 def speed_score(candidate: Candidate, reference_num_tokens: int | None, reward: SpeedReward) -> float:
-    """The candidate's speed: its theoretical speedup, or the reference's tokens over its own steps (latency)."""
+    """The candidate's speed: its theoretical speedup, the reference's tokens over its own steps (latency), or
+    the smaller of the two (latency_capped: an answer shorter than the reference earns nothing for its brevity)."""
     if reward == SpeedReward.theoretical:
         return candidate.speedup
     if not reference_num_tokens:
         raise PastaError(
-            "stage.speed_reward=latency needs each prompt's reference answer length, which this scores.jsonl "
+            f"stage.speed_reward={reward} needs each prompt's reference answer length, which this scores.jsonl "
             "lacks (written before it was recorded): resample the round, or set stage.speed_reward=theoretical"
         )
-    return reference_num_tokens / max(candidate.num_steps, 1)
+    latency = reference_num_tokens / max(candidate.num_steps, 1)
+    if reward == SpeedReward.latency_capped:  # min(tokens, reference tokens) / steps
+        return min(latency, candidate.speedup)
+    return latency
 
 
 def best_and_worst(candidates: list[Scored], quality_weight: float) -> tuple[int, int] | None:

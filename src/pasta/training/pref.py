@@ -46,7 +46,7 @@ from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
-from pasta.training.config import Finetune, PrefSettings, Reference, SpeedReward, settings_from_cfg
+from pasta.training.config import Finetune, PrefSettings, Reference, settings_from_cfg
 from pasta.training.examples import loader_config, with_min_promises
 from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
@@ -211,12 +211,12 @@ def check_latency_references(settings: PrefSettings, records: list[Record], refe
     """The latency speed reward prices a candidate's steps against its prompt's reference answer: every prompt
     needs one. Prompt-only data has none unless Baseline-SFT decodes them (whose decode, even an empty answer, is
     a reference: it took its steps)."""
-    if settings.speed_reward != SpeedReward.latency or settings.reference == Reference.baseline:
+    if not settings.speed_reward.needs_reference or settings.reference == Reference.baseline:
         return
     missing = [r for r in records if not references[r.id].strip()]
     if missing:
         raise PastaError(
-            f"stage.speed_reward=latency compares each candidate's steps with its reference answer, but "
+            f"stage.speed_reward={settings.speed_reward} compares each candidate's steps with its reference answer, but "
             f"{len(missing)} of {len(records)} prompts have none (first: {missing[0].instruction[:60]!r}): set "
             "stage.reference=baseline with stage.baseline_model=<Baseline-SFT>/final, or "
             "stage.speed_reward=theoretical"
