@@ -388,7 +388,8 @@ def proxies_markdown(rows: Sequence[dict[str, Any]]) -> str:
              _fmt(row["distinct_3"], 3), _fmt(row["length_ratio"])] for row in rows]
     lines = ["## Quality guards (offline proxies, not quality judgements)", "", *_table(header, body), "",
              f"emb-sim (proxy): mean cosine similarity ({_names(rows, 'embedding_model')}) of the plain answer with "
-             f"{_names(rows, 'reference')}'s answer; distinct-n (proxy): share of distinct word n-grams per answer; "
+             f"{_names(rows, 'reference')}'s answer; distinct-n (proxy): share of distinct word n-grams per answer, "
+             "a repetition guard only (it fails discrimination against GPT-4 Turbo's judgments: docs/judges.md); "
              f"length ratio (proxy): characters against {_names(rows, 'baseline')}'s answers."]
     return "\n".join(lines) + "\n"
 
