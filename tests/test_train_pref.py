@@ -18,9 +18,10 @@ from pasta.config import compose
 from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
 from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
-from pasta.training.candidates import Pair, PairSide, ScoredPrompt
+from pasta.training.candidates import Candidate, Pair, PairSide, ScoredPrompt
 from pasta.training.config import SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
+from pasta.training.feedback import usable_promises
 from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pairs
 from pasta.training.pref import run_pref, train_round
 from pasta.training.sampling import judge_with_retries
@@ -563,8 +564,12 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     info = json.loads((out / "train_info.json").read_text())
     assert info["heldout_start"] == before and info["rounds"][0]["heldout"] == after
     assert info["rounds"][0]["train"]["margin_history"][-1] > 0
-    # The chosen fork goes to forking.jsonl as an SFT record when it ended by itself (not cut at the token limit).
+    # The round's best well-formed fork that ended by itself (not cut at the token limit) goes to forking.jsonl as
+    # an SFT record: the chosen side, when it ended (a constant judge: every candidate is at the median).
     forking = read_jsonl(out / "round-1" / "forking.jsonl")
-    ended = scored["candidates"][pair["chosen"]["index"]]["finish_reason"] in ("eos", "stop_string")
-    assert [r["annotated"] for r in forking] == ([pair["chosen"]["annotated"]] if ended else [])
+    ended = [c for c in scored["candidates"] if usable_promises(Candidate.from_json(c)) and not c["malformed"]
+             and c["finish_reason"] in ("eos", "stop_string")]
+    assert len(forking) == (1 if ended else 0) and all("<promise" in r["annotated"] for r in forking)
+    if scored["candidates"][pair["chosen"]["index"]] in ended:
+        assert forking[0]["annotated"] == pair["chosen"]["annotated"]
     assert info["rounds"][0]["num_forking_records"] == len(forking)

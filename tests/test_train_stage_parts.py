@@ -68,31 +68,37 @@ def _candidate(annotated: str, *, malformed: int = 0, finish: str = "eos", quali
                      num_steps=6, finish_reason=finish, malformed={"bad_tag": malformed} if malformed else {})
 
 
-def test_a_rounds_forking_records_are_chosen_answers_that_fork_are_well_formed_and_ended():
+def test_a_rounds_forking_records_are_its_best_well_formed_ended_forks_no_worse_than_the_median():
     from pasta.data import Record
     from pasta.training.candidates import ScoredPrompt
     from pasta.training.config import SpeedReward
     from pasta.training.examples import with_min_promises
     from pasta.training.feedback import forking_records
-    from pasta.training.pairs import make_pairs
 
     fork = 'Two:\n<promise topic="a"/>\n<promise topic="b"/><async topic="a">one</async><async topic="b">two</async>'
     plain = "Two: one, two."
-    cases = {  # prompt -> its candidates; the first is chosen (best quality), the last rejected
-        "forks": [_candidate(fork, quality=0.9), _candidate(plain, quality=0.1)],
-        "plain": [_candidate(plain, quality=0.9), _candidate(fork, quality=0.1)],
-        "cut": [_candidate(fork, quality=0.9, finish="max_new_tokens"), _candidate(plain, quality=0.1)],
-        "stopped": [_candidate(fork, quality=0.9, finish="stop_string"), _candidate(plain, quality=0.1)],
+    numbered = fork.replace(">one<", ">1. one<").replace(">two<", ">2. two<")
+    misnumbered = fork.replace(">one<", ">1. one<").replace(">two<", ">3. two<")
+    cases = {  # prompt -> its candidates
+        "best fork": [_candidate(fork, quality=0.6), _candidate(fork, quality=0.8), _candidate(plain, quality=0.9)],
+        "no fork": [_candidate(plain, quality=0.9), _candidate(plain, quality=0.1)],
+        "fork below the median": [_candidate(fork, quality=0.2), _candidate(plain, quality=0.5),
+                                  _candidate(plain, quality=0.6)],
+        "cut at the limit": [_candidate(fork, quality=0.9, finish="max_new_tokens"), _candidate(plain, quality=0.1)],
+        "malformed": [_candidate(fork, quality=0.9, malformed=1), _candidate(plain, quality=0.1)],
+        "stop string": [_candidate(plain, quality=0.1), _candidate(fork, quality=0.9, finish="stop_string")],
+        "numbered out of order": [_candidate(misnumbered, quality=0.9), _candidate(plain, quality=0.1)],
+        "numbered in order": [_candidate(numbered, quality=0.9), _candidate(plain, quality=0.1)],
     }
     scored = [
         ScoredPrompt(id=name, prompt_index=i, instruction=f"q {name}", input="", reference="r", prompt_ids=[1],
                      judge="j", status="scored", candidates=candidates, reference_num_tokens=9)
         for i, (name, candidates) in enumerate(cases.items())
     ]
-    pairs, _ = make_pairs(scored, float("inf"), SpeedReward.latency)
-    records = forking_records(scored, pairs, round_index=2)
-    assert [r["prompt_id"] for r in records] == ["forks", "stopped"]
+    records = forking_records(scored, float("inf"), SpeedReward.latency, round_index=2)
+    assert [(r["prompt_id"], r["candidate_index"]) for r in records] == [("best fork", 1), ("stop string", 1),
+                                                                          ("numbered in order", 0)]
     assert records[0]["annotated"] == fork and records[0]["output"] == "Two:\none\ntwo"
-    assert records[0]["num_promises"] == 2 and records[0]["round"] == 2 and records[0]["quality"] == 0.9
+    assert records[0]["num_promises"] == 2 and records[0]["round"] == 2 and records[0]["quality"] == 0.8
     # SFT reads them as promise-bearing training records.
-    assert len(with_min_promises([Record.from_dict(r) for r in records], 1)) == 2
+    assert len(with_min_promises([Record.from_dict(r) for r in records], 1)) == 3

@@ -10,9 +10,9 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    `judge_retries` times, then the prompt is marked `judge_failed` and skipped, never scored as zero. Each prompt's
    record goes to `scores.jsonl` (appended and fsynced: a crash loses at most the batch in flight), the judge's
    name next to every score;
-3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped); the chosen
-   answers that fork, well-formed and ended by themselves, go to `forking.jsonl` as SFT records
-   (pasta.training.feedback; `data.extra_paths` trains on them);
+3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped); each prompt's
+   best well-formed fork that ended by itself and is judged no worse than its median candidate goes to
+   `forking.jsonl` as an SFT record (pasta.training.feedback; `data.extra_paths` trains on them);
 4. train BoNBoN, alpha * SFT(best) + (1 - alpha) * IPO(margin), with TRL's DPOTrainer (its "sft" and "ipo" loss
    types and weights) on the PASTA-LANG layout, the reference being the round's starting policy; write
    `round-<r>/final` and `round-<r>/metrics.json`.
@@ -58,7 +58,7 @@ from pasta.training.sampling import reference_answers, sample_and_score
 log = logging.getLogger(__name__)
 
 ROUND_METRICS = "metrics.json"
-FORKING_RECORDS = "forking.jsonl"  # the round's chosen answers that fork, as SFT records (pasta.training.feedback)
+FORKING_RECORDS = "forking.jsonl"  # the round's best forking answers, as SFT records (pasta.training.feedback)
 
 
 def round_prompts(records: list[Record], settings: PrefSettings, round_index: int) -> list[Record]:
@@ -173,14 +173,15 @@ def run_round(
     sample_seconds = time.perf_counter() - start
     pairs, skipped = make_pairs(scored, settings.quality_weight, settings.speed_reward)
     summary = summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward)
-    forking = forking_records(scored, pairs, round_index)
+    forking = forking_records(scored, settings.quality_weight, settings.speed_reward, round_index)
     summary["num_forking_records"] = len(forking)
     if processes.is_main:
         write_jsonl_atomic(round_dir / "pairs.jsonl", [pair.to_json() for pair in pairs])
         write_jsonl_atomic(round_dir / FORKING_RECORDS, forking)
         log.info("round %d: %s", round_index, summary)
-        log.info("round %d: %d of %d prompts' chosen answers fork, well-formed and ended: %s (SFT data: "
-                 "data.extra_paths)", round_index, len(forking), len(scored), round_dir / FORKING_RECORDS)
+        log.info("round %d: %d of %d prompts have a well-formed, ended fork judged no worse than their median "
+                 "candidate: %s (SFT data: data.extra_paths)", round_index, len(forking), len(scored),
+                 round_dir / FORKING_RECORDS)
     if not pairs:
         raise PastaError(
             f"round {round_index}: no pairs from {len(scored)} prompts ({dict(skipped)}); sample more candidates "
