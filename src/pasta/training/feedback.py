@@ -36,8 +36,8 @@ def usable_promises(candidate: Candidate) -> int:
     """The candidate's promises, or 0 when it is not fit to train on: its annotation does not parse (the decoder
     renders what it parsed, so that is not expected), or its chunks number themselves out of order.
 
-    Chunks are written in parallel and none sees another's number, so a small student numbers them wrongly (on the
-    CPU study's rounds: 1 of 6 and 1 of 20 numbered forks in order, where the teacher's records have 183 of 186);
+    Chunks are written in parallel, each inferring its number from the promises it sees, and a small student gets
+    it wrong (in the CPU rounds: 1 of 6 and 1 of 20 numbered forks in order; the teacher's records, 183 of 186);
     training on such an answer would teach the wrong numbers."""
     try:
         promises = parse(candidate.annotated).promises
