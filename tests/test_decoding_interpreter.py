@@ -271,6 +271,16 @@ def test_max_total_tokens_stops_every_thread():
     assert it.token_doc().chunks[0].body_ids[-1] == AE
 
 
+def test_max_total_tokens_inside_a_promise_cuts_it_without_a_malformed_event_or_its_topic_as_text():
+    # The chunk spends the shared budget as well: it runs out while the main thread writes its second promise.
+    first = [1, *promise([5], 9)]
+    it = interpreter(DecodeConfig(max_new_tokens=64, max_total_tokens=len(first) + 4))
+    drive(it, [*first, P, 7, 7, 7, 7, 7, PT, 13, PE, EOS], [[6] * 20])
+    assert it.finish_reason == "max_total_tokens"
+    assert not it.malformed
+    assert it.text() == "Tips" + " early" * 2 and " walk" not in it.text()
+
+
 def test_stop_string_in_main_text_truncates_it():
     it = interpreter(DecodeConfig(max_new_tokens=64, stop_strings=(" two",)))
     drive(it, [1, 2, 3, 5, 6], [])

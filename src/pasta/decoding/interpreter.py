@@ -264,7 +264,10 @@ class Interpreter:
     def _stop_all(self) -> None:
         """max_total_tokens: every thread stops; running chunks are closed as they are, waiting ones dropped."""
         if self.main.state != MainState.DONE:
-            self._apply(self.parser.abandon())
+            # A promise being written is cut like a sentence at the limit, not counted malformed: the chunks spent
+            # the shared budget too, which the grammar cannot foresee for the main thread (it closes promises
+            # before max_new_tokens only). Its unfinished topic is not answer text, so it is dropped.
+            self.parser.abandon()
             self.finish_reason = "max_total_tokens"
             self.main.state = MainState.DONE
         self.main.pending = None
