@@ -5,9 +5,9 @@ samples the student's own answers to prompts the teacher left plain too. Per pro
 by the round's score (speed + lambda * quality) among those that fork (one promise or more), are well-formed, ended
 by themselves (not cut at the token limit), number their chunks in order if they number them at all, and judge at
 least as well as the prompt's median candidate: one more promise-bearing example, in words the student already
-writes, no worse than its usual answer. Only the chosen side
-of a pair would keep fewer: at lambda = inf a fork is rarely the single best-judged answer (measured: 1 of 32
-prompts, against 6 with the median floor). The records have the annotation stage's fields (`instruction`, `input`,
+writes, no worse than its usual answer. Only the chosen side of a pair would keep fewer: at lambda = inf a fork is
+rarely the single best-judged answer (measured before the numbering test: 1 of 32 prompts, against 6 with the median
+floor; with it, 1 either way). The records have the annotation stage's fields (`instruction`, `input`,
 `output` = the plain text, `annotated`, `accepted`), so SFT reads them beside the teacher's:
 
     python -m pasta.train stage=sft data.path=annotated.jsonl 'data.extra_paths=[outputs/pref/round-*/forking.jsonl]'
