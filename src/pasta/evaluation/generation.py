@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from pasta.config import schema_from
 from pasta.data import JsonlAppender, write_json_atomic
-from pasta.decoding import DecodeConfig, DecodeResult, decode_async, decode_sequential
+from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeError, DecodeResult, decode
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig, Timing
 from pasta.evaluation.eval_set import eval_prompts, subset_meta
@@ -56,7 +56,7 @@ from pasta.parallel import Processes, ShardedJsonl, current_processes
 
 log = logging.getLogger(__name__)
 
-DECODE_MODES = ("async", "sequential", "sot")
+EVAL_DECODE_MODES = (*DECODE_MODES, "sot")  # sot: Skeleton-of-Thought prompting over the sequential decoder
 # run.json keys that must match for a rerun to resume into the same directory: every setting that changes the
 # tokens (model, decode mode and settings, reservation policy, seed, Skeleton-of-Thought prompts), the prompts
 # (eval.subset), and the device (wall times from two machines in one run would make its speedups meaningless).
@@ -83,8 +83,8 @@ def device_description(device: str) -> str:
 
 def decode_mode(cfg: DictConfig) -> str:
     mode = str(cfg.decode.kind)
-    if mode not in DECODE_MODES:
-        raise PastaError(f"decode={mode} is not one of {', '.join(DECODE_MODES)}")
+    if mode not in EVAL_DECODE_MODES:
+        raise PastaError(f"decode={mode} is not one of {', '.join(EVAL_DECODE_MODES)}")
     return mode
 
 
@@ -94,6 +94,7 @@ class Decoder:
     def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer):
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
         self.config = schema_from(cfg.decode, DecodeConfig, "decode")
+        self.policy = None
         if mode == "async":
             from pasta.lang import add_tag_tokens
 
@@ -110,9 +111,7 @@ class Decoder:
         from pasta.models import encode_prompt
 
         prompt_ids = [encode_prompt(self.tokenizer, r["instruction"], r.get("input", "")) for r in records]
-        if self.mode == "async":
-            return decode_async(self.model, self.tokenizer, prompt_ids, self.config, self.policy)
-        return decode_sequential(self.model, self.tokenizer, prompt_ids, self.config)
+        return decode(self.model, self.tokenizer, prompt_ids, self.config, mode=self.mode, policy=self.policy)
 
 
 def _as_json(value: Any) -> Any:
@@ -208,13 +207,29 @@ def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: st
         for batch_size, group in ((1, one_at_a_time), (ecfg.batch_size, batched)):
             for start in range(0, len(group), batch_size):
                 batch = group[start : start + batch_size]
-                for record, result in zip(batch, decoder(batch), strict=True):
+                for record, result in zip(batch, _decoded(decoder, batch), strict=True):
                     out.append(_stats_record(record, result, len(batch)))
                 bar.update(len(batch))
-    if costs_path is not None and mode != "sot" and not costs_path.is_file():
+    if costs_path is not None and mode != "sot" and not _has_current_costs(costs_path):
         from pasta.decoding.step_costs import measure_step_costs
 
         write_json_atomic(costs_path, measure_step_costs(model).to_dict())
+
+
+def _decoded(decoder: Decoder, batch: list[dict[str, Any]]) -> list[DecodeResult]:
+    """The batch's answers; a prompt whose decode failed stops the run naming it (a rerun resumes at it)."""
+    try:
+        return decoder(batch)
+    except DecodeError as exc:
+        instruction = batch[exc.failed_indices[0]]["instruction"]
+        raise PastaError(f"decoding the prompt {instruction[:80]!r} failed: {exc}") from None
+
+
+def _has_current_costs(path: Path) -> bool:
+    """step_costs.json holds a cost model of this version (an older one is measured again)."""
+    from pasta.decoding.step_costs import VERSION
+
+    return path.is_file() and read_json(path, STEP_COSTS).get("version") == VERSION
 
 
 def timed_records(ecfg: EvalConfig, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

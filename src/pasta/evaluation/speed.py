@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from pasta.decoding.step_costs import StepCosts, modelled_seconds
+from pasta.decoding.step_costs import StepCosts
 from pasta.errors import PastaError
+from pasta.measure import geometric_mean
 
 
 @dataclass
@@ -38,17 +39,6 @@ class BootstrapConfig:
     num_resamples: int = field(default=10_000, metadata={"help": "bootstrap resamples of the prompts"})
     confidence: float = field(default=0.95, metadata={"help": "coverage of the percentile interval"})
     seed: int = field(default=0, metadata={"help": "seed of the resampling"})
-
-
-def geometric_mean(values: np.ndarray | Sequence[float], axis: int = -1) -> np.ndarray | float:
-    """exp(mean(log x)) along `axis`; every value must be positive."""
-    array = np.asarray(values, dtype=np.float64)
-    if array.size == 0:
-        raise ValueError("geometric mean of no values")
-    if np.any(array <= 0):
-        raise ValueError("geometric mean needs positive values")
-    result = np.exp(np.log(array).mean(axis=axis))
-    return float(result) if np.ndim(result) == 0 else result
 
 
 def bootstrap_ci(
@@ -161,7 +151,7 @@ def speed_metrics(
     priced = [(c, s) for c, s in pairs if c.get("step_rows") and s.get("step_rows")]
     if costs is not None and len(priced) == len(pairs):
         cost_speedups = np.array(
-            [modelled_seconds(s["step_rows"], costs) / modelled_seconds(c["step_rows"], costs) for c, s in pairs]
+            [costs.answer_seconds(s["step_rows"]) / costs.answer_seconds(c["step_rows"]) for c, s in pairs]
         )  # [n]
         metrics["cost_speedup_geomean"] = _summary(cost_speedups, geometric_mean, bootstrap)
         metrics["cost_curve"] = costs.to_dict()
@@ -186,7 +176,7 @@ def speed_metrics(
         )
         if "cost_speedup_geomean" in metrics:
             # The cost model on the same timed prompts: how well it predicts the wall clock it stands in for.
-            on_timed = np.array([modelled_seconds(s["step_rows"], costs) / modelled_seconds(c["step_rows"], costs)
+            on_timed = np.array([costs.answer_seconds(s["step_rows"]) / costs.answer_seconds(c["step_rows"])
                                  for c, s in timed])
             metrics["cost_speedup_timed_geomean"] = float(geometric_mean(on_timed))
     return metrics
