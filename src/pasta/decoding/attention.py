@@ -88,13 +88,12 @@ def ragged_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0
         raise ValueError(f"the {RAGGED_NAME} attention needs the step's `ragged` layout (pasta.decoding.packing)")
     num_groups = getattr(module, "num_key_value_groups", 1)
     cpu = query.device.type == "cpu"
-    queries = query[0].transpose(0, 1)  # [N, H, D]
     outputs = []
     for group in ragged.groups:
         if group.query_index is None:
             group_queries = query  # [1, H, N, D]
         else:
-            group_queries = queries[group.query_index].transpose(1, 2)  # [G, H, w, D]
+            group_queries = query[0].transpose(0, 1)[group.query_index].transpose(1, 2)  # [N, H, D] -> [G, H, w, D]
         group_keys, group_values = _group_key_values(key, value, group)  # [G, H_kv, kv, D]
         grouped = num_groups > 1 and (cpu or group.mask is None)
         if not grouped:

@@ -232,11 +232,12 @@ def pack_step(plans: list[StepPlan], visibility: list[torch.Tensor], pad_id: int
         if bucketed:
             kv_length = bucket_slots(kv_length)
 
+    fed = torch.tensor([token_ids, positions, row_ids, slot_ids], device=device)  # [4, N]: one copy to the device
     return PackedStep(
-        input_ids=torch.tensor([token_ids], device=device),
-        position_ids=torch.tensor([positions], device=device),
-        row_ids=torch.tensor([row_ids], device=device),
-        slot_ids=torch.tensor([slot_ids], device=device),
+        input_ids=fed[0:1],
+        position_ids=fed[1:2],
+        row_ids=fed[2:3],
+        slot_ids=fed[3:4],
         kv_length=kv_length,
         seq_length=max(r.plan.start_slot for r in requests),
         ragged=ragged,

@@ -1,7 +1,7 @@
 """The cost model: what one decoding step costs on the model at hand, by the rows it feeds, the requests they belong
 to and the cache they attend, measured by running the real step (`runner.StepBatch.step`).
 
-    costs = measure_step_costs(model)                       # about 10 s for a 135M model on 2 CPU cores
+    costs = measure_step_costs(model)
     costs.cost(num_rows=39, num_requests=32, num_slots=32 * 180)
     costs.answer_seconds(result.stats.step_rows)            # one request's answer, decoded alone
 
