@@ -35,7 +35,7 @@ from pasta.decoding.requests import (
     sampling_chooser,
 )
 from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
-from pasta.decoding.runner import Chooser, Member, StepBatch, StepOutcome, run_to_completion
+from pasta.decoding.runner import Chooser, DecodeError, Member, StepBatch, StepOutcome, run_to_completion
 from pasta.decoding.sampling import request_generators
 from pasta.decoding.scheduler import StepPlan
 from pasta.decoding.step import StepForward
@@ -99,7 +99,12 @@ def decode(
         choosers = [sampling_chooser(request, tokenizer, config, generators[r] if generators else None)
                     for r, request in enumerate(requests)]
     stream = TextStream(on_text, len(requests)) if on_text else None
-    members = _run(model, tokenizer, list(zip(requests, choosers, strict=True)), config, stream)
+    try:
+        members = _run(model, tokenizer, list(zip(requests, choosers, strict=True)), config, stream)
+    except DecodeError as exc:  # the others' answers, for a caller that keeps them
+        exc.results = [None if r in exc.failed_indices else request_result(m.request, m.clock)
+                       for r, m in enumerate(exc.members)]
+        raise
     return [request_result(m.request, m.clock) for m in members]
 
 

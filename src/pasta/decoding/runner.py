@@ -100,12 +100,14 @@ class StepOutcome:
 
 class DecodeError(PastaError):
     """A library decode in which some requests failed, raised once the others are done: the failures, where the
-    failed requests stood in the call (`failed_indices`), and every request's member in call order (`members`:
-    the failed ones' included). Its message is the first failure's reason."""
+    failed requests stood in the call (`failed_indices`), every request's member in call order (`members`: the
+    failed ones' included) and, from pasta.decoding.decode, every request's DecodeResult (`results`: None for a
+    failed one). Its message is the first failure's reason."""
 
     def __init__(self, failures: list[Failure], members: list[Member]):
         self.failures, self.members = failures, members
         self.failed_indices = [next(i for i, m in enumerate(members) if m is f.member) for f in failures]
+        self.results: list | None = None
         super().__init__(failures[0].reason)
 
 
