@@ -140,7 +140,7 @@ def stream_async(model, tokenizer, prompt_ids: list[int], config: DecodeConfig, 
             outcome = batch.step()
             if outcome.failed:
                 failure = outcome.failed[0]
-                raise failure.error if isinstance(failure.error, PastaError) else PastaError(failure.reason)
+                raise failure.error if isinstance(failure.error, PastaError) else DecodeError([failure], [member])
             if member in outcome.stepped:
                 stream.update(0, request.final_text())
             yield from pieces

@@ -106,14 +106,20 @@ class Decoder:
 
     def __call__(self, records: list[dict[str, Any]]) -> list[DecodeResult]:
         if self.mode == "sot":
-            from pasta.evaluation.sot import decode_sot
-
-            return [decode_sot(self.model, self.tokenizer, r["instruction"], self.ecfg.sot, self.config)
-                    for r in records]
+            return [self._sot(record) for record in records]
         from pasta.models import encode_prompt
 
         prompt_ids = [encode_prompt(self.tokenizer, r["instruction"], r.get("input", "")) for r in records]
         return decode(self.model, self.tokenizer, prompt_ids, self.config, mode=self.mode, policy=self.policy)
+
+
+    def _sot(self, record: dict[str, Any]) -> DecodeResult:
+        from pasta.evaluation.sot import decode_sot
+
+        try:
+            return decode_sot(self.model, self.tokenizer, record["instruction"], self.ecfg.sot, self.config)
+        except DecodeError as exc:  # one of its outline's points: the prompt is what failed
+            raise PastaError(f"decoding the prompt {record['instruction'][:80]!r} failed: {exc}") from None
 
 
 def _as_json(value: Any) -> Any:
