@@ -180,8 +180,8 @@ def teacher_forced_logprobs(
     def force(logits: torch.Tensor, plan: StepPlan) -> list[int]:
         token_ids = []
         for row, thread in zip(logits, plan.sample_threads, strict=True):
-            consumed = len(logprobs[thread])
-            if consumed >= len(streams[thread]):
+            consumed = len(logprobs.get(thread, ()))
+            if thread not in streams or consumed >= len(streams[thread]):
                 raise PastaError("the token_doc does not replay as written: a thread ran past its tokens")
             token_id = streams[thread][consumed]
             logprobs[thread].append(torch.log_softmax(row.float(), dim=-1)[token_id])
