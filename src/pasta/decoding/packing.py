@@ -28,7 +28,9 @@ groups (`AttentionGroup`), one SDPA call each:
 
 A step of one request is one group of its rows as they lie (no gathering); when it feeds one row that sees every
 slot of its request (`StepPlan.causal`: the sequential baseline, an answer that has not forked) it needs no mask
-either. So the sequential baseline steps as `generate` attends.
+either. So the sequential baseline steps as `generate` attends. Every mask is `_mask`'s: what each row sees, as a
+bool table, through pasta/lang/mask.py's one conversion; a restriction that depends on the layer (a sliding window)
+narrows that table there, and gives the mask-free groups a mask on the layers it applies to.
 
 `w` is chosen per step to minimise the padded query rows, counting each gathered cache row as GATHER_COST_ROWS query
 rows: when one request feeds 8 rows and fifteen feed 1, the queries are 16 * 1 + 7 instead of 16 * 8.
