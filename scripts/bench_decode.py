@@ -17,10 +17,10 @@ For each model:
 (b) Asynchronous decoding of fixed synthetic structures (k chunks of L tokens between a short intro and outro,
     one sync), teacher-forced so that both sides decode the same tokens, against sequential teacher-forced
     decoding of the same plain text (no tags): wall-clock speedup next to the theoretical one (tokens / steps).
-    The machine's own bound comes from the same run: the cost c(q) of one decode step that appends q rows to a
-    240-token cache (the decoder's step: its cache, attention and linears, and its buckets when compiled), and
-    bound = n_sequential * c(1) / sum over the async run's steps of c(rows that step feeds). efficiency = measured /
-    bound.
+    The machine's own bound comes from the same run: the cost model (pasta.decoding.step_costs, measured through
+    the decoder's own step: its packing, attention, cache and linears, and its buckets when compiled) prices both
+    runs' decode steps, each over the cache it has filled, and bound = sequential's priced time / async's.
+    efficiency = measured / bound.
     On CPU c(q) is printed with transformers' F.linear too (pasta/decoding/linears.py says why they differ).
 (c) With --compile, (b) and c(q) run compiled too (decode.compile), and each decoder's tokens/s compiled against
     eager: greedy sequential decoding of one prompt, and the async structures. Each compiled workload is warmed
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import re
@@ -179,21 +178,6 @@ def load(name: str, args):
 # --- measuring ------------------------------------------------------------------------------------------------------
 
 
-def synchronize(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed_call(device, call):
-    """(seconds, value) of `call()`, the device's queued work included: teacher forcing reads no token back to the
-    host, so on CUDA nothing inside the decoder waits for its kernels."""
-    synchronize(device)
-    start = time.perf_counter()
-    value = call()
-    synchronize(device)
-    return time.perf_counter() - start, value
-
-
 def graphs_compiled() -> int:
     """Graphs torch.compile has compiled in this process so far."""
     from torch._dynamo.utils import counters
@@ -233,23 +217,6 @@ class CompileLog:
         return value
 
 
-def median_ratio(run_a, run_b, repeats):
-    """Median of run_a() / run_b() over interleaved repeats (each returns seconds), plus the raw times.
-
-    The ratio of the fastest runs is reported beside it: on a shared machine the fastest run of each side is the
-    one least disturbed by other processes."""
-    times_a, times_b = [], []
-    for _ in range(repeats):
-        times_a.append(run_a())
-        times_b.append(run_b())
-    ratios = [a / b for a, b in zip(times_a, times_b, strict=True)]
-    return statistics.median(ratios), times_a, times_b
-
-
-def ratio_of_fastest(times_a, times_b):
-    return min(times_a) / min(times_b)
-
-
 def decode_config(mode: str, args, **limits):
     from pasta.decoding import DecodeConfig
 
@@ -259,6 +226,7 @@ def decode_config(mode: str, args, **limits):
 def bench_generate(model, tokenizer, prompt_ids, num_tokens, repeats):
     """(a) tokens/s of decode_sequential over generate's, greedy, the same tokens."""
     from pasta.decoding import DecodeConfig, decode_sequential
+    from pasta.measure import median_ratio, ratio_of_fastest
 
     input_ids = torch.tensor([prompt_ids], device=model.device)
     config = DecodeConfig(max_new_tokens=num_tokens)
@@ -292,45 +260,19 @@ def bench_generate(model, tokenizer, prompt_ids, num_tokens, repeats):
     }
 
 
-def forward_costs(model, row_counts, repeats, *, compiled=False, compile_mode=None, multirow=True,
-                  prefix_len=240):
-    """c(q): seconds of one decode step that appends q rows to a prefix_len-token cache, for each q of
-    `row_counts`, through the decoder's own step (pasta/decoding/step.py: its cache and attention; `compiled`, with
-    its row and slot buckets, or eager, with the exact sizes the step runner's eager steps take; the decoder's
-    linears, or transformers' F.linear without `multirow`); the fastest of `repeats` (the least disturbed by other
-    processes). Each q is measured after a warm-up call (its compilation)."""
-    from pasta.decoding.attention import grouped_query_sdpa
-    from pasta.decoding.cache import SlotCache
-    from pasta.decoding.linears import multirow_linears
-    from pasta.decoding.step import StepForward, bucket_rows, bucket_slots
+def step_costs(model, row_counts, repeats, *, compiled=False, compile_mode=None, multirow=True):
+    """The cost model at these row counts (one request, 240 cached slots: the structures' prompt and intro), through
+    the decoder's own step: compiled, with its buckets, or eager with the exact sizes; the decoder's linears, or
+    transformers' F.linear without `multirow`."""
+    from pasta.decoding.step import StepForward
+    from pasta.decoding.step_costs import measure_step_costs
 
-    device, dtype = model.device, model.dtype
-    step = StepForward(model, compile=compiled, mode=compile_mode)
-    costs = {}
-    with torch.inference_mode(), grouped_query_sdpa(model), multirow_linears(model, enabled=multirow):
-        cache = SlotCache.for_model(model, prefix_len + 64)
-        cache.begin_step([0], prefix_len, prefix_len, device)
-        step.eager(cache, torch.randint(100, 1000, (1, prefix_len), device=device),
-                     torch.arange(prefix_len, device=device)[None], None, logits_to_keep=1)
-        for rows in row_counts:
-            num_rows = bucket_rows(rows) if compiled else rows
-            kv_length = bucket_slots(prefix_len + num_rows) if compiled else prefix_len + num_rows
-            # Row i sees the prefix and the rows up to itself; the rest of the slot bucket is hidden.
-            visible = torch.arange(kv_length, device=device) <= prefix_len + torch.arange(num_rows, device=device)[:, None]
-            mask = torch.zeros(1, 1, num_rows, kv_length, dtype=dtype, device=device)
-            mask.masked_fill_(~visible, torch.finfo(dtype).min)
-            positions = torch.arange(prefix_len, prefix_len + num_rows, device=device)[None]
-            samples = []
-            for _ in range(repeats + 1):
-                input_ids = torch.randint(100, 1000, (1, num_rows), device=device)
-                synchronize(device)
-                start = time.perf_counter()
-                cache.begin_step([prefix_len], num_rows, kv_length, device)  # the same slots, written again
-                step.decode(cache, input_ids, positions, mask)
-                synchronize(device)
-                samples.append(time.perf_counter() - start)
-            costs[rows] = min(samples[1:])
-    return costs
+    return measure_step_costs(model, rows=row_counts, requests=(1,), cache_len=240, repeats=repeats,
+                              forward=StepForward(model, compile=compiled, mode=compile_mode), multirow=multirow)
+
+
+def costs_ms(costs) -> dict[int, float]:
+    return {q: round(1000 * c, 1) for q, c in zip(costs.rows, costs.seconds, strict=True)}
 
 
 def build_structure(tokenizer, num_chunks, chunk_len, filler_ids):
@@ -354,7 +296,8 @@ def build_structure(tokenizer, num_chunks, chunk_len, filler_ids):
 
 
 def rows_per_step(tokenizer, prompt_ids, doc, policy):
-    """How many tokens the async decoder feeds at each step of this structure (the interpreter, no model)."""
+    """How many tokens the async decoder feeds at each step of this structure (the interpreter, no model): the row
+    counts the cost model is measured at before the run."""
     from pasta.decoding import DecodeConfig
     from pasta.decoding.interpreter import Interpreter
     from pasta.decoding.text import text_decoder
@@ -375,8 +318,9 @@ def rows_per_step(tokenizer, prompt_ids, doc, policy):
 def bench_structures(model, tokenizer, encode, args, policy, mode, compile_log, save):
     """(b) async vs sequential wall clock on teacher-forced structures, with the machine's bound, in `mode`."""
     from pasta.decoding import decode_sequential, teacher_forced_logprobs
-    from pasta.decoding.step import bucket_rows
+    from pasta.decoding.packing import bucket_rows
     from pasta.lang import encode_text
+    from pasta.measure import median_ratio, ratio_of_fastest, timed_call
 
     compiled = mode == "compiled"
     prompt_ids = encode(STRUCTURE_PROMPT)
@@ -386,19 +330,17 @@ def bench_structures(model, tokenizer, encode, args, policy, mode, compile_log, 
     steps = {shape: rows_per_step(tokenizer, prompt_ids, doc, policy) for shape, (doc, _) in structures.items()}
     row_counts = sorted({1, *(q for sizes in steps.values() for q in sizes[1:])})
     repeats = 3 * args.repeats + 2
-    if compiled:  # each q's first call (its warm-up) compiles what the decode steps below reuse
-        costs = compile_log.warm_up("c(q)", lambda: forward_costs(model, row_counts, repeats, compiled=True,
-                                                                  compile_mode=args.compile_mode))
+    if compiled:  # the warm-up round compiles what the decode steps below reuse
+        costs = compile_log.warm_up("c(q)", lambda: step_costs(model, row_counts, repeats, compiled=True,
+                                                               compile_mode=args.compile_mode))
     else:
-        costs = forward_costs(model, row_counts, repeats)
-    print(f"c(q) ms, {mode}, decoder's linears:", {q: round(1000 * c, 1) for q, c in costs.items()},
-          file=sys.stderr, flush=True)
-    measured = {"forward_cost_s": costs}
+        costs = step_costs(model, row_counts, repeats)
+    print(f"c(q) ms, {mode}, decoder's linears:", costs_ms(costs), file=sys.stderr, flush=True)
+    measured = {"step_costs": costs.to_dict()}
     if model.device.type == "cpu" and not compiled:
-        plain_costs = forward_costs(model, row_counts, repeats, multirow=False)
-        print("c(q) ms, eager, F.linear:         ", {q: round(1000 * c, 1) for q, c in plain_costs.items()},
-              file=sys.stderr, flush=True)
-        measured["forward_cost_plain_linears_s"] = plain_costs
+        plain_costs = step_costs(model, row_counts, repeats, multirow=False)
+        print("c(q) ms, eager, F.linear:         ", costs_ms(plain_costs), file=sys.stderr, flush=True)
+        measured["step_costs_plain_linears"] = plain_costs.to_dict()
 
     rows = []
     for shape, (doc, plain) in structures.items():
@@ -427,9 +369,10 @@ def bench_structures(model, tokenizer, encode, args, policy, mode, compile_log, 
             run_async(), run_sequential()  # warm-up
             ratio, sequential_s, async_s = median_ratio(run_sequential, run_async, args.repeats)
         stats = last_stats["async"]
-        sizes = steps[shape]
+        sizes = stats.step_rows  # the rows_per_step counted before the run, as the run fed them
         # Prefill on both sides is the same forward; the bound compares the decode steps.
-        bound = (len(plain) - 1) * costs[1] / sum(costs[q] for q in sizes[1:])
+        sequential_rows = [len(prompt_ids)] + [1] * (len(plain) - 1)
+        bound = costs.answer_seconds(sequential_rows, prefill=False) / costs.answer_seconds(sizes, prefill=False)
         row = {
             "mode": mode, "chunks": shape[0], "chunk_tokens": shape[1],
             "async_tokens": stats.num_tokens, "async_steps": stats.num_steps, "sequential_tokens": len(plain),
@@ -454,6 +397,7 @@ def bench_structures(model, tokenizer, encode, args, policy, mode, compile_log, 
 def bench_compiled_sequential(model, tokenizer, prompt_ids, args, compile_log):
     """(c) greedy sequential decoding of one prompt, compiled against eager: tokens/s and the same tokens."""
     from pasta.decoding import decode_sequential
+    from pasta.measure import median_ratio, ratio_of_fastest
 
     produced = {}
 
@@ -481,13 +425,15 @@ def bench_compiled_sequential(model, tokenizer, prompt_ids, args, compile_log):
 
 def compiled_over_eager_async(structures):
     """Per structure, async tokens/s compiled over eager (median times); and their geometric mean."""
+    from pasta.measure import geometric_mean
+
     eager = {(r["chunks"], r["chunk_tokens"]): r for r in structures["eager"]}
     ratios = {}
     for row in structures["compiled"]:
         shape = (row["chunks"], row["chunk_tokens"])
         ratios[f"{shape[0]}x{shape[1]}"] = statistics.median(eager[shape]["async_s"]) / statistics.median(
             row["async_s"])
-    return ratios, math.exp(statistics.fmean(math.log(r) for r in ratios.values()))
+    return ratios, geometric_mean(list(ratios.values()))
 
 
 HEADER = ("mode      chunks  len  tokens  steps  theor.  wall  (fastest)  wall/theor  bound  bound/theor  "
@@ -548,11 +494,12 @@ def print_summary(result, structures, costs, compile_log, repeats):
         print(f"(a) sequential / generate tokens/s: {g['ratio_sequential_over_generate']:.3f} (fastest runs "
               f"{g['ratio_of_fastest_runs']:.3f}; {g['sequential_tokens_per_s']:.1f} vs "
               f"{g['generate_tokens_per_s']:.1f} tok/s, {g['tokens']} tokens, same tokens: {g['same_tokens']})")
+    from pasta.decoding.step_costs import StepCosts
+
     for mode, measured in costs.items():
-        print(f"c(q) ms, {mode}:", {q: round(1000 * c, 1) for q, c in measured["forward_cost_s"].items()})
-        if "forward_cost_plain_linears_s" in measured:
-            print("c(q) ms, eager with F.linear:",
-                  {q: round(1000 * c, 1) for q, c in measured["forward_cost_plain_linears_s"].items()})
+        print(f"c(q) ms, {mode}:", costs_ms(StepCosts.from_dict(measured["step_costs"])))
+        if "step_costs_plain_linears" in measured:
+            print("c(q) ms, eager with F.linear:", costs_ms(StepCosts.from_dict(measured["step_costs_plain_linears"])))
     print("(b) async vs sequential, teacher-forced, median of", repeats)
     print(HEADER)
     for rows in structures.values():

@@ -4,7 +4,7 @@
         --prompts ../shared/data/alpaca_eval.jsonl --num-prompts 64 --max-tokens 96 --concurrency 1 4 16 32 \\
         --mixed-requests 64 --rate 1.0 --latency-bound 30
     python scripts/bench_serve.py --override model=tiny --num-prompts 3 --concurrency 1 2 --max-tokens 8 \\
-        --mixed-requests 4 --rate 4 --cost-rows 1 2 4   # smoke
+        --mixed-requests 4 --rate 4 --unforked-prompts 2 --cost-rows 1 2 4 --cost-requests 1 2   # smoke
 
 Two servers are started from the same checkpoint as their own processes (decode=async and decode=sequential, each
 on --threads torch threads), and this process drives them over 127.0.0.1 with the `openai` client (chat, greedy,
@@ -15,16 +15,19 @@ interleaved, so both see the same machine, with at most `concurrency` requests i
 prints the median and p95 of the request latency and of the time to first token (TTFT), the median latency per
 output token, output tokens/s and requests/s over the level's wall time, the mean theoretical speedup (tokens per
 forward step, from each answer's `pasta` stats) and the failed requests; then the ratios: async over sequential at
-each level and each mode's tokens/s at every level over its lowest.
+each level and each mode's tokens/s at every level over its lowest. Then the same levels again on the prompts
+whose async answers forked nothing at concurrency 1 (the first --unforked-prompts of them): there PASTA can gain
+nothing, and async should cost nothing either.
 
-The bound: this process measures c(q), the seconds of one forward that feeds q rows to a 256-token cache
-(pasta.decoding.step_costs, on the same model and threads, while both servers idle), and reads from each server's
-/metrics the rows every forward of the level fed (`pasta_step_rows`). Priced at c(q), those steps take
-sum c(rows); the level's output tokens over that is what the server could give at best on this machine (it leaves
-out what c(q) does not hold: attention over many requests' caches, the sampling, the bookkeeping, the HTTP side).
-measured / bound is the server's efficiency. The same steps priced on a flat curve (c(q) = c(1): a device whose
-step is memory-bound at every row count the level fed, as a GPU is well past 16 rows) give the flat bound, whose
-async/sequential ratio is the ratio of tokens per step: what the bound predicts on a GPU.
+The bound: this process measures the cost model (pasta.decoding.step_costs: a step's cost by its rows, its
+requests and the cache slots they attend, through the decoder's own step, on the same model and threads, while both
+servers idle), and reads from each server's /metrics what every step of the level fed: the distribution of its rows
+(`pasta_step_rows`), of its requests (`pasta_step_requests`) and the slots attended (`pasta_step_slots`). The terms
+of the model add, so those price the level's steps; the level's output tokens over that time is what the server
+could give at best on this machine (it leaves out the decoder's bookkeeping, the sampler's work beyond an argmax
+and the HTTP side). measured / bound is the server's efficiency. The same steps priced at one row of one request
+each (a device whose step costs the same whatever it feeds) give the flat bound, whose async/sequential ratio is
+the ratio of tokens per step.
 
 Mixed workload: --mixed-requests requests, half forking list prompts and half short factual prompts (both written
 below), arriving with Poisson gaps at --rate requests/s (one seeded schedule, the same for both modes), open loop
@@ -32,13 +35,13 @@ below), arriving with Poisson gaps at --rate requests/s (one seeded schedule, th
 p50/p95 latency and TTFT (all requests, and each kind), output tokens/s, and the goodput at --latency-bound: the
 requests per second that finished within the bound, and their share.
 
-At concurrency 1 the same prompts are also decoded in this process with the library's decoders (`decode_async`,
-`decode_sequential`; greedy, so the very answers the servers gave) while both servers idle: the served
-async-over-sequential latency speedup divided by the direct one is the server's cost to the speedup (1.00 = none),
-and the per-step profile compares a served step (from /metrics: `pasta_step_seconds`, and
-`pasta_step_host_seconds`, the step less its forward and sampling) with a direct one (DecodeStats: wall time and
-bookkeeping per step). Output tokens are `usage.completion_tokens` (every thread's). The two modes write different
-answers (sequential decoding writes the tags as plain tokens), so compare tokens/s as well as request latency.
+At concurrency 1 the same prompts are also decoded in this process with the library's decoders (`decode`, greedy,
+so the very answers the servers gave) while both servers idle: the served async-over-sequential latency speedup
+divided by the direct one is the server's cost to the speedup (1.00 = none), and the per-step profile compares a
+served step with a direct one on the same clock, the step loop's StepTiming (served: `pasta_step_seconds` and
+`pasta_step_host_seconds`; direct: DecodeStats' wall time and bookkeeping, their sums). Output tokens are
+`usage.completion_tokens` (every thread's). The two modes write different answers (sequential decoding writes the
+tags as plain tokens), so compare tokens/s as well as request latency.
 Timings on a shared machine are noisy: run it alone. Results also go to --out as JSON.
 """
 
@@ -61,10 +64,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import openai
-from prometheus_client.parser import text_string_to_metric_families
+
+from pasta.decoding import DECODE_MODES as MODES
+from pasta.measure import percentile
+from pasta.serving.metrics import bucket_counts, read_engine_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("async", "sequential")
 
 # The mixed workload's two kinds: lists whose items a PASTA model writes as parallel chunks, and questions with a
 # one-line answer.
@@ -124,8 +129,12 @@ def parse_args(argv=None):
     parser.add_argument("--rate", type=float, default=1.0, help="mixed workload: mean arrivals per second (Poisson)")
     parser.add_argument("--latency-bound", type=float, default=30.0,
                         help="mixed workload: seconds within which a request counts towards the goodput")
+    parser.add_argument("--unforked-prompts", type=int, default=16,
+                        help="prompts whose async answers forked nothing, sent again at every level; 0 skips it")
     parser.add_argument("--cost-rows", type=int, nargs="+", default=None,
-                        help="row counts at which c(q) is measured (default: pasta.decoding.step_costs.ROWS)")
+                        help="the cost model's row counts (default: pasta.decoding.step_costs.ROWS)")
+    parser.add_argument("--cost-requests", type=int, nargs="+", default=None,
+                        help="the cost model's request counts (default: pasta.decoding.step_costs.REQUESTS)")
     parser.add_argument("--startup-timeout", type=float, default=600, help="seconds to wait for a server")
     parser.add_argument("--no-direct", action="store_true",
                         help="skip decoding the prompts in this process (the server-overhead reference)")
@@ -184,21 +193,10 @@ class Server:
                 await asyncio.sleep(0.5)
 
     async def metrics(self) -> dict[str, dict]:
-        """The engine's histograms that the bound and the profile read, from /metrics: name -> {bucket bound or
-        'sum' / 'count': value}."""
+        """The engine's step metrics that the bound and the profile read (pasta.serving.metrics)."""
         url = self.base_url.removesuffix("/v1") + "/metrics"
         text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read().decode())
-        wanted = ("pasta_step_rows", "pasta_step_seconds", "pasta_step_host_seconds")
-        out: dict[str, dict] = {name: {} for name in wanted}
-        for family in text_string_to_metric_families(text):
-            if family.name not in wanted:
-                continue
-            for sample in family.samples:
-                if sample.name.endswith("_bucket"):
-                    out[family.name][float(sample.labels["le"])] = sample.value
-                elif sample.name.endswith(("_sum", "_count")):
-                    out[family.name][sample.name.rsplit("_", 1)[1]] = sample.value
-        return out
+        return read_engine_metrics(text)
 
     def stop(self) -> None:
         self.process.terminate()
@@ -214,20 +212,6 @@ def metrics_delta(after: dict[str, dict], before: dict[str, dict]) -> dict[str, 
             for name, values in after.items()}
 
 
-def step_row_counts(rows_histogram: dict) -> list[tuple[int, int]]:
-    """(rows, steps) from the cumulative `pasta_step_rows` buckets. Rows up to 64 have a bucket each (exact); a
-    coarser bucket (lo, hi] counts its steps at lo + 1 rows, the cheapest they can have been (the bound stays a
-    bound)."""
-    bounds = sorted(b for b in rows_histogram if isinstance(b, float) and b != float("inf"))
-    counts, previous, lower = [], 0.0, 0
-    for bound in bounds:
-        num_steps = int(round(rows_histogram[bound] - previous))
-        if num_steps:
-            counts.append((lower + 1, num_steps))
-        previous, lower = rows_histogram[bound], int(bound)
-    return counts
-
-
 # --- requests -------------------------------------------------------------------------------------------------------
 
 
@@ -240,6 +224,7 @@ class Answer:
     num_threads: int
     ok: bool
     kind: str = ""
+    prompt: str = ""
 
 
 async def ask(server: Server, prompt: str, max_tokens: int, kind: str = "") -> Answer:
@@ -259,16 +244,11 @@ async def ask(server: Server, prompt: str, max_tokens: int, kind: str = "") -> A
                 usage = chunk.usage
     except openai.APIError as exc:
         print(f"  {server.mode}: request failed: {exc}", file=sys.stderr)
-        return Answer(time.perf_counter() - started, 0.0, 0, 1.0, 0, False, kind)
+        return Answer(time.perf_counter() - started, 0.0, 0, 1.0, 0, False, kind, prompt)
     ended = time.perf_counter()
     return Answer(ended - started, (first or ended) - started, usage.completion_tokens if usage else 0,
-                  pasta.get("theoretical_speedup", 1.0), pasta.get("num_threads", 0), usage is not None, kind)
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    rank = max(1, round(q / 100 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
+                  pasta.get("theoretical_speedup", 1.0), pasta.get("num_threads", 0), usage is not None, kind,
+                  prompt)
 
 
 def summary(answers: list[Answer], wall_s: float) -> dict:
@@ -300,7 +280,17 @@ async def run_level(server: Server, prompts: list[str], concurrency: int, max_to
     answers = await asyncio.gather(*(one(p) for p in prompts))
     wall = time.perf_counter() - started
     steps = metrics_delta(await server.metrics(), before)
-    return {"mode": server.mode, "concurrency": concurrency, **summary(answers, wall), "engine": steps}
+    return {"mode": server.mode, "concurrency": concurrency, **summary(answers, wall), "engine": steps,
+            "unforked_prompts": [a.prompt for a in answers if a.ok and not a.num_threads]}
+
+
+def unforked_prompts(rows: list[dict], limit: int) -> list[str]:
+    """The first `limit` prompts whose async answers forked nothing at the lowest concurrency level (greedy: the same
+    answers at every level)."""
+    asynchronous = [r for r in rows if r["mode"] == "async"]
+    if not limit or not asynchronous:
+        return []
+    return min(asynchronous, key=lambda r: r["concurrency"])["unforked_prompts"][:limit]
 
 
 def mixed_schedule(num_requests: int, rate: float, seed: int) -> list[tuple[float, str, str]]:
@@ -360,15 +350,15 @@ class Local:
         self.config = dataclasses.replace(base, max_new_tokens=args.max_tokens, max_total_tokens=args.max_tokens,
                                           sampling=dataclasses.replace(base.sampling, temperature=0.0, seed=None))
 
-    def step_costs(self, rows: list[int] | None):
-        from pasta.decoding.step_costs import ROWS, measure_step_costs
+    def step_costs(self, rows: list[int] | None, requests: list[int] | None):
+        from pasta.decoding.step_costs import REQUESTS, ROWS, measure_step_costs
 
-        return measure_step_costs(self.model, rows=rows or ROWS)
+        return measure_step_costs(self.model, rows=rows or ROWS, requests=requests or REQUESTS)
 
     def direct_rows(self, prompts: list[str]) -> list[dict]:
         """Each prompt decoded alone, async then sequential, interleaved: what the servers' c=1 rows would be with
         no server."""
-        from pasta.decoding import decode_async, decode_sequential
+        from pasta.decoding import decode
         from pasta.models import encode_prompt
 
         latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
@@ -377,10 +367,8 @@ class Local:
             prompt_ids = encode_prompt(self.tokenizer, prompt)  # the ids the server's chat route gives this message
             for mode in MODES:
                 started = time.perf_counter()
-                if mode == "async":
-                    result = decode_async(self.model, self.tokenizer, [prompt_ids], self.config, self.policy)[0]
-                else:
-                    result = decode_sequential(self.model, self.tokenizer, [prompt_ids], self.config)[0]
+                result = decode(self.model, self.tokenizer, [prompt_ids], self.config, mode=mode,
+                                policy=self.policy)[0]
                 latencies[mode].append(time.perf_counter() - started)
                 if n:
                     for key in totals[mode]:
@@ -400,16 +388,21 @@ class Local:
 
 
 def bounds(rows: list[dict], costs) -> list[dict]:
-    """Each level's bound: its steps' rows priced at c(q), and on a flat curve (c(q) = c(1))."""
+    """Each level's bound: its steps priced on the cost model from their rows, requests and attended slots, and
+    flat (every step at one row of one request)."""
     out = []
     for r in rows:
-        counts = step_row_counts(r["engine"]["pasta_step_rows"])
-        busy_s = sum(num_steps * costs.cost(num_rows) for num_rows, num_steps in counts)
-        num_steps = sum(num_steps for _, num_steps in counts)
+        engine = r["engine"]
+        row_counts = bucket_counts(engine["pasta_step_rows"])
+        request_counts = bucket_counts(engine["pasta_step_requests"])
+        busy_s = costs.steps_seconds(row_counts, request_counts, engine["pasta_step_slots"].get("total", 0.0))
+        num_steps = sum(n for _, n in row_counts)
         tokens = r["num_output_tokens"]
-        bound = tokens / busy_s if busy_s else 0.0
-        out.append({"mode": r["mode"], "concurrency": r["concurrency"], "num_steps": num_steps,
-                    "rows_per_step_mean": sum(n * s for n, s in counts) / max(num_steps, 1),
+        bound = tokens / busy_s if busy_s > 0 else 0.0
+        out.append({"mode": r["mode"], "concurrency": r["concurrency"], "workload": r.get("workload", "all"),
+                    "num_steps": num_steps,
+                    "rows_per_step_mean": sum(q * n for q, n in row_counts) / max(num_steps, 1),
+                    "requests_per_step_mean": sum(q * n for q, n in request_counts) / max(num_steps, 1),
                     "tokens_per_step": tokens / max(num_steps, 1), "bound_tokens_per_s": bound,
                     "efficiency": r["output_tokens_per_s"] / bound if bound else 0.0,
                     "flat_bound_tokens_per_s": tokens / (num_steps * costs.cost(1)) if num_steps else 0.0})
@@ -418,6 +411,8 @@ def bounds(rows: list[dict], costs) -> list[dict]:
 
 def ratios(rows: list[dict], levels: list[int]) -> dict:
     by = {(r["mode"], r["concurrency"]): r for r in rows}
+    if not by:
+        return {}
     out = {}
     for c in levels:
         a, s = by[("async", c)], by[("sequential", c)]
@@ -458,15 +453,19 @@ def server_overhead(rows: list[dict], direct: list[dict]) -> dict:
 
 
 def targets(results: dict) -> list[tuple[str, float, float]]:
-    """Issue 31's targets: (what, measured, at least)."""
+    """The targets (issue 35's, then the earlier ones it keeps): (what, measured, at least)."""
     by = {(r["mode"], r["concurrency"]): r for r in results["rows"]}
     bound = {(b["mode"], b["concurrency"]): b for b in results["bounds"]}
     levels = sorted({c for _, c in by})
     out = []
     for c in levels:
         out.append((f"c={c}: async tokens/s over sequential's",
-                    results["ratios"][f"c{c}"]["tokens_per_s_async_over_sequential"], 1.1 if c == 4 else 0.95))
-        out.append((f"c={c}: async tokens/s over its bound", bound[("async", c)]["efficiency"], 0.9))
+                    results["ratios"][f"c{c}"]["tokens_per_s_async_over_sequential"], 1.1 if c == 4 else 1.0))
+        for mode in MODES:
+            out.append((f"c={c}: {mode} tokens/s over its bound", bound[(mode, c)]["efficiency"], 0.9))
+    for c in levels if results["unforked_ratios"] else []:
+        out.append((f"c={c}, prompts that fork nothing: async tokens/s over sequential's",
+                    results["unforked_ratios"][f"c{c}"]["tokens_per_s_async_over_sequential"], 0.98))
     if 1 in levels and 16 in levels:
         out.append(("async tokens/s at c=16 over c=1", results["ratios"]["async_tokens_per_s_c16_over_c1"], 3.0))
     if results["server_overhead"]:
@@ -487,12 +486,12 @@ def print_table(rows: list[dict]) -> None:
 
 
 def print_bounds(bound_rows: list[dict]) -> None:
-    print(f"{'mode':<11}{'conc':>5}{'steps':>7}{'rows/step':>10}{'tok/step':>9}{'bound tok/s':>12}"
+    print(f"{'mode':<11}{'conc':>5}{'steps':>7}{'rows/step':>10}{'req/step':>9}{'tok/step':>9}{'bound tok/s':>12}"
           f"{'measured/bound':>15}{'flat bound':>11}")
     for b in bound_rows:
         print(f"{b['mode']:<11}{b['concurrency']:>5}{b['num_steps']:>7}{b['rows_per_step_mean']:>10.2f}"
-              f"{b['tokens_per_step']:>9.2f}{b['bound_tokens_per_s']:>12.1f}{b['efficiency']:>15.2f}"
-              f"{b['flat_bound_tokens_per_s']:>11.1f}")
+              f"{b['requests_per_step_mean']:>9.2f}{b['tokens_per_step']:>9.2f}{b['bound_tokens_per_s']:>12.1f}"
+              f"{b['efficiency']:>15.2f}{b['flat_bound_tokens_per_s']:>11.1f}")
     by = {(b["mode"], b["concurrency"]): b for b in bound_rows}
     for c in sorted({b["concurrency"] for b in bound_rows}):
         a, s = by[("async", c)], by[("sequential", c)]
@@ -520,10 +519,12 @@ async def main_async(args) -> dict:
             await server.wait_ready(args.startup_timeout)
         for server in servers.values():  # warm-up: the first forward pays one-time costs
             await ask(server, prompts[0], min(8, args.max_tokens))
-        local = Local(args)  # both servers idle: c(q) is measured on a quiet machine
-        costs = local.step_costs(args.cost_rows)
-        print("  c(q) ms: " + ", ".join(f"{q}: {1000 * s:.1f}" for q, s in zip(costs.rows, costs.seconds, strict=True)),
-              flush=True)
+        local = Local(args)  # both servers idle: the cost model is measured on a quiet machine
+        costs = local.step_costs(args.cost_rows, args.cost_requests)
+        print("  c(rows) ms: " + ", ".join(f"{q}: {1000 * s:.1f}" for q, s in zip(costs.rows, costs.seconds, strict=True))
+              + "; c(requests x 1 row) ms: " + ", ".join(
+                  f"{r}: {1000 * s:.1f}" for r, s in zip(costs.requests, costs.request_seconds, strict=True))
+              + f"; per slot beyond {costs.cache_len}: {1e6 * costs.slot_seconds:.3f} us", flush=True)
         rows, direct = [], []
         for concurrency in args.concurrency:
             for mode in MODES:
@@ -534,6 +535,14 @@ async def main_async(args) -> dict:
                 direct = local.direct_rows(prompts)
                 print(f"  direct (this process): async {direct[0]['wall_s']:.1f} s, "
                       f"sequential {direct[1]['wall_s']:.1f} s", flush=True)
+        unforked_rows = []
+        unforked = unforked_prompts(rows, args.unforked_prompts)
+        for concurrency in args.concurrency if unforked else []:
+            for mode in MODES:
+                row = {**await run_level(servers[mode], unforked, concurrency, args.max_tokens), "workload": "unforked"}
+                unforked_rows.append(row)
+                print(f"  unforked {mode} c={concurrency}: {row['wall_s']:.1f} s, {row['num_failed']} failed",
+                      flush=True)
         mixed = []
         if args.mixed_requests:
             schedule = mixed_schedule(args.mixed_requests, args.rate, args.seed)
@@ -546,6 +555,8 @@ async def main_async(args) -> dict:
     overhead = server_overhead(rows, direct) if direct and 1 in args.concurrency else None
     return {"rows": rows, "bounds": bounds(rows, costs), "step_costs": costs.to_dict(), "direct": direct,
             "server_overhead": overhead, "ratios": ratios(rows, args.concurrency), "mixed": mixed,
+            "unforked_rows": unforked_rows, "unforked_bounds": bounds(unforked_rows, costs),
+            "unforked_ratios": ratios(unforked_rows, args.concurrency), "num_unforked_prompts": len(unforked),
             "model": servers["async"].model, "num_prompts": len(prompts), "prompts": args.prompts,
             "max_tokens": args.max_tokens, "threads": args.threads, "server_logs": str(run_dir)}
 
@@ -557,6 +568,10 @@ def main(argv=None) -> None:
     print_table(results["rows"])
     print()
     print_bounds(results["bounds"])
+    if results["unforked_rows"]:
+        print(f"\nprompts whose async answers fork nothing ({results['num_unforked_prompts']}):")
+        print_table(results["unforked_rows"])
+        print_bounds(results["unforked_bounds"])
     print()
     for key, value in results["ratios"].items():
         if isinstance(value, dict):

@@ -3,7 +3,7 @@
     python scripts/docs_trace.py            # rewrite the pictures in README.md and docs/lang.md
     python scripts/docs_trace.py --check    # exit 1 naming the stale files (tests/test_docs.py runs this check)
 
-A short PASTA-LANG answer is replayed through the asynchronous decoder (`pasta.decoding`'s `run_steps`, every
+A short PASTA-LANG answer is replayed through the asynchronous decoder (`pasta.decoding`'s step loop, `StepBatch`, every
 thread's tokens forced, nothing sampled) on the tiny random model, which shares the embedded SmolLM2 tokenizer:
 the weights do not matter when the tokens are forced, the steps and the threads are the decoder's. Each line is one
 forward step and shows the token each live thread wrote in it. The trace sits between the markers
@@ -49,8 +49,8 @@ def pictures() -> dict[str, list[str]]:
 
     from pasta.config import compose
     from pasta.decoding import DecodeConfig
-    from pasta.decoding.asynchronous import new_interpreter
-    from pasta.decoding.runner import RequestClock, run_steps
+    from pasta.decoding.requests import new_request
+    from pasta.decoding.runner import StepBatch, run_to_completion
     from pasta.decoding.text import pad_token_id
     from pasta.lang import (
         MAIN_THREAD,
@@ -75,7 +75,8 @@ def pictures() -> dict[str, list[str]]:
     written: dict[int, int] = dict.fromkeys(streams, 0)
     steps: list[dict[int, int]] = []
 
-    def force(request: int, logits, threads: list[int]) -> list[int]:
+    def force(logits, plan) -> list[int]:
+        threads = plan.sample_threads
         step = {}
         for thread in threads:
             step[thread] = streams[thread][written[thread]]
@@ -86,9 +87,9 @@ def pictures() -> dict[str, list[str]]:
     longest = max(len(chunk.body_ids) for chunk in token_doc.chunks)
     config = DecodeConfig(max_new_tokens=len(token_doc.main_ids), max_threads=len(token_doc.chunks),
                           max_chunk_tokens=longest)
-    interpreter = new_interpreter(model, tokenizer, encode_prompt(tokenizer, PROMPT), config, ReservationPolicy())
-    for _ in run_steps(model, [interpreter], force, pad_token_id(tokenizer), [RequestClock()]):
-        pass
+    interpreter = new_request("async", model, tokenizer, encode_prompt(tokenizer, PROMPT), config, ReservationPolicy())
+    with StepBatch(model, pad_token_id(tokenizer)) as batch:
+        run_to_completion(batch, [(interpreter, force)], capacity=256)
     assert interpreter.text() == plain_text(doc), (interpreter.text(), plain_text(doc))
 
     topics = [item.topic for item in doc.items if hasattr(item, "topic")]

@@ -45,5 +45,7 @@ def test_the_tiny_config_runs_eager_and_compiled_end_to_end_without_the_stage_pa
         rows = tiny[f"structures_{mode}"]
         assert [(r["chunks"], r["chunk_tokens"]) for r in rows] == [(2, 8), (4, 8)]
         assert all(r["theoretical_speedup"] > 1 and r["wall_speedup"] > 0 for r in rows)
-        assert set(tiny[f"forward_costs_{mode}"]["forward_cost_s"]) >= {"1", "2"}  # c(q), keyed by q
+        costs = tiny[f"forward_costs_{mode}"]["step_costs"]  # the cost model, at the structures' row counts
+        assert {1, 2} <= set(costs["rows"]) and all(s > 0 for s in costs["seconds"])
+        assert all(r["efficiency"] > 0 and r["machine_bound"] > 0 for r in rows)
     assert set(tiny["compiled_over_eager_async"]) == {"2x8", "4x8"}

@@ -15,9 +15,10 @@ from omegaconf import OmegaConf
 
 from pasta.config import checkout_root, compose, conf_dir, schema_from
 from pasta.data import DataConfig
+from pasta.decoding import DECODE_MODES
 from pasta.errors import PastaError
 from pasta.models import ModelConfig
-from pasta.settings import GENERATE_DECODE_MODES, check_settings
+from pasta.settings import check_settings
 from pasta.training.config import Finetune, SFTSettings, settings_from_cfg
 
 PRIMARIES = ("annotate", "train", "eval", "generate")
@@ -92,7 +93,7 @@ def test_every_group_option_composes_with_its_primaries_to_valid_settings(group,
         if group in ("data", "eval_data"):
             assert schema_from(cfg[group], DataConfig, group, only_known=True).name == option
         assert resolved["paths"]["root_dir"]
-        if group == "decode" and primary == "generate" and option not in GENERATE_DECODE_MODES:
+        if group == "decode" and primary == "generate" and option not in DECODE_MODES:
             with pytest.raises(PastaError, match=r"^decode\.kind: "):  # decode=sot is pasta.eval's only
                 check_settings(cfg, primary)
         else:

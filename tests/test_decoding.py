@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from helpers.models import Scripted, lively_model
+from helpers.packing import group_visible
 from pasta.decoding import (
     DecodeConfig,
     SamplingConfig,
@@ -117,6 +118,7 @@ def test_sequential_greedy_equals_generate_on_the_tiny_model(lively, text, torch
     assert len(set(result.token_ids)) > 10  # a varied answer, not one token repeated
     assert result.stats.finish_reason == "max_new_tokens"
     assert result.stats.num_steps == result.stats.num_tokens == 48
+    assert result.stats.step_rows == [len(ids)] + [1] * 47  # what the cost model prices
 
 
 @pytest.mark.slow
@@ -216,7 +218,7 @@ def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
         packed = pack_step([plan], [interpreter.vis], 0, capacity=used, bucketed=False, dtype=torch.float32,
                            device=torch.device("cpu"))
         (group,) = packed.ragged.groups  # one request: its rows attend in one group
-        visible = group.mask[0, 0] == 0  # [q, used]
+        visible = group_visible(group, len(plan.token_ids))  # [q, used]
         for i, (token_id, position, thread) in enumerate(zip(plan.token_ids, plan.positions, plan.threads,
                                                              strict=True)):
             n = counts[thread] = counts.get(thread, 0) + 1
@@ -421,22 +423,23 @@ def test_slot_cache_writes_each_request_at_its_own_slots_and_grows():
 
     cache = SlotCache(num_layers=1, capacity=4, num_rows=2)
     layer = cache.layers[0]
-    first = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)  # [B, H, q, D]
-    cache.begin_step([0, 1], 3, kv_length=4)
+    first = torch.arange(6 * 2, dtype=torch.float32).view(1, 1, 6, 2)  # [1, H, N, D]: 3 rows of each request
+    cache.place(torch.tensor([[0, 0, 0, 1, 1, 1]]), torch.tensor([[0, 1, 2, 1, 2, 3]]), kv_length=4, seq_length=1)
     keys, _ = layer.update(first, first.clone())
     assert keys.shape == (2, 1, 4, 2)
-    torch.testing.assert_close(keys[0, 0, 0:3], first[0, 0])
-    torch.testing.assert_close(keys[1, 0, 1:4], first[1, 0])
-    second = -torch.ones(2, 1, 2, 2)
-    cache.begin_step([3, 4], 2, kv_length=6)  # beyond the capacity of 4: it doubles, keeping what was written
+    torch.testing.assert_close(keys[0, 0, 0:3], first[0, 0, 0:3])
+    torch.testing.assert_close(keys[1, 0, 1:4], first[0, 0, 3:6])
+    second = -torch.ones(1, 1, 4, 2)
+    cache.reserve(6)  # beyond the capacity of 4: it doubles, keeping what was written
+    cache.place(torch.tensor([[0, 0, 1, 1]]), torch.tensor([[3, 4, 4, 5]]), kv_length=6, seq_length=4)
     keys, values = layer.update(second, second.clone())
     assert cache.capacity >= 6 and keys.shape == (2, 1, 6, 2)
-    torch.testing.assert_close(keys[0, 0, 0:3], first[0, 0])
-    torch.testing.assert_close(keys[1, 0, 4:6], second[1, 0])
-    torch.testing.assert_close(values[0, 0, 3:5], second[0, 0])
-    cache.keep([1])
+    torch.testing.assert_close(keys[0, 0, 0:3], first[0, 0, 0:3])
+    torch.testing.assert_close(keys[1, 0, 4:6], second[0, 0, 2:4])
+    torch.testing.assert_close(values[0, 0, 3:5], second[0, 0, 0:2])
+    assert cache.remove([0]) == [1]
     assert layer.keys.shape[0] == 1
-    torch.testing.assert_close(layer.keys[0, 0, 1:4], first[1, 0])
+    torch.testing.assert_close(layer.keys[0, 0, 1:4], first[0, 0, 3:6])
 
 
 # --- CPU multi-row linears (pasta/decoding/linears.py) ------------------------------------------------------------
@@ -497,24 +500,29 @@ def graphs_compiled() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-def test_sequential_decode_steps_feed_bucketed_shapes_and_its_prefill_its_own(lively, monkeypatch):
-    """The sequential decoder's batched steps (the step runner's packed ones: tests/test_decoding_steps.py)."""
-    from pasta.decoding import step
+def test_sequential_steps_attend_as_generate_does_without_a_mask(lively, monkeypatch):
+    """The sequential baseline's packed steps: its prompt causal from slot 0, then one row that sees every slot,
+    neither with a mask or a gather (SDPA's plainest call, as transformers' own attention makes it for generate);
+    in a batch, the decode rows of every request in one masked group and each prompt alone."""
+    from pasta.decoding import runner
 
-    shapes = {"prefill": [], "decode": []}
-    model_step = step.model_step
+    seen = []
+    pack = runner.pack_step
 
-    def spy(model, cache, input_ids, position_ids, attention_mask, logits_to_keep=0, ragged=None):
-        kind = "decode" if isinstance(logits_to_keep, int) and logits_to_keep == 0 else "prefill"
-        shapes[kind].append((tuple(input_ids.shape), None if attention_mask is None else tuple(attention_mask.shape)))
-        return model_step(model, cache, input_ids, position_ids, attention_mask, logits_to_keep, ragged)
+    def spy(*args, **kwargs):
+        packed = pack(*args, **kwargs)
+        seen.append([(g.mask is None, g.causal, g.query_index is None) for g in packed.ragged.groups])
+        return packed
 
-    monkeypatch.setattr(step, "model_step", spy)
+    monkeypatch.setattr(runner, "pack_step", spy)
     model, tokenizer = lively
     prompts = [prompt(tokenizer, "Tips"), prompt(tokenizer, "More tips, longer prompt here")]
-    decode_sequential(model, tokenizer, prompts, DecodeConfig(max_new_tokens=12))
-    assert [ids[1] for ids, _ in shapes["prefill"]] == [max(len(ids) for ids in prompts)]  # left-padded prompts
-    assert shapes["decode"] and {mask for ids, mask in shapes["decode"]} <= {(2, 1, 1, 256), (1, 1, 1, 256)}
+    decode_sequential(model, tokenizer, prompts[:1], DecodeConfig(max_new_tokens=4))
+    assert seen == [[(True, True, True)]] + [[(True, False, True)]] * 3
+    seen.clear()
+    decode_sequential(model, tokenizer, prompts, DecodeConfig(max_new_tokens=4))
+    assert seen[0] == [(True, True, False), (True, True, False)]  # each prompt alone, causal
+    assert seen[1:] == [[(False, False, False)]] * 3  # both requests' rows in one masked group
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from helpers.fake_vocab import AB, AE, AS, EOS, PE, PT, SY, TAGS, WORDS, P, decode, promise
+from helpers.packing import group_visible
 from pasta.decoding import DecodeConfig
 from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.packing import pack_step
@@ -105,7 +106,7 @@ def test_main_rows_never_see_unjoined_chunks_and_chunks_never_see_each_other():
         packed = pack_step([plan], [it.vis], 0, capacity=used, bucketed=False, dtype=torch.float32,
                            device=torch.device("cpu"))
         (group,) = packed.ragged.groups  # one request: its rows attend in one group
-        visible = group.mask[0, 0] == 0  # [q, used]
+        visible = group_visible(group, len(plan.token_ids))  # [q, used]
         for i, thread in enumerate(plan.threads):
             seen = {owner[s] for s in range(visible.shape[1]) if visible[i, s]}
             if thread != 0:

@@ -1,6 +1,6 @@
-"""The decoder's step pieces that continuous batching uses: cache rows that leave and join a running batch, ragged
-steps (every request's rows packed, pasta/decoding/packing.py), StepBatch with requests arriving and leaving between
-steps, and the sequential baseline as a step-planning request.
+"""The step loop and its pieces: cache rows that leave and join a running batch, ragged steps (every request's rows
+packed, pasta/decoding/packing.py), StepBatch with requests arriving and leaving between steps (continuous
+batching), the timing record of a step, and a failure that ends one request alone.
 """
 
 from __future__ import annotations
@@ -9,16 +9,15 @@ import pytest
 import torch
 
 from helpers.models import Scripted, lively_model
-from pasta.decoding import DecodeConfig, decode_async, decode_sequential, runner
-from pasta.decoding.asynchronous import new_interpreter, request_stats
-from pasta.decoding.attention import ragged_attention
+from pasta.decoding import DecodeConfig, DecodeError, decode, decode_async, decode_sequential, runner
 from pasta.decoding.cache import SlotCache
+from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.packing import narrow_width, pack_step
-from pasta.decoding.plain import PlainInterpreter
-from pasta.decoding.runner import RequestClock, StepBatch
+from pasta.decoding.requests import new_request, request_stats
+from pasta.decoding.runner import StepBatch
 from pasta.decoding.scheduler import StepPlan
 from pasta.decoding.step import StepForward, model_step
-from pasta.decoding.text import eos_token_ids, pad_token_id, text_decoder
+from pasta.decoding.text import pad_token_id
 from pasta.decoding.visibility import MAIN_ROW, VisibilityTable
 from pasta.lang import ReservationPolicy, TagIds, encode_text
 from pasta.models import encode_prompt
@@ -27,9 +26,11 @@ from pasta.models import encode_prompt
 def written_cache(num_rows: int, capacity: int, offset: float = 0.0) -> SlotCache:
     """A one-layer cache whose row b holds the value b + offset in its first two slots."""
     cache = SlotCache(num_layers=1, capacity=capacity, num_rows=num_rows)
-    rows = torch.arange(num_rows, dtype=torch.float32).view(num_rows, 1, 1, 1) + offset
-    cache.begin_step([0] * num_rows, 2, kv_length=2)
-    cache.layers[0].update(rows.expand(num_rows, 1, 2, 2).clone(), rows.expand(num_rows, 1, 2, 2).clone())
+    values = (torch.arange(num_rows, dtype=torch.float32) + offset).repeat_interleave(2)  # [2 B]: row b's 2 slots
+    cache.place(torch.arange(num_rows).repeat_interleave(2)[None], torch.tensor([[0, 1] * num_rows]), kv_length=2,
+                seq_length=0)
+    states = values.view(1, 1, 2 * num_rows, 1).expand(1, 1, 2 * num_rows, 2).clone()  # [1, H, N, D]
+    cache.layers[0].update(states, states.clone())
     return cache
 
 
@@ -63,12 +64,16 @@ def lively(tiny_model_and_tokenizer):
     return lively_model(tiny_model_and_tokenizer[1])
 
 
-def step(batch: StepBatch) -> None:
-    """One greedy step of every member."""
-    plans = [interpreter.plan() for interpreter in batch.members]
-    logits = batch.forward(batch.prepare(plans), plans)
-    for interpreter, plan, rows in zip(batch.members, plans, logits, strict=True):
-        interpreter.commit(plan, rows.argmax(dim=-1).tolist())
+def greedy(logits: torch.Tensor, plan: StepPlan) -> list[int]:
+    return logits.argmax(dim=-1).tolist()
+
+
+def async_request(model, tokenizer, ids, config):
+    return new_request("async", model, tokenizer, ids, config, ReservationPolicy())
+
+
+def requests_of(batch: StepBatch) -> list:
+    return [member.request for member in batch.members]
 
 
 def forking_speaker(lively):
@@ -89,21 +94,20 @@ def test_requests_joining_and_leaving_a_running_batch_decode_what_they_decode_al
     config = DecodeConfig(max_new_tokens=10)
     prompts = [encode_prompt(tokenizer, text) for text in ("Name a fruit.", "Give three tips.", "Hello there")]
     alone = [decode_async(model, tokenizer, [ids], config, ReservationPolicy())[0].token_ids for ids in prompts]
-    interpreters = [new_interpreter(model, tokenizer, ids, config, ReservationPolicy()) for ids in prompts]
-    running = StepBatch(model, pad_token_id(tokenizer))
-    for interpreter in interpreters[:2]:
-        running.join(interpreter, 64)
-    with torch.inference_mode(), ragged_attention(model):
+    interpreters = [async_request(model, tokenizer, ids, config) for ids in prompts]
+    with StepBatch(model, pad_token_id(tokenizer)) as running:
+        first = [running.join(interpreter, greedy, 64) for interpreter in interpreters[:2]]
         for _ in range(3):
-            step(running)
-        running.join(interpreters[2], 64)  # its prefill rides in the running requests' forward
-        step(running)
-        running.remove([0])  # the first request leaves (cancelled); the last member takes its row
-        assert running.members == [interpreters[2], interpreters[1]]
+            running.step()
+        running.join(interpreters[2], greedy, 64)  # its prefill rides in the running requests' forward
+        assert running.step().timing.prefill
+        running.leave([first[0]])  # the first request leaves (cancelled); the last member takes its row
+        assert requests_of(running) == [interpreters[2], interpreters[1]]
+        finished = []
         while running.members:
-            step(running)
-            running.remove([b for b, i in enumerate(running.members) if i.done])
+            finished += [m.request for m in running.step().finished]  # finished members leave on their own
     assert [interpreters[1].main_ids, interpreters[2].main_ids] == [alone[1], alone[2]]
+    assert sorted(map(id, finished)) == sorted(map(id, interpreters[1:]))
     assert running.cache is None
 
 
@@ -124,10 +128,8 @@ def test_a_ragged_batch_of_forking_plain_and_arriving_requests_decodes_what_each
              for r, ids in enumerate(prompts)]
 
     def request(r):
-        if r in plain:
-            return PlainInterpreter(prompts[r], eos_ids=eos_token_ids(speaker, tokenizer), config=config,
-                                    decode=text_decoder(tokenizer), capacity=64)
-        return new_interpreter(speaker, tokenizer, prompts[r], config, ReservationPolicy())
+        mode = "sequential" if r in plain else "async"
+        return new_request(mode, speaker, tokenizer, prompts[r], config, ReservationPolicy())
 
     groups_seen = set()
 
@@ -140,17 +142,15 @@ def test_a_ragged_batch_of_forking_plain_and_arriving_requests_decodes_what_each
 
     monkeypatch.setattr(runner, "pack_step", spy)
     requests = [request(r) for r in range(len(prompts))]
-    batch = StepBatch(speaker, pad_token_id(tokenizer))
-    for r in (0, 1, 2):
-        batch.join(requests[r], 64)
-    with torch.inference_mode(), ragged_attention(speaker):
+    with StepBatch(speaker, pad_token_id(tokenizer)) as batch:
+        for r in (0, 1, 2):
+            batch.join(requests[r], greedy, 64)
         for _ in range(2):
-            step(batch)
+            batch.step()
         for r in (3, 4):
-            batch.join(requests[r], 64)
+            batch.join(requests[r], greedy, 64)
         while batch.members:
-            step(batch)
-            batch.remove([b for b, i in enumerate(batch.members) if i.done])
+            batch.step()
     assert [i.main_ids for i in requests] == alone
     assert [requests[r].num_threads for r in (0, 1, 3)] == [1, 0, 1]
     assert groups_seen == {"narrow", "alone", "gathered"}
@@ -162,9 +162,9 @@ def test_the_narrow_group_takes_the_width_with_the_fewest_query_rows():
     assert narrow_width([1, 4, 4, 4], 4) == 4  # three gathered rows would cost more than padding one request
 
 
-def plan(start_slot: int, num_rows: int, *, prefill: bool = False) -> StepPlan:
+def plan(start_slot: int, num_rows: int, *, prefill: bool = False, causal: bool = False) -> StepPlan:
     """A main-thread plan feeding `num_rows` tokens from `start_slot`, the last one sampling."""
-    plan = StepPlan(start_slot, prefill=prefill)
+    plan = StepPlan(start_slot, prefill=prefill, causal=causal)
     for i in range(num_rows):
         plan.feed(7, start_slot + i, MAIN_ROW, 0)
     plan.sample(0)
@@ -179,7 +179,7 @@ def table(num_slots: int) -> torch.Tensor:
 
 
 def test_an_eager_step_packs_exactly_the_rows_requests_feed_and_a_compiled_one_takes_buckets():
-    plans = [plan(10, 1), plan(20, 3), plan(0, 5, prefill=True)]
+    plans = [plan(10, 1), plan(20, 3), plan(0, 5, prefill=True, causal=True)]
     tables = [table(11), table(23), table(5)]
     packed = pack_step(plans, tables, 0, capacity=64, bucketed=False, dtype=torch.float32, device=torch.device("cpu"))
     assert packed.input_ids.shape == (1, 9) and packed.row_ids.tolist() == [[0, 1, 1, 1, 2, 2, 2, 2, 2]]
@@ -188,7 +188,8 @@ def test_an_eager_step_packs_exactly_the_rows_requests_feed_and_a_compiled_one_t
     narrow, gathered, alone = packed.ragged.groups
     assert narrow.mask.shape == (3, 1, 1, 23) and narrow.cache_rows is None  # the used slots, exactly
     assert gathered.mask.shape == (1, 1, 2, 23) and gathered.cache_rows.tolist() == [1]
-    assert alone.mask.shape == (1, 1, 5, 5) and alone.cache_rows == 2
+    assert alone.mask is None and alone.causal and alone.num_slots == 5 and alone.cache_rows == 2  # generate's
+    assert (packed.num_rows, packed.num_slots, packed.prefill) == (9, 11 + 23 + 5, True)
 
     decode_plans = plans[:2] + [plan(5, 1)]
     compiled = pack_step(decode_plans, [tables[0], tables[1], table(6)], 0, capacity=64, bucketed=True,
@@ -206,42 +207,80 @@ def test_a_compiled_step_runs_its_bucketed_shapes_through_the_compiled_forward(l
     model, tokenizer = lively
     shapes = []
 
-    def compiled(model, cache, input_ids, position_ids, attention_mask, ragged=None):
+    def compiled(model, cache, input_ids, position_ids, ragged):
         shapes.append((input_ids.shape[1], tuple(ragged.groups[0].mask.shape)))
-        return model_step(model, cache, input_ids, position_ids, attention_mask, ragged=ragged)
+        return model_step(model, cache, input_ids, position_ids, ragged)
 
     forward = StepForward(model, compile=True)
     monkeypatch.setattr(forward, "_compiled", compiled)
     ids = encode_prompt(tokenizer, "Give three tips.")
     config = DecodeConfig(max_new_tokens=8)
-    interpreters = [new_interpreter(model, tokenizer, ids, config, ReservationPolicy()) for _ in range(2)]
-    batch = StepBatch(model, pad_token_id(tokenizer), forward)
-    for interpreter in interpreters:
-        batch.join(interpreter, 64)
-    with torch.inference_mode(), ragged_attention(model):
-        while not all(i.done for i in interpreters):
-            step(batch)
+    interpreters = [async_request(model, tokenizer, ids, config) for _ in range(2)]
+    with StepBatch(model, pad_token_id(tokenizer), forward) as batch:
+        for interpreter in interpreters:
+            batch.join(interpreter, greedy, 64)
+        while batch.members:
+            batch.step()
     assert shapes and all(shape == (2, (2, 1, 1, 256)) for shape in shapes)  # the prefill ran eagerly
     alone = decode_async(model, tokenizer, [ids], config, ReservationPolicy())[0].token_ids
     assert [i.main_ids for i in interpreters] == [alone, alone]
 
 
-def test_the_sequential_baseline_as_a_step_planning_request_decodes_decode_sequentials_tokens(lively):
+def test_a_step_is_timed_once_and_each_request_counts_its_prefill_and_decode_steps(lively):
     model, tokenizer = lively
-    ids = encode_prompt(tokenizer, "Give three tips for sleeping well.")
-    expected = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=12))[0]
-    text = expected.text
-    stop = text[len(text) // 2 : len(text) // 2 + 3]  # a stop string inside the answer
-    stopped = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=12, stop_strings=(stop,)))[0]
-    for config, reference in ((DecodeConfig(max_new_tokens=12), expected),
-                              (DecodeConfig(max_new_tokens=12, stop_strings=(stop,)), stopped)):
-        request = PlainInterpreter(ids, eos_ids=eos_token_ids(model, tokenizer), config=config,
-                                   decode=text_decoder(tokenizer), capacity=8)  # grows on demand
-        batch = StepBatch(model, pad_token_id(tokenizer))
-        batch.join(request, 8)
-        with torch.inference_mode(), ragged_attention(model):
-            while not request.done:
-                step(batch)
-        assert (request.main_ids, request.text(), request.finish_reason) == (
-            reference.token_ids, reference.text, reference.stats.finish_reason)
-        assert request_stats(request, RequestClock()).step_rows == reference.stats.step_rows  # what serving reports
+    config = DecodeConfig(max_new_tokens=6)
+    prompts = [encode_prompt(tokenizer, text) for text in ("Name a fruit.", "Hello there")]
+    requests = [new_request("sequential", model, tokenizer, ids, config) for ids in prompts]
+    timings = []
+    with StepBatch(model, pad_token_id(tokenizer)) as batch:
+        first = batch.join(requests[0], greedy, 64)
+        timings.append(batch.step().timing)  # the first request's prompt alone
+        second = batch.join(requests[1], greedy, 64)
+        while batch.members:
+            timings.append(batch.step().timing)
+    assert [(t.prefill, t.num_requests) for t in timings[:3]] == [(True, 1), (True, 2), (False, 2)]
+    assert timings[1].num_rows == 1 + len(prompts[1]) and timings[1].num_slots == len(prompts[0]) + 1 + len(prompts[1])
+    for timing in timings:
+        assert timing.step_s == pytest.approx(timing.host_s + timing.forward_s + timing.choose_s)
+    assert first.clock.prefill_s == pytest.approx(timings[0].step_s)
+    assert first.clock.decode_s == pytest.approx(sum(t.step_s for t in timings[1:6]))
+    assert second.clock.prefill_s == pytest.approx(timings[1].step_s)
+    assert first.clock.host_s == pytest.approx(sum(t.host_s for t in timings[:6]))
+    stats = request_stats(second.request, second.clock)
+    assert (stats.prefill_s, stats.wall_s, stats.bookkeeping_s) == (
+        second.clock.prefill_s, second.clock.wall_s, second.clock.host_s)
+
+
+@pytest.mark.parametrize("mode", ["async", "sequential"])
+def test_a_request_whose_step_fails_ends_alone_and_the_call_raises_its_reason(lively, monkeypatch, mode):
+    """The failing request leaves the batch with the reason every caller reports (the server's error body); the
+    others decode what they decode alone, and the library call raises a DecodeError with them attached."""
+    model, tokenizer = lively
+    config = DecodeConfig(max_new_tokens=8)
+    prompts = [encode_prompt(tokenizer, text) for text in ("Name a fruit.", "Give three tips.", "Hello there")]
+    alone = decode(model, tokenizer, prompts, config, mode=mode, policy=ReservationPolicy())
+    request_type = Interpreter if mode == "async" else type(new_request("sequential", model, tokenizer, [1], config))
+    commit = request_type.commit
+
+    def fragile_commit(self, plan, token_ids):
+        if self.prompt_ids == prompts[1] and len(self.main_ids) == 2:
+            raise RuntimeError("injected failure")
+        commit(self, plan, token_ids)
+
+    monkeypatch.setattr(request_type, "commit", fragile_commit)
+    with pytest.raises(DecodeError, match="^sampling or committing the step failed: injected failure$") as raised:
+        decode(model, tokenizer, prompts, config, mode=mode, policy=ReservationPolicy())
+    assert raised.value.failed_indices == [1]
+    first, _, last = (member.request for member in raised.value.members)
+    assert [first.main_ids, last.main_ids] == [alone[0].token_ids, alone[2].token_ids]
+
+
+def test_a_forward_that_raises_is_raised_to_the_caller(lively, monkeypatch):
+    model, tokenizer = lively
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(runner.StepForward, "__call__", broken)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        decode_sequential(model, tokenizer, [encode_prompt(tokenizer, "Hi")], DecodeConfig(max_new_tokens=4))

@@ -90,6 +90,48 @@ def test_finished_run_is_not_decoded_again(tmp_path, monkeypatch):
     assert decoded == []
 
 
+def test_a_rerun_measures_a_cost_model_of_an_older_version_again_without_decoding(tmp_path, monkeypatch):
+    generate(tmp_path, "sequential", "eval.limit=2")
+    costs_path = tmp_path / "run" / "step_costs.json"
+    costs_path.write_text(json.dumps({"rows": [1, 2], "seconds": [0.1, 0.2], "prefix_len": 256}))  # version 1
+    decoded = count_decoded(monkeypatch)
+    generate(tmp_path, "sequential", "eval.limit=2")
+    assert decoded == [] and json.loads(costs_path.read_text())["version"] == 2
+
+
+def test_a_prompt_whose_decode_fails_stops_the_run_naming_it_and_the_batchs_other_answers_are_kept(
+        tmp_path, monkeypatch):
+    from pasta.decoding.plain import PlainInterpreter
+
+    commit = PlainInterpreter.commit
+    failing = {"on": True, "prompt_ids": None}
+
+    def fragile_commit(self, plan, token_ids):
+        if failing["on"] and self.prompt_ids == failing["prompt_ids"] and len(self.main_ids) == 3:
+            raise RuntimeError("injected failure")
+        commit(self, plan, token_ids)
+
+    original = generation.Decoder.__call__
+
+    def decode(self, records):  # the last prompt of each batch fails
+        from pasta.models import encode_prompt
+
+        failing["prompt_ids"] = encode_prompt(self.tokenizer, records[-1]["instruction"])
+        return original(self, records)
+
+    monkeypatch.setattr(PlainInterpreter, "commit", fragile_commit)
+    monkeypatch.setattr(generation.Decoder, "__call__", decode)
+    with pytest.raises(PastaError, match=r"^decoding the prompt '.*' failed: sampling or committing the step "
+                                         r"failed: injected failure$"):
+        generate(tmp_path, "sequential", "eval.limit=2", "eval.timing=throughput", "eval.batch_size=2")
+    kept = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
+    assert len(kept) == 1 and kept[0]["batch_size"] == 2  # the batch's first prompt
+    failing["on"] = False
+    decoded = count_decoded(monkeypatch)
+    generate(tmp_path, "sequential", "eval.limit=2", "eval.timing=throughput", "eval.batch_size=2")
+    assert len(decoded) == 1 and decoded[0] != kept[0]["instruction"]  # only the failed one again
+
+
 def test_rerun_into_a_directory_of_another_decode_mode_is_refused(tmp_path):
     generate(tmp_path, "sequential", "eval.limit=1", "eval.generator=same-name")
     with pytest.raises(PastaError, match="holds a run with decode='sequential', not 'async'"):

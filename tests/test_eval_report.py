@@ -11,7 +11,8 @@ import pytest
 from pasta.config import compose
 from pasta.errors import PastaError
 from pasta.eval import evaluate
-from pasta.evaluation.report import headline, pareto_frontier, report_rows, run_markdown
+from pasta.evaluation.formatting import run_markdown
+from pasta.evaluation.report import headline, pareto_frontier, report_rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "pareto.ipynb"
@@ -34,7 +35,7 @@ def test_gathered_report_of_fixture_runs_has_table_plot_and_paper_points(tmp_pat
     png = (tmp_path / "pareto.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     markdown = (tmp_path / "report.md").read_text()
-    assert "| pasta-r1-lambda1-async | async | 46.00 ± 2.30 | raw | 1.52x | [1.41, 1.63] | wall |" in markdown
+    assert "| pasta-r1-lambda1-async | async | 46.00 ± 2.30 | raw | 1.52x | [1.41, 1.63] |" in markdown
     assert "paper (Gemma-7B, H100)" in markdown and "1.21x at +2.2" in markdown and "1.93x at -7.1" in markdown
     assert markdown in capsys.readouterr().out
     saved = json.loads((tmp_path / "report.json").read_text())
@@ -70,10 +71,23 @@ def test_runs_decoded_on_other_prompt_subsets_are_flagged():
 def test_lc_win_rate_is_the_headline_when_official_and_raw_everywhere_when_mixed():
     lc = {"generator": "a", "quality": {"win_rate": 40.0, "length_controlled_winrate": 45.0, "lc_standard_error": 1.0}}
     raw = {"generator": "b", "quality": {"win_rate": 30.0, "standard_error": 2.0}}
-    assert (headline(lc)["win_rate"], headline(lc)["win_rate_kind"]) == (45.0, "LC")
+    assert (headline(lc).win_rate, headline(lc).win_rate_kind) == (45.0, "LC")
     rows, warnings = report_rows([lc, raw])
-    assert [(r["win_rate"], r["win_rate_kind"]) for r in rows] == [(40.0, "raw"), (30.0, "raw")]
+    assert [(r.win_rate, r.win_rate_kind) for r in rows] == [(40.0, "raw"), (30.0, "raw")]
     assert warnings
+
+
+def test_the_headline_speedup_is_wall_clock_or_none_never_another_kind(tmp_path):
+    """A run whose prompts were never decoded one at a time has a theoretical speedup only: its row shows no
+    speedup, a warning names it, and the plot leaves it out rather than place it by another kind."""
+    timed = json.loads((FIXTURES / "pasta-r1-lambda1-async" / "summary.json").read_text())
+    untimed = {**timed, "generator": "untimed", "speed": {
+        key: value for key, value in timed["speed"].items() if not key.startswith(("wall", "sequential_ms"))}}
+    rows, warnings = report_rows([timed, untimed])
+    assert rows[0].speedup.value == pytest.approx(1.52) and rows[0].to_dict()["speedup_kind"] == "wall"
+    assert rows[1].speedup is None and rows[1].theoretical_speedup is not None
+    assert any("no wall-clock speedup for untimed" in warning for warning in warnings)
+    assert "Headline: raw win rate 46.00, no wall-clock speedup" in run_markdown(untimed)
 
 
 def test_report_glob_matching_nothing_is_a_clear_error(tmp_path):

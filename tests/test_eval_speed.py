@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from pasta.decoding.step_costs import StepCosts, modelled_seconds
+from pasta.decoding.step_costs import StepCosts
 from pasta.errors import PastaError
-from pasta.evaluation.speed import BootstrapConfig, bootstrap_ci, geometric_mean, speed_metrics
+from pasta.evaluation.speed import BootstrapConfig, SpeedSummary, bootstrap_ci, speed_metrics
+from pasta.measure import geometric_mean
 
 
 def stats(instruction: str, wall_s: float, num_tokens: int = 100, num_steps: int = 100) -> dict:
@@ -73,20 +74,20 @@ def test_per_prompt_wall_speedups_are_joined_by_instruction_and_averaged_geometr
     sequential = [stats("c", 9.0), stats("b", 1.0), stats("a", 4.0)]
     metrics = speed_metrics(candidate, sequential, bootstrap=BootstrapConfig(num_resamples=100))
     # Speedups: a = 4 / 1 = 4, b = 1 / 2 = 0.5; geometric mean sqrt(2).
-    assert metrics["wall_speedup_geomean"]["value"] == pytest.approx(math.sqrt(2.0))
-    assert metrics["wall_speedup_mean"]["value"] == pytest.approx(2.25)
-    assert (metrics["wall_speedup_min"], metrics["wall_speedup_max"]) == pytest.approx((0.5, 4.0))
-    assert metrics["theoretical_speedup_geomean"]["value"] == pytest.approx(math.sqrt(2.0 * 1.0))
+    assert metrics.wall_speedup_geomean.value == pytest.approx(math.sqrt(2.0))
+    assert metrics.wall_speedup_mean.value == pytest.approx(2.25)
+    assert (metrics.wall_speedup_min, metrics.wall_speedup_max) == pytest.approx((0.5, 4.0))
+    assert metrics.theoretical_speedup_geomean.value == pytest.approx(math.sqrt(2.0 * 1.0))
     # Latency per token: a 1000 * 1.0 / 120 = 8.33 ms, b 1000 * 2.0 / 90 = 22.2 ms; median of two = their mean.
-    assert metrics["ms_per_token_median"] == pytest.approx((1000 / 120 + 2000 / 90) / 2)
-    interval = metrics["wall_speedup_geomean"]
-    assert 0.5 <= interval["ci_low"] <= interval["value"] <= interval["ci_high"] <= 4.0
+    assert metrics.ms_per_token_median == pytest.approx((1000 / 120 + 2000 / 90) / 2)
+    interval = metrics.wall_speedup_geomean
+    assert 0.5 <= interval.ci_low <= interval.value <= interval.ci_high <= 4.0
 
 
 def test_without_a_sequential_run_only_theoretical_speed_and_latency_are_reported():
     metrics = speed_metrics([stats("a", 1.0, 100, 50)], None, bootstrap=BootstrapConfig(num_resamples=10))
-    assert metrics["theoretical_speedup_geomean"]["value"] == pytest.approx(2.0)
-    assert "wall_speedup_geomean" not in metrics
+    assert metrics.theoretical_speedup_geomean.value == pytest.approx(2.0)
+    assert metrics.wall_speedup_geomean is None and metrics.headline is None
 
 
 def test_sequential_run_missing_an_instruction_is_an_error_naming_the_run_and_instruction():
@@ -110,18 +111,12 @@ def test_answers_that_forked_or_had_malformed_tags_are_counted():
         stats("c", 1.0),  # a stats file from a sequential run: no thread fields
     ]
     metrics = speed_metrics(records, None, bootstrap=BootstrapConfig(num_resamples=10))
-    assert (metrics["num_with_threads"], metrics["num_malformed"]) == (1, 1)
+    assert (metrics.num_with_threads, metrics.num_malformed) == (1, 1)
 
 
 # --- steps and the cost model ----------------------------------------------------------------------------------
 
-COSTS = StepCosts(rows=[1, 3, 10], seconds=[1.0, 2.0, 5.0], prefix_len=256)
-
-
-def test_step_costs_interpolate_between_measured_rows_and_extend_the_last_slope():
-    assert [COSTS.cost(q) for q in (1, 2, 3, 10)] == pytest.approx([1.0, 1.5, 2.0, 5.0])
-    assert COSTS.cost(17) == pytest.approx(5.0 + 7 * 3.0 / 7)  # the slope of 3..10 beyond the last point
-    assert modelled_seconds([10, 1, 1], COSTS) == pytest.approx(7.0)
+COSTS = StepCosts(rows=[1, 3, 10], seconds=[1.0, 2.0, 5.0])  # rows alone: no request or cache-length term
 
 
 def test_cost_and_step_speedups_price_every_answer_and_wall_speedups_only_the_prompts_timed_alone():
@@ -130,17 +125,29 @@ def test_cost_and_step_speedups_price_every_answer_and_wall_speedups_only_the_pr
     candidate = [stats("a", 4.0, num_tokens=7, num_steps=3) | {"step_rows": [10, 3, 3], "batch_size": 1},
                  stats("b", 99.0, num_tokens=7, num_steps=3) | {"step_rows": [10, 3, 3], "batch_size": 2}]
     metrics = speed_metrics(candidate, sequential, costs=COSTS, bootstrap=BootstrapConfig(num_resamples=50))
-    assert metrics["step_speedup_geomean"]["value"] == pytest.approx(7 / 3)
-    assert metrics["cost_speedup_geomean"]["value"] == pytest.approx((5 + 6) / (5 + 4))
-    assert metrics["num_timed_prompts"] == 1  # b was batched: its wall time is its batch's
-    assert metrics["wall_speedup_geomean"]["value"] == pytest.approx(2.0)
-    assert metrics["cost_speedup_timed_geomean"] == pytest.approx(11 / 9)
+    assert metrics.step_speedup_geomean.value == pytest.approx(7 / 3)
+    assert metrics.cost_speedup_geomean.value == pytest.approx((5 + 6) / (5 + 4))
+    assert metrics.num_timed_prompts == 1  # b was batched: its wall time is its batch's
+    assert metrics.wall_speedup_geomean.value == pytest.approx(2.0)
+    assert metrics.cost_speedup_timed_geomean == pytest.approx(11 / 9)
 
 
 def test_without_prompts_timed_alone_there_is_no_wall_speedup_but_still_a_step_speedup():
     sequential = [stats("a", 8.0, num_steps=100) | {"batch_size": 4}]
     candidate = [stats("a", 4.0, num_steps=50) | {"batch_size": 4}]
     metrics = speed_metrics(candidate, sequential, bootstrap=BootstrapConfig(num_resamples=50))
-    assert "wall_speedup_geomean" not in metrics and metrics["num_timed_prompts"] == 0
-    assert metrics["step_speedup_geomean"]["value"] == pytest.approx(2.0)
-    assert "cost_speedup_geomean" not in metrics  # no curve given
+    assert metrics.wall_speedup_geomean is None and metrics.num_timed_prompts == 0
+    assert metrics.step_speedup_geomean.value == pytest.approx(2.0)
+    assert metrics.cost_speedup_geomean is None  # no cost model given
+
+
+def test_the_summary_round_trips_through_speed_json_and_its_headline_is_the_wall_clock_speedup():
+    sequential = [stats("a", 8.0, num_tokens=7, num_steps=7) | {"step_rows": [10] + [1] * 6}]
+    candidate = [stats("a", 4.0, num_tokens=7, num_steps=3) | {"step_rows": [10, 3, 3]}]
+    metrics = speed_metrics(candidate, sequential, costs=COSTS, bootstrap=BootstrapConfig(num_resamples=20))
+    record = metrics.to_dict()
+    assert record["wall_speedup_geomean"] == {"value": 2.0, "ci_low": 2.0, "ci_high": 2.0}
+    assert "sequential_ms_per_token_median" in record and "wall_speedup_mean" in record
+    assert SpeedSummary.from_dict(record) == metrics and metrics.headline.value == pytest.approx(2.0)
+    alone = speed_metrics(candidate, None, bootstrap=BootstrapConfig(num_resamples=20)).to_dict()
+    assert "wall_speedup_geomean" not in alone and "sequential_run" not in alone  # not computed: not written

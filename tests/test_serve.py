@@ -284,8 +284,33 @@ def test_models_health_and_metrics(server):
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
     for name in ("pasta_requests_total", "pasta_generation_tokens_total", "pasta_forward_steps_total",
                  "pasta_live_requests", "pasta_live_threads", "pasta_queue_depth", "pasta_step_seconds_bucket",
-                 "pasta_theoretical_speedup_bucket"):
+                 "pasta_step_host_seconds_bucket", "pasta_step_rows_bucket", "pasta_step_requests_bucket",
+                 "pasta_step_slots_total", "pasta_theoretical_speedup_bucket"):
         assert name in text, name
+
+
+def test_the_step_metrics_read_back_price_a_runs_steps_as_the_cost_model_prices_each():
+    """What bench_serve.py reads from /metrics (rows and requests per step, attended slots) prices the steps as the
+    cost model prices them one by one; a prompt's step in a coarse rows bucket at the least it can have fed."""
+    from prometheus_client import generate_latest
+
+    from pasta.decoding.step_costs import StepCosts
+    from pasta.serving.metrics import ServingMetrics, bucket_counts, read_engine_metrics
+
+    costs = StepCosts(rows=[1, 8, 64], seconds=[1.0, 2.0, 9.0], requests=[1, 4], request_seconds=[1.0, 3.0],
+                      slot_seconds=0.001, cache_len=100)
+    steps = [(3, 1, 90), (5, 3, 320), (5, 3, 323), (17, 4, 400), (70, 2, 150)]  # (rows, requests, slots)
+    metrics = ServingMetrics()
+    for rows, requests, slots in steps:
+        metrics.step_rows.observe(rows)
+        metrics.step_requests.observe(requests)
+        metrics.step_slots.inc(slots)
+    read = read_engine_metrics(generate_latest(metrics.registry).decode())
+    row_counts, request_counts = bucket_counts(read["pasta_step_rows"]), bucket_counts(read["pasta_step_requests"])
+    assert row_counts == [(3, 1), (5, 2), (17, 1), (65, 1)] and request_counts == [(1, 1), (2, 1), (3, 2), (4, 1)]
+    priced = costs.steps_seconds(row_counts, request_counts, read["pasta_step_slots"]["total"])
+    one_by_one = sum(costs.cost(65 if rows > 64 else rows, requests, slots) for rows, requests, slots in steps)
+    assert priced == pytest.approx(one_by_one)
 
 
 # --- bad input -----------------------------------------------------------------------------------------------------

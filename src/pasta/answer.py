@@ -11,10 +11,9 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from pasta.config import schema_from
-from pasta.decoding import DecodeConfig, DecodeResult
+from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeResult
 from pasta.errors import PastaError
 
-DECODE_MODES = ("async", "sequential")
 FORMATS = ("text", "json")
 
 
@@ -31,7 +30,7 @@ def decode_config(cfg: DictConfig) -> DecodeConfig:
 def answer(cfg: DictConfig) -> DecodeResult:
     """Decode `cfg.prompt` with `cfg.model` in mode `cfg.decode.kind`; print it as `cfg.format` says."""
     from pasta.config import resolve_device
-    from pasta.decoding import decode_async, decode_sequential
+    from pasta.decoding import decode
     from pasta.lang import add_tag_tokens
     from pasta.models import encode_prompt, load_model
     from pasta.models.trained_lang import decoding_policy
@@ -53,11 +52,9 @@ def answer(cfg: DictConfig) -> DecodeResult:
         sys.stdout.flush()
 
     on_text = show if cfg.format == "text" else None
-    if cfg.decode.kind == "async":
+    if policy is not None:
         add_tag_tokens(tokenizer, model)  # no-op for a PASTA checkpoint
-        result = decode_async(model, tokenizer, [prompt_ids], config, policy, on_text=on_text)[0]
-    else:
-        result = decode_sequential(model, tokenizer, [prompt_ids], config, on_text=on_text)[0]
+    result = decode(model, tokenizer, [prompt_ids], config, mode=cfg.decode.kind, policy=policy, on_text=on_text)[0]
 
     if cfg.format == "json":
         print(json.dumps({"decode": cfg.decode.kind, **result.to_dict()}, ensure_ascii=False))

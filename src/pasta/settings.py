@@ -17,8 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pasta.config import schema_from
 from pasta.errors import PastaError
 
-GENERATE_DECODE_MODES = ("async", "sequential")
-EVAL_DECODE_MODES = ("async", "sequential", "sot")
+EVAL_ONLY_DECODE_MODES = ("sot",)  # Skeleton-of-Thought: prompting over the sequential decoder, pasta.eval's own
 FORMATS = ("text", "json")
 
 
@@ -51,9 +50,10 @@ def _runtime(cfg: DictConfig) -> None:
         check_output_dir(str(cfg.paths.output_root), "paths.output_root")
 
 
-def _decode(cfg: DictConfig, modes: tuple[str, ...]) -> None:
-    from pasta.decoding import DecodeConfig
+def _decode(cfg: DictConfig, config_name: str) -> None:
+    from pasta.decoding import DECODE_MODES, DecodeConfig
 
+    modes = (*DECODE_MODES, *EVAL_ONLY_DECODE_MODES) if config_name == "eval" else DECODE_MODES
     _choice("decode.kind", cfg.decode.get("kind"), modes)
     try:
         schema_from(cfg.decode, DecodeConfig, "decode")
@@ -78,7 +78,7 @@ def _groups(cfg: DictConfig, config_name: str) -> None:
 
             schema_from(cfg[group], DataConfig, group, only_known=True)
     if "decode" in cfg:
-        _decode(cfg, EVAL_DECODE_MODES if config_name == "eval" else GENERATE_DECODE_MODES)
+        _decode(cfg, config_name)
     if "eval" in cfg:
         from pasta.evaluation.config import EvalConfig
 

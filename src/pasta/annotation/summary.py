@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter
 from typing import Any
 
 from pasta.annotation.validate import reason_code
+from pasta.measure import geometric_mean
 
 
 def distribution(values: list[float]) -> dict[str, float] | None:
@@ -35,7 +35,7 @@ def distribution(values: list[float]) -> dict[str, float] | None:
 
 
 def _geometric_mean(values: list[float]) -> float | None:
-    return round(math.exp(statistics.fmean(math.log(v) for v in values)), 4) if values else None
+    return round(geometric_mean(values), 4) if values else None
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Decoding: the sequential baseline and the asynchronous PASTA-LANG decoder (one shared KV cache, one forward per
-step for every thread of every request), with teacher forcing and streaming.
+"""Decoding: the sequential baseline and the asynchronous PASTA-LANG decoder, both stepping through one step loop
+(one packed forward per step for every thread of every request, one KV cache row per request), with teacher
+forcing and streaming.
 
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_async, decode_sequential
     config = DecodeConfig(max_new_tokens=256, sampling=SamplingConfig(temperature=0.0))
@@ -7,34 +8,53 @@ step for every thread of every request), with teacher forcing and streaming.
     pasta = decode_async(model, tokenizer, [prompt_ids], config, policy)[0]   # policy: pasta.lang.ReservationPolicy
     pasta.text, pasta.annotated, pasta.token_doc, pasta.stats.theoretical_speedup, pasta.stats.wall_s
 
-Modules: config (DecodeConfig, SamplingConfig), interpreter (per-request thread state machines, no model), which
-wires parser (the main thread's promise tags -> typed events), visibility (the per-request visibility table and
-cache slots) and scheduler (the StepPlan: which tokens each thread feeds next), with threads (the chunk and
-main-thread records and their states) and render (items -> text, document, TokenDoc),
-cache (slot-indexed KV cache, a row per request), packing (one ragged step: every request's rows packed into one
-[1, N] forward, and the attention groups that unpack them), step (a decode step's forward, eager or compiled over
-bucketed shapes), runner (StepBatch, one step of a batch that requests join and leave, and the step loop), plain
-(the sequential baseline as a step-planning request, for continuous batching), attention (the ragged attention of
-packed steps; grouped-query SDPA on CPU), linears (linear layers of multi-row steps over every CPU thread), grammar (the tokens
-that keep each thread's PASTA-LANG well-formed, for `decode.constrain`), sampling, text (detokenizing, stop strings,
-streaming),
-asynchronous and sequential (the entry points), result (DecodeResult, DecodeStats, TokenLogprobs).
+Modules, one job each:
+    config       DecodeConfig, SamplingConfig, DECODE_MODES
+    interpreter  one asynchronous request's thread state machines (no model), wiring parser (the main thread's
+                 promise tags -> typed events), visibility (which cache slots each thread sees) and scheduler (the
+                 StepPlan: which tokens each thread feeds next), with threads (the thread records) and render
+                 (items -> text, document, TokenDoc)
+    plain        one request of the sequential baseline (the same interface)
+    runner       THE step loop: StepBatch.step() plans, packs, runs the forward, chooses, commits; requests join
+                 and leave between steps
+    timing       StepTiming (one record per step) and RequestClock (a request's sums of them)
+    packing      one ragged step: every request's rows packed into one [1, N] forward, the attention groups that
+                 unpack them, the compiled step's buckets
+    attention    the ragged attention of packed steps
+    step         a packed step's forward, eager or compiled (StepForward)
+    cache        slot-indexed KV cache, a row per request
+    linears      linear layers of multi-row CPU steps over every thread
+    grammar      the tokens that keep each thread's PASTA-LANG well-formed (`decode.constrain`)
+    sampling     choosing tokens from logits; text: detokenizing, stop strings, streaming
+    requests     a request of either decoder, its chooser and its result
+    decode       the entry points: decode, decode_async, decode_sequential, stream_async, teacher_forced_logprobs
+    step_costs   the cost model: a step's cost by rows, requests and cache length, measured through the real step
+    result       DecodeResult, DecodeStats, TokenLogprobs
 
-`DecodeConfig(compile=True)` (`decode.compile=true`) compiles both decoders' decode steps with torch.compile; the
+`DecodeConfig(compile=True)` (`decode.compile=true`) compiles the steps that feed no prompt with torch.compile; the
 first decode pays the compilation, later ones reuse it (pasta/decoding/step.py).
 """
 
-from pasta.decoding.asynchronous import decode_async, stream_async, teacher_forced_logprobs
-from pasta.decoding.config import DecodeConfig, SamplingConfig
+from pasta.decoding.config import DECODE_MODES, DecodeConfig, SamplingConfig
+from pasta.decoding.decode import (
+    decode,
+    decode_async,
+    decode_sequential,
+    stream_async,
+    teacher_forced_logprobs,
+)
 from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
-from pasta.decoding.sequential import decode_sequential
+from pasta.decoding.runner import DecodeError
 
 __all__ = [
+    "DECODE_MODES",
     "DecodeConfig",
+    "DecodeError",
     "DecodeResult",
     "DecodeStats",
     "SamplingConfig",
     "TokenLogprobs",
+    "decode",
     "decode_async",
     "decode_sequential",
     "stream_async",

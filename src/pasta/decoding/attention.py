@@ -1,24 +1,23 @@
-"""The attention functions the decoders install while they decode: grouped-query SDPA for batched steps, and the
-ragged attention that unpacks a packed step (pasta/decoding/packing.py).
+"""The attention the decoder installs while it steps: the ragged attention that unpacks a packed step
+(pasta/decoding/packing.py).
 
-Both are registered with transformers' AttentionInterface and installed with `model.set_attn_implementation` for
-the duration of a decode (restored afterwards), so the model's own attention layers call them after their
-projections and RoPE.
+It is registered with transformers' AttentionInterface and installed with `model.set_attn_implementation` for the
+duration of a decode (`ragged_attention`, restored afterwards), so the model's own attention layers call it after
+their projections and RoPE. The step's forward sees every request's rows packed into one [1, N] block; the model's
+layers compute queries, keys and values for those N rows, the cache writes each key and value into its own
+request's cache row (pasta/decoding/cache.py), and `ragged_sdpa_attention` attends: for each `AttentionGroup` it
+gathers the group's queries into [G, H, w, D], runs SDPA against the group's cache rows [G, H_kv, kv, D] with the
+group's additive mask [G, 1, w, kv], and `RaggedAttention.output_index` puts every packed row's output back in
+place, [1, N, H, D]. transformers builds no mask for it (the groups carry theirs).
 
-- `pasta_sdpa_gqa` (`grouped_query_sdpa`): transformers' `sdpa` attention copies every key/value head
-  `num_heads / num_kv_heads` times (`repeat_kv`) when a step has several query rows and a mask, which is every
-  asynchronous step with more than one live thread; the copy grows with the cache and, on CPU, costs more than the
-  attention itself. PyTorch's SDPA takes grouped heads directly (`enable_gqa=True`) and gives the same numbers, so
-  on CPU a batched decode step (the sequential decoder's) runs this function instead. On CUDA transformers' choice
-  stays: there, SDPA with a mask and `enable_gqa` falls back to its slowest kernel.
-- `pasta_ragged` (`ragged_attention`): the step runner's forward sees every request's rows packed into one
-  [1, N] block; the model's layers compute queries, keys and values for those N rows, the cache writes each key and
-  value into its own request's cache row (pasta/decoding/cache.py), and this function attends: for each
-  `AttentionGroup` it gathers the group's queries into [G, H, w, D], runs SDPA against the group's cache rows
-  [G, H_kv, kv, D] with the group's additive mask [G, 1, w, kv], and `RaggedAttention.output_index` puts every
-  packed row's output back in place, [1, N, H, D]. It is installed on every device and for every model the runner
-  decodes (it is what unpacks the step); grouped heads go to SDPA as grouped on CPU and repeated on CUDA, as above.
-  transformers builds no mask for it (the groups carry theirs).
+Two groups need no mask and no gathering, and take SDPA's plainest call, the one transformers' own `sdpa` attention
+makes for `generate`: a request's prompt (causal from its first slot: `is_causal`), and a step whose one request
+feeds one row that sees every slot (the sequential baseline's steps, and a PASTA answer's steps until it forks).
+So the sequential baseline attends as `generate` does, and its greedy tokens stay `generate`'s.
+
+Grouped key/value heads go to SDPA as grouped (`enable_gqa`) on CPU, where transformers' repeat of every key/value
+head would cost more than the attention itself, and on any device when a group has no mask; on CUDA a masked group
+repeats them, since SDPA with a mask and `enable_gqa` falls back to its slowest kernel there.
 """
 
 from __future__ import annotations
@@ -29,50 +28,41 @@ from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-NAME = "pasta_sdpa_gqa"
 RAGGED_NAME = "pasta_ragged"
-
-
-def sdpa_grouped_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
-                           **kwargs):
-    """transformers' attention-function signature: query [B, H, q, D], key/value [B, H_kv, kv, D]."""
-    is_causal = attention_mask is None and query.shape[2] > 1 and (is_causal if is_causal is not None else True)
-    output = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=is_causal,
-        # From the module, not from the shapes: under torch.compile(dynamic=True) a shape comparison is symbolic.
-        enable_gqa=getattr(module, "num_key_value_groups", 1) > 1,
-    )  # [B, H, q, D]
-    return output.transpose(1, 2).contiguous(), None  # [B, q, H, D]
 
 
 @dataclass(frozen=True)
 class AttentionGroup:
-    """Query rows that attend in one SDPA call: G requests, w query rows each.
+    """Query rows that attend in one SDPA call: G requests, w query rows each, over the first `num_slots` slots.
 
     `query_index` [G, w] picks each query's packed row (a padding query picks any row: its output is never read);
-    `mask` [G, 1, w, kv] is additive over the first kv slots (a padding query sees one slot: a query that sees
-    nothing turns softmax into NaN); `cache_rows` names the G requests' cache rows: None = every cache row, as it
-    lies (a view); an int = that row alone (a view); a tensor [G] = those rows, gathered (a copy)."""
+    None = the packed rows themselves, in order (one group of G = 1 covering every row). `mask` [G, 1, w, kv] is
+    additive (pasta/lang/mask.py; a padding query sees one slot: a query that sees nothing turns softmax into NaN);
+    None = every row sees every slot, or with `causal` the causal order from slot 0 (a prompt). `cache_rows` names
+    the G requests' cache rows: None = every cache row, as it lies (a view); an int = that row alone (a view); a
+    tensor [G] = those rows, gathered (a copy)."""
 
-    query_index: torch.Tensor
-    mask: torch.Tensor
+    query_index: torch.Tensor | None
+    mask: torch.Tensor | None
+    num_slots: int
     cache_rows: torch.Tensor | int | None = None
+    causal: bool = False
 
 
 @dataclass(frozen=True)
 class RaggedAttention:
     """How a packed step's queries attend: the groups, and where each of the N packed rows finds its output in the
-    groups' outputs, flattened ([G * w] each) and concatenated in group order (`output_index` [N])."""
+    groups' outputs, flattened ([G * w] each) and concatenated in group order (`output_index` [N]; None = they are
+    the packed rows in order already)."""
 
     groups: list[AttentionGroup]
-    output_index: torch.Tensor
+    output_index: torch.Tensor | None
 
 
 def _group_key_values(key: torch.Tensor, value: torch.Tensor, group: AttentionGroup):
-    """The group's cache rows, over the slots its mask covers: [G, H_kv, kv, D] each."""
-    num_slots = group.mask.shape[-1]
+    """The group's cache rows, over the slots it attends: [G, H_kv, kv, D] each."""
+    num_slots = group.num_slots
     rows = group.cache_rows
     if rows is None:
         return key[:, :, :num_slots], value[:, :, :num_slots]
@@ -97,26 +87,30 @@ def ragged_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0
     if ragged is None:
         raise ValueError(f"the {RAGGED_NAME} attention needs the step's `ragged` layout (pasta.decoding.packing)")
     num_groups = getattr(module, "num_key_value_groups", 1)
-    grouped = query.device.type == "cpu" and num_groups > 1  # SDPA's own grouped heads pay on CPU only (above)
-    queries = query[0].transpose(0, 1)  # [N, H, D]
+    cpu = query.device.type == "cpu"
     outputs = []
     for group in ragged.groups:
-        group_queries = queries[group.query_index].transpose(1, 2)  # [G, H, w, D]
+        if group.query_index is None:
+            group_queries = query  # [1, H, N, D]
+        else:
+            group_queries = query[0].transpose(0, 1)[group.query_index].transpose(1, 2)  # [N, H, D] -> [G, H, w, D]
         group_keys, group_values = _group_key_values(key, value, group)  # [G, H_kv, kv, D]
+        grouped = num_groups > 1 and (cpu or group.mask is None)
         if not grouped:
             group_keys, group_values = _repeat_heads(group_keys, num_groups), _repeat_heads(group_values, num_groups)
         output = torch.nn.functional.scaled_dot_product_attention(
             group_queries, group_keys, group_values, attn_mask=group.mask, dropout_p=dropout, scale=scaling,
-            enable_gqa=grouped,
+            is_causal=group.causal, enable_gqa=grouped,
         )  # [G, H, w, D]
-        outputs.append(output.transpose(1, 2).flatten(0, 1))  # [G * w, H, D]
-    flat = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+        outputs.append(output.transpose(1, 2))  # [G, w, H, D]
+    if ragged.output_index is None:
+        return outputs[0].contiguous(), None  # [1, N, H, D]
+    flat = [output.flatten(0, 1) for output in outputs]  # [G * w, H, D] each
+    flat = flat[0] if len(flat) == 1 else torch.cat(flat)
     return flat.index_select(0, ragged.output_index).unsqueeze(0), None  # [1, N, H, D]
 
 
-AttentionInterface.register(NAME, sdpa_grouped_attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
-# No mask function for the ragged one: transformers then builds no mask (the groups carry theirs).
+# No mask function: transformers then builds no mask (the groups carry theirs).
 AttentionInterface.register(RAGGED_NAME, ragged_sdpa_attention)
 
 
@@ -128,48 +122,15 @@ def _attention_owner(model):
     return next((m for m in model.modules() if hasattr(m, "set_attn_implementation")), None)
 
 
-def _text_config(model):
-    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-
-
-def _uses_grouped_query_sdpa(model) -> bool:
-    config = _text_config(model)
-    num_heads = getattr(config, "num_attention_heads", None)
-    num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
-    return (
-        model.device.type == "cpu"
-        and getattr(model.config, "_attn_implementation", None) == "sdpa"
-        and num_heads is not None
-        and num_kv_heads < num_heads
-        and hasattr(model, "set_attn_implementation")
-    )
-
-
-@contextmanager
-def _attention_implementation(owner, name: str) -> Iterator[None]:
-    previous = owner.config._attn_implementation
-    owner.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        owner.set_attn_implementation(previous)
-
-
-@contextmanager
-def grouped_query_sdpa(model) -> Iterator[None]:
-    """Within the block, a CPU sdpa model with grouped key/value heads uses `sdpa_grouped_attention`."""
-    if not _uses_grouped_query_sdpa(model):
-        yield
-        return
-    with _attention_implementation(model, NAME):
-        yield
-
-
 @contextmanager
 def ragged_attention(model) -> Iterator[None]:
     """Within the block the model attends with `ragged_sdpa_attention`: every forward must pass `ragged`."""
     owner = _attention_owner(model)
     if owner is None:
         raise ValueError("the model has no set_attn_implementation: the step runner cannot install its attention")
-    with _attention_implementation(owner, RAGGED_NAME):
+    previous = owner.config._attn_implementation
+    owner.set_attn_implementation(RAGGED_NAME)
+    try:
         yield
+    finally:
+        owner.set_attn_implementation(previous)

@@ -1,14 +1,10 @@
 """A preallocated KV cache written by slot index: one interleaved cache row per request, all requests in one batch.
 
-Every thread of a request appends to its request's row. Before each forward the caller names where the step's
-rows go (`place(row_ids, slot_ids, kv_length)`: the key and value of fed row i land in cache row row_ids[.., i] at
-slot slot_ids[.., i], written by index, no copy of the rest) and how many slots attention reads: the first
-`kv_length` of every cache row, as a view (no copy). Two layouts feed it:
-
-- packed (pasta/decoding/packing.py, the step runner): the forward's rows [1, N] are every request's rows one after
-  another, so row_ids / slot_ids are [1, N];
-- batched (`begin_step(starts, q, kv_length)`: the sequential decoder, its prefill and c(q)): the forward's rows are
-  [B, q], request b's at slots starts[b] + i.
+Every thread of a request appends to its request's row. Before each forward the step names where its rows go
+(`place(row_ids, slot_ids, kv_length)`: the key and value of packed row i land in cache row row_ids[0, i] at slot
+slot_ids[0, i], written by index, no copy of the rest) and how many slots attention reads: the first `kv_length` of
+every cache row, as a view (no copy). The rows are a packed step's (pasta/decoding/packing.py): every request's
+rows one after another, [1, N].
 
 Nothing in `update` depends on a Python value that changes from step to step except `kv_length` and the number of
 cache rows, so a compiled step reuses its graph; the stores never move between steps (CUDA graphs replay on their
@@ -16,15 +12,25 @@ addresses). The one slot beyond the capacity (see `_static_store`) is never read
 write there.
 
 Why not transformers' caches: `DynamicCache` concatenates (a copy of the whole cache per layer per step) and
-`StaticCache` attends over its whole preallocated length; both advance every request by the same q.
-The capacity doubles when a step would overflow it (rare: it starts at prompt + max_new_tokens + a margin).
-Requests join (`add_rows`) and leave (`remove`, `keep`) between steps, which is what continuous batching needs.
+`StaticCache` attends over its whole preallocated length; both advance every request by the same number of rows.
+A request's row starts at `initial_capacity` slots and doubles when a step would overflow it. Requests join
+(`add_rows`) and leave (`remove`) between steps, which is what continuous batching needs.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
+
+# Slots a request's cache row holds beyond its prompt and max_new_tokens: an asynchronous answer also feeds the
+# openers the decoder supplies, and its chunk threads sample beside the main thread, so it may take more slots than
+# it samples main-thread tokens. The row grows anyway when a step needs more; the margin spares that copy for most.
+CAPACITY_MARGIN = 64
+
+
+def initial_capacity(num_prompt_ids: int, max_new_tokens: int) -> int:
+    """The slots a request's cache row and visibility table start with."""
+    return num_prompt_ids + max_new_tokens + CAPACITY_MARGIN
 
 
 def _static_store(store: torch.Tensor) -> torch.Tensor:
@@ -68,13 +74,13 @@ class SlotLayer(CacheLayerMixin):
         self.values = self._value_store[:num_rows]  # [B, H, C, Dv]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Write this step's rows [b, H, q, D] at the owner's (row, slot) ids [b, q]; every cache row's first
+        """Write this step's rows [1, H, N, D] at the owner's (row, slot) ids [1, N]; every cache row's first
         kv_length slots [B, H, kv, D]."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         owner = self.owner
         # The stores themselves are written (not the `keys` view): a compiled step then writes in place.
-        self._key_store[owner.row_ids, :, owner.slot_ids] = key_states.transpose(1, 2)  # [b, q, H, D] at (row, :, slot)
+        self._key_store[owner.row_ids, :, owner.slot_ids] = key_states.transpose(1, 2)  # [1, N, H, D] at (row, :, slot)
         self._value_store[owner.row_ids, :, owner.slot_ids] = value_states.transpose(1, 2)
         num_rows, kv_length = owner.num_rows, owner.kv_length
         return self._key_store[:num_rows, :, :kv_length], self._value_store[:num_rows, :, :kv_length]
@@ -113,11 +119,6 @@ class SlotLayer(CacheLayerMixin):
         if self.is_initialized:
             self._use_rows(num_rows)
 
-    def keep(self, batch_indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            index = batch_indices.to(self.device)
-            self._set_stores(self.keys.index_select(0, index), self.values.index_select(0, index), len(index))
-
     def num_bytes(self) -> int:
         """Memory of the stores (live rows and the spare ones)."""
         if not self.is_initialized:
@@ -135,14 +136,13 @@ class SlotLayer(CacheLayerMixin):
 
 
 class SlotCache(Cache):
-    """The batch's cache: `num_rows` cache rows of `capacity` slots. Call `place` (or `begin_step`) before each
-    forward."""
+    """The batch's cache: `num_rows` cache rows of `capacity` slots. Call `place` before each forward."""
 
     def __init__(self, num_layers: int, capacity: int, num_rows: int = 1):
         self.capacity = capacity
         self.num_rows = num_rows
-        self.row_ids: torch.Tensor | None = None  # [b, q]: the cache row of each row of the next forward
-        self.slot_ids: torch.Tensor | None = None  # [b, q]: its slot
+        self.row_ids: torch.Tensor | None = None  # [1, N]: the cache row of each row of the next forward
+        self.slot_ids: torch.Tensor | None = None  # [1, N]: its slot
         self.kv_length = 0  # slots the next forward attends over
         self.seq_length = 0  # the largest first slot of the next forward (transformers' `get_seq_length`)
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
@@ -153,20 +153,10 @@ class SlotCache(Cache):
         return cls(config.num_hidden_layers, capacity, num_rows)
 
     def place(self, row_ids: torch.Tensor, slot_ids: torch.Tensor, kv_length: int, seq_length: int) -> None:
-        """The next forward writes its row i's key and value at (row_ids[.., i], slot_ids[.., i]), [b, q] each, and
-        attends over the first `kv_length` slots; the caller has grown the capacity to hold both."""
+        """The next forward writes its row i's key and value at (row_ids[0, i], slot_ids[0, i]), [1, N] each, and
+        attends over the first `kv_length` slots; the caller has grown the capacity to hold both (`reserve`)."""
         self.row_ids, self.slot_ids = row_ids, slot_ids
         self.kv_length, self.seq_length = kv_length, seq_length
-
-    def begin_step(self, starts: list[int], num_rows: int, kv_length: int,
-                   device: torch.device | str = "cpu") -> None:
-        """The batched layout: the next forward's `num_rows` rows of request b go to slots [starts[b],
-        starts[b] + num_rows) of cache row b; its attention reads the first `kv_length` slots. The capacity grows
-        to hold both."""
-        self.reserve(max(max(starts) + num_rows, kv_length))
-        slot_ids = torch.tensor(starts, device=device)[:, None] + torch.arange(num_rows, device=device)  # [B, q]
-        row_ids = torch.arange(len(starts), device=device)[:, None]  # [B, 1]
-        self.place(row_ids, slot_ids, kv_length, max(starts))
 
     def reserve(self, num_slots: int) -> None:
         """At least `num_slots` slots per row: the capacity doubles (or more) when it has fewer."""
@@ -205,10 +195,3 @@ class SlotCache(Cache):
     def num_bytes(self) -> int:
         """Memory held by the keys and values of every layer."""
         return sum(layer.num_bytes() for layer in self.layers)
-
-    def keep(self, batch_indices: list[int]) -> None:
-        """Drop finished requests: keep these rows, in this order."""
-        index = torch.tensor(batch_indices, dtype=torch.long)
-        self.num_rows = len(batch_indices)
-        for layer in self.layers:
-            layer.keep(index)

@@ -3,7 +3,8 @@
 Callers turn the composed `cfg.decode` node into a DecodeConfig with `schema_from(cfg.decode, DecodeConfig, "decode")`
 (pasta.config, which the decoder may not import): unknown keys and impossible values are a PastaError, so a typo in
 a decode file fails loudly. The node's `kind` picks the decoder, which is the caller's choice, not a decoder setting
-(schema_from leaves it out).
+(schema_from leaves it out); `DECODE_MODES` names the decoders this package runs, for every entry point to check
+against.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from pasta.errors import PastaError
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# The decoders: PASTA-LANG interpreted as it is written, and the baseline that feeds one token per step.
+DECODE_MODES = ("async", "sequential")
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,21 @@
 """Linear layers of CPU decoding steps, computed as one matrix product over every thread.
 
 PyTorch's float32 `F.linear(x, W)` on CPU hands MKL `x @ W^T`. For one row that is a matrix-vector product, and
-for fewer than about four rows MKL computes one matrix-vector product per row; on the development machine (AMD
-EPYC, 2 torch threads, MKL 2024.2) those run on a single thread, and one thread cannot stream a model's weights
-from memory as fast as two. So a one-row decoding step is slow, and a step that feeds q rows costs about q times
-as much. The same numbers, up to float rounding, come from `W @ x^T`, a tall matrix product that MKL splits over
-every thread; a single row is given a copy of itself, since one column would be a matrix-vector product again.
+for a few rows MKL computes one matrix-vector product per row, on a single thread; one thread cannot stream a
+model's weights from memory as fast as several. So a one-row decoding step is slower than the machine allows, and
+a step of q rows costs about q times as much. The same numbers, up to float rounding, come from `W @ x^T`, a tall
+matrix product that MKL splits over every thread; a single row is given a copy of itself, since one column would
+be a matrix-vector product again. Above MAX_ROWS rows the form stops paying, so larger steps stay on F.linear.
+docs/results/benchmarks.md has the measured curves of both forms (`scripts/bench_decode.py` prints them).
 
-One forward of the embedded SmolLM2-135M that appends q rows to a 256-token cache took 39.5 / 61.0 / 76.1 / 57.7 /
-56.1 ms with F.linear and 25.7 / 24.2 / 29.4 / 25.6 / 46.9 ms with this form, for q = 1, 2, 3, 4, 8
-(`scripts/bench_decode.py` prints both curves). Timing one layer alone says much less: its weights then sit in
-the cache, and the lm_head (113 MB) is the only layer where the form wins by itself (7.2 against 2.9 ms for one
-row). Above MAX_ROWS rows the form stops paying (it was slower at 10-14 rows), so those steps, like the prompt's
-prefill, stay on F.linear: both decoders enter this block only after the prefill, so the prompt's cache is
-computed as `generate` computes it.
-
-Both decoders use it, so the sequential baseline every speedup is measured against is as fast as this machine
-allows (about 1.5x `generate` here). It is CPU only, and off with a single torch thread. Its rounding differs from
-F.linear's, so a near-tie in the logits could in principle change a greedy token against `generate`;
-`DecodeConfig.cpu_multirow_linears=false` keeps transformers' own kernels.
+The step loop (pasta/decoding/runner.py) runs every step that feeds no prompt through this form and every step that
+feeds one through transformers' own F.linear, so a prompt's cache is computed as `generate` computes it, and the
+sequential baseline every speedup is measured against is as fast as the machine allows. It is CPU only, and off
+with a single torch thread. Its rounding differs from F.linear's, so a near-tie in the logits could in principle
+change a greedy token against `generate`; `DecodeConfig.cpu_multirow_linears=false` keeps transformers' own kernels.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 
@@ -57,14 +48,36 @@ def _swappable(model) -> list[torch.nn.Linear]:
     ]
 
 
-@contextmanager
-def multirow_linears(model, enabled: bool = True) -> Iterator[None]:
-    """Within the block, the model's float32 nn.Linear layers on CPU use `multirow_linear_forward`."""
-    layers = _swappable(model) if enabled else []
-    for layer in layers:
-        layer.forward = multirow_linear_forward.__get__(layer)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward
+class MultirowLinears:
+    """The model's float32 nn.Linear layers on CPU, switched between `multirow_linear_forward` (`use(True)`) and
+    their own forward; `close` (or leaving the `with` block) restores them all."""
+
+    def __init__(self, model, enabled: bool = True):
+        self._layers = _swappable(model) if enabled else []
+        self._on = False
+
+    def use(self, on: bool) -> None:
+        if on == self._on or not self._layers:
+            return
+        for layer in self._layers:
+            if on:
+                layer.forward = multirow_linear_forward.__get__(layer)
+            else:
+                del layer.forward
+        self._on = on
+
+    def close(self) -> None:
+        self.use(False)
+
+    def __enter__(self) -> MultirowLinears:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def multirow_linears(model, enabled: bool = True) -> MultirowLinears:
+    """A block within which the model's float32 nn.Linear layers on CPU use `multirow_linear_forward`."""
+    linears = MultirowLinears(model, enabled)
+    linears.use(True)
+    return linears

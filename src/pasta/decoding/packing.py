@@ -23,14 +23,21 @@ groups (`AttentionGroup`), one SDPA call each:
 - the narrow group: every request's first `w` rows, against the cache rows as they lie (a view, no copy);
 - the wide group: the rows beyond `w` of the requests that feed more (a fork's threads), against a gathered copy
   of those requests' cache rows;
-- a prompt (a request's prefill, a length of its own) alone, against its own cache row, over its own slots.
+- a prompt (a request's prefill, a length of its own) alone, against its own cache row, over its own slots,
+  causal from its first slot: no mask (SDPA's `is_causal`).
+
+A step of one request is one group of its rows as they lie (no gathering); when it feeds one row that sees every
+slot of its request (`StepPlan.causal`: the sequential baseline, an answer that has not forked) it needs no mask
+either. So the sequential baseline steps as `generate` attends. Every mask is `_mask`'s: what each row sees, as a
+bool table, through pasta/lang/mask.py's one conversion; a restriction that depends on the layer (a sliding window)
+narrows that table there, and gives the mask-free groups a mask on the layers it applies to.
 
 `w` is chosen per step to minimise the padded query rows, counting each gathered cache row as GATHER_COST_ROWS query
 rows: when one request feeds 8 rows and fifteen feed 1, the queries are 16 * 1 + 7 instead of 16 * 8.
 Eager steps take every size exactly (N, w and the attended slots: the used ones). A compiled step (`decode.compile`,
-pasta/decoding/step.py) takes the narrow group alone, its width, N and the attended slots padded to step.py's
-buckets, so that its graphs serve step after step; its padding rows write the cache's spare slot, which nothing
-reads, and their outputs are never read either.
+pasta/decoding/step.py) takes the narrow group alone, its width, N and the attended slots padded to the buckets
+below (`bucket_rows`, `bucket_slots`), so that its graphs serve step after step; its padding rows write the cache's
+spare slot, which nothing reads, and their outputs are never read either.
 """
 
 from __future__ import annotations
@@ -41,12 +48,31 @@ import torch
 
 from pasta.decoding.attention import AttentionGroup, RaggedAttention
 from pasta.decoding.scheduler import StepPlan
-from pasta.decoding.step import bucket_rows, bucket_slots
 from pasta.decoding.visibility import PAD_ROW
+from pasta.lang import additive_mask
+
+MAX_EXACT_ROWS = 8
+SLOT_BUCKET = 256
 
 # A gathered cache row is a copy of a request's keys and values (read and written once), where one more query row
 # of a view only reads them again: about as much memory traffic as two query rows' attention on CPU.
 GATHER_COST_ROWS = 2
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def bucket_rows(num_rows: int) -> int:
+    """The rows a compiled step feeds for `num_rows` real ones: the count itself up to MAX_EXACT_ROWS, then the
+    next multiple of it (pasta/decoding/step.py says why)."""
+    return num_rows if num_rows <= MAX_EXACT_ROWS else _round_up(num_rows, MAX_EXACT_ROWS)
+
+
+def bucket_slots(num_slots: int) -> int:
+    """The cache slots a compiled step that uses `num_slots` of them attends over: the next multiple of
+    SLOT_BUCKET."""
+    return _round_up(num_slots, SLOT_BUCKET)
 
 
 @dataclass(frozen=True)
@@ -57,11 +83,25 @@ class PackedStep:
     position_ids: torch.Tensor  # [1, N]
     row_ids: torch.Tensor  # [1, N]: the cache row of each packed row
     slot_ids: torch.Tensor  # [1, N]: its slot in that row
-    kv_length: int  # cache slots attention reads (every group's mask covers at most these)
+    kv_length: int  # cache slots attention reads (every group covers at most these)
     seq_length: int  # the largest first slot among the requests (transformers' `get_seq_length`)
     ragged: RaggedAttention
     sample_rows: list[int]  # the packed rows whose logits choose a token, in request order
     bucketed: bool  # a compiled step's shapes: every row's logits are computed, `sample_rows` picks them
+    num_rows: int  # rows the requests feed (N less a compiled step's padding)
+    num_slots: int  # slots attended, every request's own summed (its plan's start slot + rows)
+    prefill: bool  # a request's prompt is among the rows
+
+    @property
+    def logits_to_keep(self) -> int | torch.Tensor:
+        """The rows an eager forward computes logits for (only those go through the lm_head): the last n rows when
+        those are the choosing ones (a step of one thread), else a bool mask [1, N] of the choosing rows."""
+        num_rows, sample_rows = self.input_ids.shape[1], self.sample_rows
+        if sample_rows and sample_rows == list(range(num_rows - len(sample_rows), num_rows)):
+            return len(sample_rows)
+        keep = torch.zeros(self.input_ids.shape, dtype=torch.bool, device=self.input_ids.device)  # [1, N]
+        keep[0, sample_rows] = True
+        return keep
 
 
 @dataclass(frozen=True)
@@ -108,9 +148,7 @@ def _mask(requests: list[tuple[_Request, list[int]]], width: int, kv_length: int
         limits = torch.tensor([plan.start_slot + i for i in rows] + [kv_length] * num_pad, device=device)
         blocks.append(request.visible[table_rows, :kv_length]
                       & (torch.arange(kv_length, device=device) <= limits[:, None]))  # [w, kv]
-    visible = torch.stack(blocks)  # [G, w, kv]
-    mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask.unsqueeze(1)  # [G, 1, w, kv]
+    return additive_mask(torch.stack(blocks), dtype).unsqueeze(1)  # [G, 1, w, kv]
 
 
 class _Groups:
@@ -134,12 +172,40 @@ class _Groups:
         self.groups.append(AttentionGroup(
             query_index=torch.tensor(query_index, device=self.device),  # [G, w]
             mask=_mask(requests, width, kv_length, dtype, self.device),  # [G, 1, w, kv]
+            num_slots=kv_length,
             cache_rows=cache_rows,
         ))
         self.num_outputs += len(requests) * width
 
+    def add_prompt(self, request: _Request) -> None:
+        """A prompt's rows, alone against its own cache row: causal from its first slot, no mask."""
+        assert request.plan.causal and request.plan.start_slot == 0, "a prompt is fed from its request's first slot"
+        packed = list(range(request.first_row, request.first_row + request.num_rows))
+        for j, row in enumerate(packed):
+            self.output_index[row] = self.num_outputs + j
+        self.groups.append(AttentionGroup(
+            query_index=torch.tensor([packed], device=self.device),  # [1, S]
+            mask=None, num_slots=request.used_slots, cache_rows=request.index, causal=request.num_rows > 1,
+        ))
+        self.num_outputs += request.num_rows
+
     def ragged(self) -> RaggedAttention:
         return RaggedAttention(self.groups, torch.tensor(self.output_index, device=self.device))
+
+
+def _alone(request: _Request, dtype: torch.dtype, device: torch.device) -> RaggedAttention:
+    """The attention of a step with one request (not compiled): its rows as they lie, one group, no gathering; no
+    mask when its rows are causal from slot 0 (a prompt) or are one row that sees every slot."""
+    plan = request.plan
+    if plan.causal and plan.start_slot == 0:
+        group = AttentionGroup(None, None, request.used_slots, causal=request.num_rows > 1)
+    elif plan.causal and request.num_rows == 1:
+        group = AttentionGroup(None, None, request.used_slots)
+    else:
+        rows = list(range(request.num_rows))
+        group = AttentionGroup(None, _mask([(request, rows)], request.num_rows, request.used_slots, dtype, device),
+                               request.used_slots)
+    return RaggedAttention([group], None)
 
 
 def pack_step(plans: list[StepPlan], visibility: list[torch.Tensor], pad_id: int, *, capacity: int, bucketed: bool,
@@ -158,10 +224,38 @@ def pack_step(plans: list[StepPlan], visibility: list[torch.Tensor], pad_id: int
     row_ids = [r.index for r in requests for _ in range(r.num_rows)] + [0] * num_pad
     slot_ids = [r.plan.start_slot + i for r in requests for i in range(r.num_rows)] + [capacity] * num_pad
 
-    groups = _Groups(num_rows, device)
     prompts = [r for r in requests if r.plan.prefill]
     others = [r for r in requests if not r.plan.prefill]
     kv_length = max(r.used_slots for r in requests)
+    if len(requests) == 1 and not bucketed:
+        ragged = _alone(requests[0], dtype, device)
+    else:
+        ragged = _grouped(requests, prompts, others, num_rows, kv_length, bucketed, dtype, device)
+        if bucketed:
+            kv_length = bucket_slots(kv_length)
+
+    fed = torch.tensor([token_ids, positions, row_ids, slot_ids], device=device)  # [4, N]: one copy to the device
+    return PackedStep(
+        input_ids=fed[0:1],
+        position_ids=fed[1:2],
+        row_ids=fed[2:3],
+        slot_ids=fed[3:4],
+        kv_length=kv_length,
+        seq_length=max(r.plan.start_slot for r in requests),
+        ragged=ragged,
+        sample_rows=[r.first_row + i for r in requests for i in r.plan.sample_feeds],
+        bucketed=bucketed,
+        num_rows=first_row,
+        num_slots=sum(r.used_slots for r in requests),
+        prefill=bool(prompts),
+    )
+
+
+def _grouped(requests: list[_Request], prompts: list[_Request], others: list[_Request], num_rows: int,
+             kv_length: int, bucketed: bool, dtype: torch.dtype, device: torch.device) -> RaggedAttention:
+    """The groups of a step with several requests, or of a compiled one: the narrow and wide groups of the decode
+    rows, each prompt alone."""
+    groups = _Groups(num_rows, device)
     if others:
         counts = [r.num_rows for r in others]
         if bucketed:
@@ -178,16 +272,5 @@ def pack_step(plans: list[StepPlan], visibility: list[torch.Tensor], pad_id: int
             cache_rows = torch.tensor([r.index for r, _ in wide], device=device)
             groups.add(wide, max(len(rows) for _, rows in wide), slots, cache_rows, dtype)
     for r in prompts:
-        groups.add([(r, list(range(r.num_rows)))], r.num_rows, r.used_slots, r.index, dtype)
-
-    return PackedStep(
-        input_ids=torch.tensor([token_ids], device=device),
-        position_ids=torch.tensor([positions], device=device),
-        row_ids=torch.tensor([row_ids], device=device),
-        slot_ids=torch.tensor([slot_ids], device=device),
-        kv_length=kv_length,
-        seq_length=max(r.plan.start_slot for r in requests),
-        ragged=groups.ragged(),
-        sample_rows=[r.first_row + i for r in requests for i in r.plan.sample_feeds],
-        bucketed=bucketed,
-    )
+        groups.add_prompt(r)
+    return groups.ragged()

@@ -1,11 +1,17 @@
-"""The sequential baseline as a step-planning request: one token per step through `runner.StepBatch`.
+"""The sequential baseline, one request of it: the prompt, then one token per step, through the step loop.
 
-`decode_sequential` is the reference for benchmarks (exactly `generate`'s tokens). A continuous batch needs
-requests that join and leave between steps, which that loop does not allow, so sequential serving plans its
-requests here with the same interface as the asynchronous `Interpreter` (plan, commit, text, stats fields). The
-stopping rules are decode_sequential's (text.SampledAnswer: eos, stop strings, max_new_tokens); greedy tokens equal
-its own up to float rounding (the step runner's 4-D mask instead of a 2-D one). Tags a model writes are plain
-tokens here, dropped from the text as special tokens.
+The reference every speedup is measured against (Baseline-SFT). `decode_sequential` and the server's sequential
+mode both step these requests through `runner.StepBatch`, like the asynchronous `Interpreter` (the same interface:
+plan, commit, text, the stats fields). The stopping rules are text.SampledAnswer's: eos, stop strings,
+max_new_tokens, or the end of a replayed response (`forced_ids`: teacher forcing, the benchmark's baseline decoding
+exactly the tokens of the asynchronous run it is compared with). Tags a model writes are plain tokens here, dropped
+from the text as special tokens.
+
+With greedy sampling it produces `model.generate(do_sample=False)`'s tokens (tests/test_decoding.py checks it on the
+tiny and the embedded model): its one thread sees every slot of its cache row, so its prompt attends causally and
+each later row attends over every slot without a mask, as `generate`'s attention does (pasta/decoding/packing.py);
+its decode steps run the CPU multi-row linears, whose float rounding may differ from generate's, never by a token in
+the tests.
 """
 
 from __future__ import annotations
@@ -23,14 +29,15 @@ from pasta.lang import MAIN_THREAD
 
 
 class PlainInterpreter:
-    """One request of the sequential baseline: the prompt, then each sampled token fed at the next step."""
+    """One request of the sequential baseline: the prompt, then each chosen token fed at the next step."""
 
     num_threads = 0
     num_overruns = 0
     chunks = ()  # no chunk threads
 
     def __init__(self, prompt_ids: list[int], *, eos_ids: set[int], config: DecodeConfig,
-                 decode: Callable[[list[int]], str], capacity: int, device: torch.device | str = "cpu"):
+                 decode: Callable[[list[int]], str], capacity: int, device: torch.device | str = "cpu",
+                 forced_ids: list[int] | None = None):
         if not prompt_ids:
             raise ValueError("empty prompt")
         self.prompt_ids = list(prompt_ids)
@@ -40,7 +47,8 @@ class PlainInterpreter:
         self.visibility = VisibilityTable(0, capacity, device)  # the pad row and the main row
         self.num_steps = 0
         self.step_rows: list[int] = []  # rows fed at each step, the prompt's prefill first (DecodeStats.step_rows)
-        self.answer = SampledAnswer(config.max_new_tokens)
+        forced = forced_ids is not None
+        self.answer = SampledAnswer(len(forced_ids) if forced else config.max_new_tokens, forced)
         self.malformed: Counter[str] = Counter()  # tags are plain tokens here: nothing is malformed
         self.masked: Counter[str] = Counter()  # and nothing is constrained
         self.num_forced = 0
@@ -71,9 +79,9 @@ class PlainInterpreter:
         self.visibility.ensure_capacity(capacity)
 
     def plan(self) -> StepPlan:
-        """The prompt at the first step, then the last sampled token; the last fed row chooses the next one."""
+        """The prompt at the first step, then the last chosen token; the last fed row chooses the next one."""
         self.num_steps += 1
-        plan = StepPlan(self.visibility.num_slots, prefill=not self.main_ids)
+        plan = StepPlan(self.visibility.num_slots, prefill=not self.main_ids, causal=True)
         for token_id in self.main_ids[-1:] if self.main_ids else self.prompt_ids:
             slot = self.visibility.take_slot(MAIN_ROW)
             plan.feed(token_id, slot, MAIN_ROW, MAIN_THREAD)  # one thread: positions are slots

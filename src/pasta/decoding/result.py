@@ -11,22 +11,24 @@ from pasta.lang import TokenDoc
 
 @dataclass
 class DecodeStats:
-    """Counts and timings of one request. Timings of a batch are shared: prefill_s is the batch's prefill."""
+    """Counts and timings of one request. The timings are its RequestClock's (pasta/decoding/timing.py defines
+    them): a step's time counts whole for every request in it."""
 
     num_tokens: int = 0  # tokens sampled by all threads (decoder-supplied openers are not sampled)
     num_steps: int = 0  # forward passes this request took part in, prefill included
-    prefill_s: float = 0.0  # the first forward (the prompt) and its sampling
-    decode_s: float = 0.0  # from the end of the prefill until this request was done
+    prefill_s: float = 0.0  # the step that fed the prompt (plan, pack, forward, choose, commit)
+    decode_s: float = 0.0  # every later step this request took part in
     wall_s: float = 0.0  # prefill_s + decode_s
-    bookkeeping_s: float = 0.0  # interpreter, masks, positions and tag parsing (part of prefill_s + decode_s)
+    bookkeeping_s: float = 0.0  # the steps' host work: planning, packing, committing (part of wall_s)
     num_threads: int = 0  # chunk threads forked
     num_overruns: int = 0  # chunks that wrote past the positions reserved for them
     malformed: dict[str, int] = field(default_factory=dict)  # malformed-output events by kind
     masked: dict[str, int] = field(default_factory=dict)  # decode.constrain: choices replaced, by the event avoided
     num_forced: int = 0  # decode.constrain: tokens the grammar left no choice for (jump-forward's steps to save)
     finish_reason: str = ""  # eos | stop_string | max_new_tokens | max_total_tokens
-    # Rows each forward fed for this request, prefill (the prompt) first: what a step costs grows with them, so
-    # latency at batch 1 is modelled as the sum of c(rows) over the steps (pasta.evaluation.speed).
+    # Rows each forward fed for this request, prefill (the prompt) first: what a step costs grows with them and
+    # with the cache it attends (their running sum), so its latency alone is priced on the cost model
+    # (pasta/decoding/step_costs.py) from these.
     step_rows: list[int] = field(default_factory=list)
 
     @property

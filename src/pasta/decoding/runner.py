@@ -1,170 +1,264 @@
-"""The step loop of the asynchronous decoder: one forward per step for every live thread of every request.
+"""The step loop: one step of a batch of requests, written once, through which every decode runs.
 
-Each step: every unfinished request's interpreter plans what it feeds (`Interpreter.plan`); the runner packs the
-plans into one ragged block (pasta/decoding/packing.py: input_ids and position_ids [1, N], N the rows the requests
-actually feed, each row written at its own request's next cache slot and attending through the ragged attention of
-pasta/decoding/attention.py with its request's visibility rows) and runs the model once. A chooser (sampling, or
-teacher forcing) picks the tokens from the logits of the rows that choose one and the interpreters commit them.
-Finished requests leave the batch, so their rows stop costing compute.
+    with StepBatch(model, pad_id, StepForward(model)) as batch:
+        batch.join(request, choose, capacity)      # between steps, any time: continuous batching
+        while batch.members:
+            outcome = batch.step()                 # plan -> pack -> forward -> choose -> commit
+            outcome.timing, outcome.finished, outcome.failed
 
-Compiled decode steps (`decode.compile`) take the shapes of pasta/decoding/step.py's buckets, so that they reuse
-their graph; eager steps, and every step that feeds a prompt, take their exact sizes.
+A step: every member's request plans what it feeds (`Interpreter.plan`, or `PlainInterpreter.plan` for the
+sequential baseline); the plans are packed into one ragged block (pasta/decoding/packing.py: input_ids and
+position_ids [1, N], N the rows the requests actually feed, each row written at its own request's next cache slot)
+and the model runs once (pasta/decoding/step.py); each member's chooser picks its tokens from the logits of its
+choosing rows (its own sampling settings and generator, the grammar's constraint, or teacher forcing), and its
+request commits them. `StepTiming` records the phases (pasta/decoding/timing.py). Members whose request is done,
+or whose step failed, leave the batch at once (their cache rows freed).
 
-`StepBatch` holds those pieces, so that requests can also join and leave between steps (continuous batching, as a
-server does: a newcomer's prompt rides in the same forward as the others' decode rows); `run_steps` is the batch
-decoder's loop over it.
+Who steps through it: `decode_async` / `decode_sequential` / `stream_async` and teacher forcing
+(pasta/decoding/decode.py, with `run_to_completion` below), so evaluation, the preference stage's sampling and
+`pasta.generate`; the server's engine (pasta/serving/engine.py), which admits and retires requests between steps;
+the cost model (pasta/decoding/step_costs.py) and both benchmarks.
+
+A failure that belongs to one request (its plan, its choice, its commit raising) ends that request alone, with one
+`Failure.reason` that every caller reports as it is: the server as the request's error body, a library call as its
+DecodeError. A forward that raises belongs to every request in it: `step` raises it to the caller.
+
+While the batch is open (`with`) the model attends with the ragged attention (pasta/decoding/attention.py), and
+steps that feed no prompt run the CPU multi-row linears (pasta/decoding/linears.py); a step that feeds a prompt runs
+transformers' own, so the prompt's cache is `generate`'s.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from pasta.decoding.attention import ragged_attention
 from pasta.decoding.cache import SlotCache
-from pasta.decoding.interpreter import Interpreter
-from pasta.decoding.linears import multirow_linears
-from pasta.decoding.packing import PackedStep, pack_step
+from pasta.decoding.linears import MultirowLinears
+from pasta.decoding.packing import PackedStep, bucket_slots, pack_step
 from pasta.decoding.scheduler import StepPlan
-from pasta.decoding.step import StepForward, bucket_slots
+from pasta.decoding.step import StepForward
+from pasta.decoding.timing import RequestClock, StepTiming
+from pasta.errors import PastaError
 
-# (request index, logits [n, V] of its choosing rows, the thread of each row) -> the n chosen token ids
-Chooser = Callable[[int, torch.Tensor, list[int]], list[int]]
+# (logits [n, V] of the plan's choosing rows, the plan) -> the n chosen token ids, in `plan.sample_threads` order
+Chooser = Callable[[torch.Tensor, StepPlan], list[int]]
 
 
-@dataclass
-class RequestClock:
-    """Timings of one request inside a batch run."""
+class Request(Protocol):
+    """What the loop asks of a request: pasta/decoding/interpreter.py's Interpreter, or plain.py's PlainInterpreter."""
 
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
-    bookkeeping_s: float = 0.0
+    prompt_ids: list[int]
 
-    def add_step(self, step_s: float, bookkeeping_s: float, *, prefill: bool) -> None:
-        """A step this request took part in: its prefill (the first one) or a decode step."""
-        if prefill:
-            self.prefill_s += step_s
-        else:
-            self.decode_s += step_s
-        self.bookkeeping_s += bookkeeping_s
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def vis(self) -> torch.Tensor: ...
+
+    def ensure_capacity(self, capacity: int) -> None: ...
+
+    def plan(self) -> StepPlan: ...
+
+    def commit(self, plan: StepPlan, token_ids: list[int]) -> None: ...
+
+
+@dataclass(eq=False)
+class Member:
+    """A request in the batch, the chooser of its tokens, and its share of the steps' time."""
+
+    request: Request
+    choose: Chooser
+    clock: RequestClock = field(default_factory=RequestClock)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A member whose own part of a step raised; `reason` is what every caller reports."""
+
+    member: Member
+    reason: str
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one step did: its timing, the members that took part and are fine (finished ones included), the
+    members that finished, and those that failed. Finished and failed members have left the batch."""
+
+    timing: StepTiming
+    stepped: list[Member]
+    finished: list[Member]
+    failed: list[Failure]
+
+
+class DecodeError(PastaError):
+    """A library decode in which some requests failed, raised once the others are done: the failures, where the
+    failed requests stood in the call (`failed_indices`), every request's member in call order (`members`: the
+    failed ones' included) and, from pasta.decoding.decode, every request's DecodeResult (`results`: None for a
+    failed one). Its message is the first failure's reason."""
+
+    def __init__(self, failures: list[Failure], members: list[Member]):
+        self.failures, self.members = failures, members
+        self.failed_indices = [next(i for i, m in enumerate(members) if m is f.member) for f in failures]
+        self.results: list | None = None
+        super().__init__(failures[0].reason)
 
 
 class StepBatch:
-    """Requests decoded together: one SlotCache (a cache row per request), one packed forward per step.
+    """Requests decoded together: one SlotCache (a cache row per request), one packed forward per step."""
 
-    A step: the caller plans every member (`Interpreter.plan`, or `PlainInterpreter.plan` for the sequential
-    baseline), `prepare`s the packed inputs, runs `forward` for each member's logits, chooses tokens and commits
-    them. Between steps members `join` (a new cache row; their prompt's prefill then rides in the same forward as the
-    others' decode rows) and leave (`keep`, in order; `remove`, reordering), which is what continuous batching
-    needs. An empty batch drops its cache. The model must attend with pasta/decoding/attention.py's
-    `ragged_attention` while it steps.
-    """
-
-    def __init__(self, model, pad_id: int, step: StepForward | None = None):
+    def __init__(self, model, pad_id: int, forward: StepForward | None = None, *, multirow: bool = True):
         self.model = model
         self.pad_id = pad_id
-        self.step = step or StepForward(model)
+        self.forward = forward or StepForward(model)
         self.device = model.device
         self.dtype = model.dtype if model.dtype.is_floating_point else torch.float32
-        self.members: list[Interpreter] = []
+        self.multirow = multirow
+        self.members: list[Member] = []
         self.cache: SlotCache | None = None
+        self._open: ExitStack | None = None
+        self._linears: MultirowLinears | None = None
 
-    def join(self, interpreter: Interpreter, capacity: int) -> None:
-        """Add a request; `capacity` sizes the cache when this one starts it (it grows on demand anyway)."""
+    def __enter__(self) -> StepBatch:
+        stack = ExitStack()
+        stack.enter_context(ragged_attention(self.model))
+        self._linears = stack.enter_context(MultirowLinears(self.model, self.multirow))
+        self._open = stack
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._open.close()
+        self._open = self._linears = None
+
+    # --- membership, between steps ------------------------------------------------------------------------------
+
+    def join(self, request: Request, choose: Chooser, capacity: int) -> Member:
+        """Add a request: its prompt's prefill rides in the next step's forward, beside the others' rows.
+        `capacity` sizes the cache when this request starts it (it grows on demand anyway)."""
         if self.cache is None:
             self.cache = SlotCache.for_model(self.model, capacity)
         else:
             self.cache.add_rows(1)
-        self.members.append(interpreter)
+        member = Member(request, choose)
+        self.members.append(member)
+        return member
 
-    def remove(self, indices: list[int]) -> list[int]:
-        """Drop these members; the last members move into the holes (one cache row copied per removal, where
-        `keep` copies every row). Returns the new order: the old index of the member now at each position."""
-        order = self.cache.remove(indices) if indices else list(range(len(self.members)))
+    def leave(self, members: Iterable[Member]) -> None:
+        """These members leave (their cache rows freed); the last members move into the holes."""
+        gone = {id(m) for m in members}
+        indices = [b for b, m in enumerate(self.members) if id(m) in gone]
+        if not indices:
+            return
+        order = self.cache.remove(indices)
         self.members = [self.members[b] for b in order]
         if not self.members:
             self.cache = None
-        return order
 
-    def keep(self, indices: list[int]) -> None:
-        """Keep these members (and their cache rows), in this order; the others leave."""
-        self.members = [self.members[b] for b in indices]
-        if not self.members:
-            self.cache = None
-        else:
-            self.cache.keep(indices)
+    def clear(self) -> None:
+        """Every member leaves and the cache is dropped (after a step that raised: the batch may be what broke)."""
+        self.members, self.cache = [], None
 
-    def prepare(self, plans: list[StepPlan]) -> PackedStep:
-        """Pack the members' planned rows (pasta/decoding/packing.py) and place each at its request's next cache
-        slots. A compiled decode step takes step.py's buckets; every other step its exact sizes."""
-        bucketed = self.step.compiled and not any(p.prefill for p in plans)
+    # --- one step ------------------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self) -> StepOutcome:
+        """Plan, pack, forward, choose, commit: one forward for every member. Raises what the forward raises."""
+        if self._open is None:
+            raise RuntimeError("StepBatch.step outside its `with` block: the model's attention is not installed")
+        started = time.perf_counter()
+        members, plans, failed = [], [], []
+        for member in self.members:
+            try:
+                plans.append(member.request.plan())
+                members.append(member)
+            except Exception as exc:
+                failed.append(Failure(member, f"planning the step failed: {exc}", exc))
+        self.leave(f.member for f in failed)
+        if not members:
+            return StepOutcome(StepTiming(time.perf_counter() - started, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, False),
+                               [], [], failed)
+        planned = time.perf_counter()
+
+        packed = self._pack(plans)
+        packed_at = time.perf_counter()
+
+        self._linears.use(not packed.prefill)
+        logits = self.forward(self.cache, packed)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        forwarded = time.perf_counter()
+
+        chosen: list[list[int] | None] = []
+        offset = 0
+        for member, plan in zip(members, plans, strict=True):
+            rows = logits[offset : offset + len(plan.sample_feeds)]  # [n, V]
+            offset += len(plan.sample_feeds)
+            try:
+                chosen.append(member.choose(rows, plan))
+            except Exception as exc:
+                chosen.append(None)
+                failed.append(Failure(member, f"sampling or committing the step failed: {exc}", exc))
+        chose = time.perf_counter()
+
+        for member, plan, token_ids in zip(members, plans, chosen, strict=True):
+            if token_ids is None:
+                continue
+            try:
+                member.request.commit(plan, token_ids)
+            except Exception as exc:
+                failed.append(Failure(member, f"sampling or committing the step failed: {exc}", exc))
+        committed = time.perf_counter()
+
+        timing = StepTiming(plan_s=planned - started, pack_s=packed_at - planned, forward_s=forwarded - packed_at,
+                            choose_s=chose - forwarded, commit_s=committed - chose, num_rows=packed.num_rows,
+                            num_requests=len(members), num_slots=packed.num_slots, prefill=packed.prefill)
+        broken = {id(f.member) for f in failed}
+        stepped = []
+        for member, plan in zip(members, plans, strict=True):
+            member.clock.add(timing, prefill=plan.prefill)
+            if id(member) not in broken:
+                stepped.append(member)
+        finished = [m for m in stepped if m.request.done]
+        self.leave([*finished, *(f.member for f in failed)])
+        return StepOutcome(timing, stepped, finished, failed)
+
+    def _pack(self, plans: list[StepPlan]) -> PackedStep:
+        """The members' plans packed (pasta/decoding/packing.py), each row placed at its request's next cache slot.
+        A compiled step that feeds no prompt takes packing.py's buckets; every other step its exact sizes."""
+        bucketed = self.forward.compiled and not any(p.prefill for p in plans)
         used = max(p.start_slot + len(p.token_ids) for p in plans)
         self.cache.reserve(bucket_slots(used) if bucketed else used)
-        for interpreter in self.members:
-            interpreter.ensure_capacity(self.cache.capacity)
-        packed = pack_step(plans, [i.vis for i in self.members], self.pad_id, capacity=self.cache.capacity,
+        for member in self.members:
+            member.request.ensure_capacity(self.cache.capacity)
+        packed = pack_step(plans, [m.request.vis for m in self.members], self.pad_id, capacity=self.cache.capacity,
                            bucketed=bucketed, dtype=self.dtype, device=self.device)
         self.cache.place(packed.row_ids, packed.slot_ids, packed.kv_length, packed.seq_length)
         return packed
 
-    @torch.inference_mode()
-    def forward(self, packed: PackedStep, plans: list[StepPlan]) -> list[torch.Tensor]:
-        """One forward for every member; member b's logits [len(plans[b].sample_feeds), V]."""
-        sample_rows = torch.tensor(packed.sample_rows, device=self.device)  # [n]
-        if packed.bucketed:  # a compiled step computes every row's logits: its graph does not depend on which
-            logits = self.step.decode(self.cache, packed.input_ids, packed.position_ids, None, packed.ragged)
-            logits = logits[0].index_select(0, sample_rows)  # [n, V]
-        else:
-            keep = torch.zeros(packed.input_ids.shape, dtype=torch.bool, device=self.device)  # [1, N]
-            keep[0, sample_rows] = True  # only the choosing rows go through the lm_head
-            logits = self.step.eager(self.cache, packed.input_ids, packed.position_ids, None, keep,
-                                     packed.ragged)  # [n, V]
-        offsets = [0]
-        for plan in plans:
-            offsets.append(offsets[-1] + len(plan.sample_feeds))
-        return [logits[offsets[b] : offsets[b + 1]] for b in range(len(plans))]
 
-
-@torch.inference_mode()
-def run_steps(model, interpreters: list[Interpreter], choose: Chooser, pad_id: int,
-              clocks: list[RequestClock]) -> Iterator[list[int]]:
-    """Decode every request until its interpreter is done; yields the requests that took part in each step."""
-    config = interpreters[0].config
-    capacity = max(len(i.prompt_ids) for i in interpreters) + config.max_new_tokens + 64
-    batch = StepBatch(model, pad_id, StepForward(model, compile=config.compile, mode=config.compile_mode))
-    for interpreter in interpreters:
-        batch.join(interpreter, capacity)
-    active = list(range(len(interpreters)))
-    first = True
-    with ragged_attention(model), ExitStack() as decode_kernels:
-        while active:
-            started = time.perf_counter()
-            plans = [interpreter.plan() for interpreter in batch.members]
-            packed = batch.prepare(plans)
-            planned = time.perf_counter()
-
-            logits = batch.forward(packed, plans)
-            chosen = [choose(r, rows, plan.sample_threads)
-                      for r, rows, plan in zip(active, logits, plans, strict=True)]
-            sampled = time.perf_counter()
-
-            for interpreter, plan, token_ids in zip(batch.members, plans, chosen, strict=True):
-                interpreter.commit(plan, token_ids)
-            finished = time.perf_counter()
-
-            bookkeeping = (planned - started) + (finished - sampled)
-            for r in active:
-                clocks[r].add_step(finished - started, bookkeeping, prefill=first)
-            if first:  # the prompt's prefill ran on transformers' own linears, as generate's does
-                decode_kernels.enter_context(multirow_linears(model, enabled=config.cpu_multirow_linears))
-            first = False
-            stepped = active
-            keep = [b for b, r in enumerate(active) if not interpreters[r].done]
-            if len(keep) < len(active):
-                active = [active[b] for b in keep]
-                batch.keep(keep)
-            yield stepped
+def run_to_completion(batch: StepBatch, requests: list[tuple[Request, Chooser]], capacity: int,
+                      on_step: Callable[[StepOutcome], None] | None = None) -> list[Member]:
+    """Step `requests` (each with its chooser) in the open `batch` until every one is done; their members, in the
+    order given. `on_step` sees each step's outcome (streaming). A request that fails ends alone; once the others
+    are done, the first failure's PastaError is raised as it is (a refusal of the caller's input, such as a
+    response teacher forcing cannot replay), and any other failure as a DecodeError carrying its reason."""
+    members = [batch.join(request, choose, capacity) for request, choose in requests]
+    failures: list[Failure] = []
+    while batch.members:
+        outcome = batch.step()
+        failures += outcome.failed
+        if on_step is not None:
+            on_step(outcome)
+    if failures:
+        first = failures[0].error
+        if isinstance(first, PastaError):
+            raise first
+        raise DecodeError(failures, members)
+    return members

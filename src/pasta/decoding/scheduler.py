@@ -38,6 +38,9 @@ class StepPlan:
     threads: list[int] = field(default_factory=list)  # each token's thread: MAIN_THREAD (prompt too), or chunk + 1
     sample_feeds: list[int] = field(default_factory=list)  # index of each fed token whose logits choose a token
     sample_threads: list[int] = field(default_factory=list)  # the thread each of those tokens goes to
+    # Every fed token sees every slot of its request up to its own (one thread, nothing hidden): plain causal
+    # attention, which the packed step runs without a mask where it can (pasta/decoding/packing.py).
+    causal: bool = False
 
     def feed(self, token_id: int, position: int, row: int, thread: int) -> None:
         """Feed a token at the next slot of the plan."""
@@ -73,10 +76,11 @@ class Scheduler:
             for position, token_id in enumerate(self.prompt_ids):
                 self._feed(plan, token_id, position, MAIN_ROW, MAIN_THREAD)
             plan.sample(MAIN_THREAD)
-            return plan
-        self._feed_main(plan)
-        self._start_queued()
-        self._feed_chunks(plan)
+        else:
+            self._feed_main(plan)
+            self._start_queued()
+            self._feed_chunks(plan)
+        plan.causal = self.visibility.main_sees_all and all(row == MAIN_ROW for row in plan.rows)
         return plan
 
     def group(self) -> list[Chunk]:

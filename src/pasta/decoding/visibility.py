@@ -4,7 +4,10 @@ A bool table, one row per thread over the request's cache slots, kept incrementa
 slot and sets it in its thread's row (`take_slot`); a fork copies the main row (promise_end included) into a free
 row for the chunk (`fork`); a join ORs a chunk's row into the main row and frees it (`join`). Row 0 is for
 padding: it sees slot 0 only (a query that sees nothing turns softmax into NaN). Row 1 is the main thread's.
-The runner cuts each fed token's row at its own slot, which gives the causal order among one step's tokens.
+The packed step cuts each fed token's row at its own slot, which gives the causal order among one step's tokens.
+The table also counts, in Python, the slots the main row sees: while it sees every slot (nothing forked, or every
+chunk joined) a main-thread row needs no mask at all (`main_sees_all`), which the sequential baseline's steps and
+an answer that never forks always are.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ class VisibilityTable:
         self.rows[PAD_ROW, 0] = True
         self._free_rows = list(range(self.rows.shape[0] - 1, MAIN_ROW, -1))
         self.num_slots = 0  # cache slots used
+        self._num_main_slots = 0  # of them, the slots the main row sees
+        self._num_own_slots: dict[int, int] = {}  # a chunk row's slots since its fork (the main row sees none)
+
+    @property
+    def main_sees_all(self) -> bool:
+        """The main row sees every slot used so far."""
+        return self._num_main_slots == self.num_slots
 
     def ensure_capacity(self, capacity: int) -> None:
         if capacity > self.rows.shape[1]:
@@ -37,6 +47,10 @@ class VisibilityTable:
         if slot >= self.rows.shape[1]:
             self.ensure_capacity(2 * self.rows.shape[1])
         self.rows[row, slot] = True
+        if row == MAIN_ROW:
+            self._num_main_slots += 1
+        else:
+            self._num_own_slots[row] = self._num_own_slots.get(row, 0) + 1
         return slot
 
     def fork(self) -> int:
@@ -47,10 +61,12 @@ class VisibilityTable:
             self._free_rows = list(range(2 * old - 1, old - 1, -1))
         row = self._free_rows.pop()
         self.rows[row] = self.rows[MAIN_ROW]
+        self._num_own_slots[row] = 0
         return row
 
     def join(self, row: int) -> None:
         """The main thread sees everything `row` sees; the row is free again (kept as is for this step's mask,
         a later fork overwrites it)."""
         self.rows[MAIN_ROW] |= self.rows[row]
+        self._num_main_slots += self._num_own_slots.pop(row, 0)
         self._free_rows.append(row)

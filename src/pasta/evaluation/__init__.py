@@ -10,11 +10,13 @@ Modules, one job each:
     quality     win rate and length-controlled win rate through alpaca_eval
     judge_annotator a pasta judge as alpaca_eval's annotator, resumable
     annotations the alpaca_eval annotations: valid preferences, a checked annotations.json
-    speed       per-prompt wall-clock and theoretical speedups, bootstrap intervals
+    speed       per-answer speed (AnswerSpeed) and a run's speed (SpeedSummary): wall-clock, step, cost-model and
+                theoretical speedups, bootstrap intervals; the one headline rule (the wall-clock speedup)
     structure   how the answers use PASTA-LANG: forks, promises, malformed output, chunk lengths, overruns
     proxies     offline quality guards: embedding similarity to the reference, distinct-2/3, length ratio
     scoring     score one run (quality + speed) and write its summary
-    report      per-run summary files; gather runs into a table and a Pareto plot
+    report      gathering: per-run summary files, the runs of a report as typed rows (ReportRow)
+    formatting  how a person reads them: summary.md, report.md tables, the Pareto plot
 
 The entry point is `python -m pasta.eval` (pasta/eval.py).
 """

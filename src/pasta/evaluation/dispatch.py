@@ -81,7 +81,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     if not processes.is_main:
         return result  # under `accelerate launch` the others decode their share; the main process scores
     if mode in (EvalMode.score, EvalMode.all):
-        from pasta.evaluation.report import run_markdown
+        from pasta.evaluation.formatting import run_markdown
         from pasta.evaluation.scoring import score_run
 
         summary = score_run(cfg, ecfg, out_dir)

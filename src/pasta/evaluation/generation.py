@@ -17,8 +17,10 @@ Timing modes: `wall` decodes one request at a time after `eval.warmup_prompts` d
 paper's batch-1 latency, the only mode per-prompt speedups are computed from); `throughput` decodes batches of
 `eval.batch_size` (wall_s is then the batch's time, shared by its requests), after decoding its first
 `eval.timed_prompts` prompts one at a time, so that a stated subset has batch-1 wall times. Every stats line keeps
-the rows each forward fed (`step_rows`), and `step_costs.json` the model's measured cost per forward by rows
-(pasta.decoding.step_costs), so that every answer's batch-1 latency can also be modelled, batched or not.
+the rows each forward fed (`step_rows`), and `step_costs.json` the model's cost model (pasta.decoding.step_costs:
+a step's cost by its rows and the cache it attends, measured through the decoder's own step), so that every
+answer's batch-1 latency can also be modelled, batched or not. A run whose step_costs.json is of an older version
+measures it again when it is rerun, even with nothing left to decode.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from tqdm.auto import tqdm
 
 from pasta.config import schema_from
 from pasta.data import JsonlAppender, write_json_atomic
-from pasta.decoding import DecodeConfig, DecodeResult, decode_async, decode_sequential
+from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeError, DecodeResult, decode
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig, Timing
 from pasta.evaluation.eval_set import eval_prompts, subset_meta
@@ -56,7 +58,7 @@ from pasta.parallel import Processes, ShardedJsonl, current_processes
 
 log = logging.getLogger(__name__)
 
-DECODE_MODES = ("async", "sequential", "sot")
+EVAL_DECODE_MODES = (*DECODE_MODES, "sot")  # sot: Skeleton-of-Thought prompting over the sequential decoder
 # run.json keys that must match for a rerun to resume into the same directory: every setting that changes the
 # tokens (model, decode mode and settings, reservation policy, seed, Skeleton-of-Thought prompts), the prompts
 # (eval.subset), and the device (wall times from two machines in one run would make its speedups meaningless).
@@ -83,8 +85,8 @@ def device_description(device: str) -> str:
 
 def decode_mode(cfg: DictConfig) -> str:
     mode = str(cfg.decode.kind)
-    if mode not in DECODE_MODES:
-        raise PastaError(f"decode={mode} is not one of {', '.join(DECODE_MODES)}")
+    if mode not in EVAL_DECODE_MODES:
+        raise PastaError(f"decode={mode} is not one of {', '.join(EVAL_DECODE_MODES)}")
     return mode
 
 
@@ -94,6 +96,7 @@ class Decoder:
     def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer):
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
         self.config = schema_from(cfg.decode, DecodeConfig, "decode")
+        self.policy = None
         if mode == "async":
             from pasta.lang import add_tag_tokens
 
@@ -103,16 +106,20 @@ class Decoder:
 
     def __call__(self, records: list[dict[str, Any]]) -> list[DecodeResult]:
         if self.mode == "sot":
-            from pasta.evaluation.sot import decode_sot
-
-            return [decode_sot(self.model, self.tokenizer, r["instruction"], self.ecfg.sot, self.config)
-                    for r in records]
+            return [self._sot(record) for record in records]
         from pasta.models import encode_prompt
 
         prompt_ids = [encode_prompt(self.tokenizer, r["instruction"], r.get("input", "")) for r in records]
-        if self.mode == "async":
-            return decode_async(self.model, self.tokenizer, prompt_ids, self.config, self.policy)
-        return decode_sequential(self.model, self.tokenizer, prompt_ids, self.config)
+        return decode(self.model, self.tokenizer, prompt_ids, self.config, mode=self.mode, policy=self.policy)
+
+
+    def _sot(self, record: dict[str, Any]) -> DecodeResult:
+        from pasta.evaluation.sot import decode_sot
+
+        try:
+            return decode_sot(self.model, self.tokenizer, record["instruction"], self.ecfg.sot, self.config)
+        except DecodeError as exc:  # one of its outline's points: the prompt is what failed
+            raise PastaError(f"decoding the prompt {record['instruction'][:80]!r} failed: {exc}") from None
 
 
 def _as_json(value: Any) -> Any:
@@ -189,14 +196,9 @@ def _stats_record(record: dict[str, Any], result: DecodeResult, batch_size: int)
 
 
 def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: str, device: str,
-                 records: list[dict[str, Any]], todo: list[dict[str, Any]], generator: str,
-                 costs_path: Path | None) -> None:
-    """Decode `todo` into `out`; then, with `costs_path` (one process of a launch) and a decoder that steps one
-    request's rows at a time, measure the model's step costs there unless a resumed run already did."""
-    from pasta.models import load_model
-
+                 records: list[dict[str, Any]], todo: list[dict[str, Any]], generator: str, model, tokenizer) -> None:
+    """Decode `todo` into `out`."""
     log.info("%s: decoding %d of %d prompts (%s, timing=%s)", generator, len(todo), len(records), mode, ecfg.timing)
-    model, tokenizer = load_model(cfg.model, device=device)
     decoder = Decoder(cfg, ecfg, mode, model, tokenizer)
     timed = {r["instruction"] for r in timed_records(ecfg, records)}
     one_at_a_time = [r for r in todo if r["instruction"] in timed]
@@ -208,13 +210,30 @@ def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: st
         for batch_size, group in ((1, one_at_a_time), (ecfg.batch_size, batched)):
             for start in range(0, len(group), batch_size):
                 batch = group[start : start + batch_size]
-                for record, result in zip(batch, decoder(batch), strict=True):
-                    out.append(_stats_record(record, result, len(batch)))
+                _decode_batch(out, decoder, batch)
                 bar.update(len(batch))
-    if costs_path is not None and mode != "sot" and not costs_path.is_file():
-        from pasta.decoding.step_costs import measure_step_costs
 
-        write_json_atomic(costs_path, measure_step_costs(model).to_dict())
+
+def _decode_batch(out: JsonlAppender, decoder: Decoder, batch: list[dict[str, Any]]) -> None:
+    """The batch's answers into `out`. A prompt whose decode failed ends alone: the batch's other answers are
+    written, then the run stops naming it (a rerun decodes it again)."""
+    try:
+        results = decoder(batch)
+    except DecodeError as exc:
+        for record, result in zip(batch, exc.results or [None] * len(batch), strict=True):
+            if result is not None:
+                out.append(_stats_record(record, result, len(batch)))
+        instruction = batch[exc.failed_indices[0]]["instruction"]
+        raise PastaError(f"decoding the prompt {instruction[:80]!r} failed: {exc}") from None
+    for record, result in zip(batch, results, strict=True):
+        out.append(_stats_record(record, result, len(batch)))
+
+
+def _has_current_costs(path: Path) -> bool:
+    """step_costs.json holds a cost model of this version (an older one is measured again)."""
+    from pasta.decoding.step_costs import VERSION
+
+    return path.is_file() and read_json(path, STEP_COSTS).get("version") == VERSION
 
 
 def timed_records(ecfg: EvalConfig, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -258,11 +277,23 @@ def generate_run(
         if previous is not None:
             meta = {**previous, "num_processes": process_counts(previous.get("num_processes"), processes.count)}
         write_json_atomic(run_dir / RUN_META, meta)
+    # The main process measures the model's cost model (a decoder that steps one request's rows at a time), unless
+    # the run holds one of this version already: a rerun with nothing left to decode measures a stale one again.
+    measure_costs = processes.is_main and mode != "sot" and not _has_current_costs(run_dir / STEP_COSTS)
+    mine = processes.shard(todo)
+    model = None
+    if mine or measure_costs:
+        from pasta.models import load_model
+
+        model, tokenizer = load_model(cfg.model, device=device)
     with stats.appender() as out:
-        mine = processes.shard(todo)
         if mine:
-            _decode_into(out, cfg, ecfg, mode, device, records, mine, generator,
-                         run_dir / STEP_COSTS if processes.is_main else None)
+            _decode_into(out, cfg, ecfg, mode, device, records, mine, generator, model, tokenizer)
+    if measure_costs:
+        from pasta.decoding.step_costs import measure_step_costs
+
+        write_json_atomic(run_dir / STEP_COSTS, measure_step_costs(model).to_dict())
+    del model
     stats.gather(order=[r["instruction"] for r in records])
     if processes.is_main:
         by_instruction = {r["instruction"]: r for r in read_stats(run_dir)}

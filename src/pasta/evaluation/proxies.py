@@ -8,7 +8,7 @@
 - length ratio: characters of the answers over characters of Baseline-SFT's answers to the same prompts (the
   sequential run, eval.sequential); a speedup bought by shorter answers shows here.
 
-Every number is labelled as a proxy wherever it is shown (pasta.evaluation.report). The pairwise judge's win rate
+Every number is labelled as a proxy wherever it is shown (pasta.evaluation.formatting). The pairwise judge's win rate
 (pasta.evaluation.quality) stays the quality number where a judge is configured.
 """
 

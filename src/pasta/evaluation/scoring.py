@@ -46,7 +46,7 @@ from pasta.evaluation.run_files import (
     read_stats,
     read_step_costs,
 )
-from pasta.evaluation.speed import speed_metrics
+from pasta.evaluation.speed import SpeedSummary, speed_metrics
 from pasta.evaluation.structure import run_dir_structure, student_tokenizer
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def checked_sequential(ecfg: EvalConfig, run_dir: Path, meta: dict[str, Any]) ->
 
 def _speed(
     ecfg: EvalConfig, run_dir: Path, instructions: list[str], sequential_run: tuple[Path, dict[str, Any]] | None
-) -> dict[str, Any] | None:
+) -> SpeedSummary | None:
     if not (run_dir / STATS).is_file():
         if ecfg.sequential is not None:
             raise PastaError(f"eval.sequential is set but {run_dir / STATS} does not exist: nothing to compare")
@@ -180,7 +180,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         _write_quality(run_dir / quality_lib.annotator_slug(metrics["annotator"]), metrics, scored.annotations)
     speed = _speed(ecfg, run_dir, scored.instructions, sequential_run)
     if speed is not None:
-        write_json_atomic(run_dir / SPEED, speed)
+        write_json_atomic(run_dir / SPEED, speed.to_dict())
     structure = run_dir_structure(run_dir, meta, scored.instructions, cfg.model, cfg.lang)
     length = run_dir_length(run_dir, meta, scored.instructions, cfg.model, sequential_run)
     summary = {
@@ -193,7 +193,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
         "num_prompts": len(scored.instructions),
         "quality": metrics,
-        "speed": speed,
+        "speed": None if speed is None else speed.to_dict(),
         "structure": None if structure is None else structure.to_dict(),
         "length": length,
         "proxies": None if scored.proxies is None else scored.proxies.to_dict(),

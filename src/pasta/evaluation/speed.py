@@ -1,34 +1,39 @@
-"""Speed of an evaluated run: per-prompt wall-clock speedup against a sequential run, and theoretical speedup.
+"""Speed of an evaluated run: per-prompt wall-clock speedup against a sequential run, and the modelled ones.
 
 The paper's speed number is the geometric mean over prompts of (sequential wall time / candidate wall time), both
-decoded one request at a time on the same machine. This module joins a run's per-prompt stats (stats.jsonl, see
-`pasta.evaluation.run_files`) with those of a sequential run by instruction, and reports:
+decoded one request at a time on the same machine. This module reads a run's per-prompt stats (stats.jsonl, see
+`pasta.evaluation.run_files`) as `AnswerSpeed` records, joins them with a sequential run's by instruction, and
+gathers a `SpeedSummary` (speed.json):
 
 - `wall_speedup_geomean`: geometric mean of the per-prompt wall-clock speedups, with a bootstrap interval, over
   the prompts both runs decoded one at a time (all of them under eval.timing=wall; eval.timed_prompts of a
-  throughput run);
+  throughput run). It is the run's headline speedup (`SpeedSummary.headline`), the one rule: a run without it has
+  no headline speedup, never another kind in its place;
 - `step_speedup_geomean`: the sequential run's steps (its tokens) over the run's steps, per prompt: the wall-clock
-  speedup of a machine whose step costs the same whatever it feeds (a memory-bound GPU, roughly);
-- `cost_speedup_geomean`: both runs' answers priced on one measured curve of cost per forward by rows fed (the
-  sequential run's step_costs.json, pasta.decoding.step_costs): this machine's batch-1 wall-clock speedup as the
-  cost model predicts it, for every prompt, batched or not, without timing noise between the runs;
+  speedup of a machine whose step costs the same whatever it feeds;
+- `cost_speedup_geomean`: both runs' answers priced on one cost model (the sequential run's step_costs.json,
+  pasta.decoding.step_costs: each step by its rows and the cache it attends, decoded alone): this machine's
+  batch-1 wall-clock speedup as the model predicts it, for every prompt, batched or not, without timing noise
+  between the runs;
 - `theoretical_speedup_geomean`: geometric mean of tokens / forward steps (what an ideal interpreter would gain);
 - `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted).
 
 Bootstrap intervals resample prompts with replacement (percentile method, seeded), so the same files always give
-the same interval.
+the same interval. Formatting these for a person is pasta.evaluation.formatting's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pasta.decoding.step_costs import StepCosts, modelled_seconds
+from pasta.decoding.step_costs import StepCosts
 from pasta.errors import PastaError
+from pasta.measure import geometric_mean
 
 
 @dataclass
@@ -38,17 +43,6 @@ class BootstrapConfig:
     num_resamples: int = field(default=10_000, metadata={"help": "bootstrap resamples of the prompts"})
     confidence: float = field(default=0.95, metadata={"help": "coverage of the percentile interval"})
     seed: int = field(default=0, metadata={"help": "seed of the resampling"})
-
-
-def geometric_mean(values: np.ndarray | Sequence[float], axis: int = -1) -> np.ndarray | float:
-    """exp(mean(log x)) along `axis`; every value must be positive."""
-    array = np.asarray(values, dtype=np.float64)
-    if array.size == 0:
-        raise ValueError("geometric mean of no values")
-    if np.any(array <= 0):
-        raise ValueError("geometric mean needs positive values")
-    result = np.exp(np.log(array).mean(axis=axis))
-    return float(result) if np.ndim(result) == 0 else result
 
 
 def bootstrap_ci(
@@ -73,42 +67,131 @@ def bootstrap_ci(
     return float(low), float(high)
 
 
+@dataclass(frozen=True)
+class Interval:
+    """A statistic over prompts and its bootstrap interval."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+
+    @classmethod
+    def of(cls, values: np.ndarray, statistic: Callable, bootstrap: BootstrapConfig) -> Interval:
+        low, high = bootstrap_ci(values, statistic, bootstrap)
+        return cls(float(statistic(values[None, :])[0]), low, high)
+
+
 def _mean(samples: np.ndarray) -> np.ndarray:
     return samples.mean(axis=-1)
 
 
-def _summary(values: np.ndarray, statistic: Callable, bootstrap: BootstrapConfig) -> dict[str, float]:
-    low, high = bootstrap_ci(values, statistic, bootstrap)
-    return {"value": float(statistic(values[None, :])[0]), "ci_low": low, "ci_high": high}
-
-
-def _positive(record: dict[str, Any], key: str, where: str) -> float:
-    value = record.get(key)
-    if not isinstance(value, (int, float)) or value <= 0:
+def _positive(value: Any, key: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise PastaError(f"{where}: '{key}' must be a positive number, got {value!r}")
     return float(value)
 
 
+@dataclass(frozen=True)
+class AnswerSpeed:
+    """One answer's speed fields, as its stats.jsonl line keeps them (DecodeStats and the batch it was decoded in)."""
+
+    instruction: str
+    num_tokens: float
+    num_steps: float
+    wall_s: Any  # checked where it is read: a batched answer's is its batch's, and read only for the cost model
+    batch_size: int = 1  # stats written before batch sizes were kept came from eval.timing=wall
+    step_rows: tuple[int, ...] = ()
+    num_threads: int = 0
+    malformed: bool = False
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], where: str) -> AnswerSpeed:
+        return cls(instruction=record["instruction"],
+                   num_tokens=_positive(record.get("num_tokens"), "num_tokens", where),
+                   num_steps=_positive(record.get("num_steps"), "num_steps", where),
+                   wall_s=record.get("wall_s"), batch_size=record.get("batch_size", 1),
+                   step_rows=tuple(record.get("step_rows") or ()), num_threads=record.get("num_threads", 0),
+                   malformed=bool(record.get("malformed")))
+
+    @property
+    def timed_alone(self) -> bool:
+        """Decoded one request at a time: its wall time is its own."""
+        return self.batch_size == 1
+
+    @property
+    def theoretical_speedup(self) -> float:
+        return self.num_tokens / self.num_steps
+
+    def wall(self, where: str) -> float:
+        return _positive(self.wall_s, "wall_s", where)
+
+    def ms_per_token(self, where: str) -> float:
+        return 1000.0 * self.wall(where) / self.num_tokens
+
+
+@dataclass(frozen=True)
+class SpeedSummary:
+    """A run's speed (speed.json): every field the module docstring names; those that need a sequential run, a
+    cost model or prompts timed alone are None without them."""
+
+    num_prompts: int
+    theoretical_speedup_geomean: Interval
+    ms_per_token_median: float
+    tokens_mean: float
+    num_with_threads: int  # answers that forked: a PASTA checkpoint that forks nothing cannot be faster
+    num_malformed: int
+    bootstrap: BootstrapConfig
+    sequential_run: str | None = None
+    step_speedup_geomean: Interval | None = None
+    length_ratio_mean: float | None = None  # tokens per answer against the sequential run's: shorter answers
+    cost_speedup_geomean: Interval | None = None
+    cost_curve: dict | None = None  # the cost model the answers were priced on (StepCosts.to_dict())
+    num_timed_prompts: int | None = None
+    wall_speedup_geomean: Interval | None = None
+    wall_speedup_mean: Interval | None = None
+    wall_speedup_min: float | None = None
+    wall_speedup_max: float | None = None
+    sequential_ms_per_token_median: float | None = None
+    cost_speedup_timed_geomean: float | None = None  # the cost model on the timed prompts: how well it predicts
+
+    @property
+    def headline(self) -> Interval | None:
+        """The run's headline speedup: measured wall clock against the sequential run, or none."""
+        return self.wall_speedup_geomean
+
+    def to_dict(self) -> dict[str, Any]:
+        """speed.json: the fields computed (None ones left out)."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> SpeedSummary:
+        """A speed.json / summary.json `speed` record (keys it does not know are ignored: older or newer files)."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values = {key: value for key, value in record.items() if key in known}
+        for key, value in values.items():
+            if isinstance(value, dict) and {"value", "ci_low", "ci_high"} <= set(value):
+                values[key] = Interval(value["value"], value["ci_low"], value["ci_high"])
+        values["bootstrap"] = BootstrapConfig(**record.get("bootstrap", {}))
+        values.setdefault("num_with_threads", 0)
+        values.setdefault("num_malformed", 0)
+        return cls(**values)
+
+
 def join_by_instruction(
-    candidate: list[dict[str, Any]], sequential: list[dict[str, Any]], sequential_name: str
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Pair each candidate record with the sequential record of the same instruction.
+    candidate: list[AnswerSpeed], sequential: list[AnswerSpeed], sequential_name: str
+) -> list[tuple[AnswerSpeed, AnswerSpeed]]:
+    """Pair each candidate answer with the sequential answer to the same instruction.
 
     Raises PastaError naming the sequential run and how many (and which first) instructions it lacks.
     """
-    by_instruction = {record["instruction"]: record for record in sequential}
-    missing = [record["instruction"] for record in candidate if record["instruction"] not in by_instruction]
+    by_instruction = {answer.instruction: answer for answer in sequential}
+    missing = [answer.instruction for answer in candidate if answer.instruction not in by_instruction]
     if missing:
         raise PastaError(
             f"sequential run {sequential_name} lacks {len(missing)} of the {len(candidate)} evaluated instructions "
             f"(first: {missing[0][:80]!r}); decode the same prompts sequentially (same eval_data and eval.limit)"
         )
-    return [(record, by_instruction[record["instruction"]]) for record in candidate]
-
-
-def timed_alone(record: dict[str, Any]) -> bool:
-    """Decoded one request at a time (stats written before batch sizes were kept came from eval.timing=wall)."""
-    return record.get("batch_size", 1) == 1
+    return [(answer, by_instruction[answer.instruction]) for answer in candidate]
 
 
 def speed_metrics(
@@ -118,75 +201,53 @@ def speed_metrics(
     sequential_name: str = "sequential",
     bootstrap: BootstrapConfig = BootstrapConfig(),
     costs: StepCosts | None = None,
-) -> dict[str, Any]:
-    """Speed metrics of per-prompt stats records (`instruction`, `wall_s`, `num_tokens`, `num_steps`, and
-    `step_rows` for the cost model on `costs`).
-
-    Without a sequential run only the theoretical speedup and the latency per token are reported.
-    """
+) -> SpeedSummary:
+    """The SpeedSummary of per-prompt stats records (`instruction`, `wall_s`, `num_tokens`, `num_steps`, and
+    `step_rows` for the cost model on `costs`). Without a sequential run only the theoretical speedup and the
+    latency per token are gathered."""
     if not candidate:
         raise PastaError("no per-prompt stats to measure speed on")
-    theoretical = np.array(
-        [_positive(r, "num_tokens", "stats") / _positive(r, "num_steps", "stats") for r in candidate]
-    )  # [n]
-    alone = [r for r in candidate if timed_alone(r)] or candidate  # a batch's wall_s is shared by its requests
-    ms_per_token = np.array(
-        [1000.0 * _positive(r, "wall_s", "stats") / _positive(r, "num_tokens", "stats") for r in alone]
-    )  # [n alone]
-    metrics: dict[str, Any] = {
-        "num_prompts": len(candidate),
-        "theoretical_speedup_geomean": _summary(theoretical, geometric_mean, bootstrap),
-        "ms_per_token_median": float(np.median(ms_per_token)),
-        "tokens_mean": float(np.mean([r["num_tokens"] for r in candidate])),
-        # Whether the model used the language at all: a PASTA checkpoint that forks nothing cannot be faster.
-        "num_with_threads": sum(1 for r in candidate if r.get("num_threads", 0) > 0),
-        "num_malformed": sum(1 for r in candidate if r.get("malformed")),
-        "bootstrap": {"num_resamples": bootstrap.num_resamples, "confidence": bootstrap.confidence,
-                      "seed": bootstrap.seed},
-    }
-    if sequential is None:
-        return metrics
-    pairs = join_by_instruction(candidate, sequential, sequential_name)
-    step_speedups = np.array(
-        [_positive(s, "num_steps", sequential_name) / _positive(c, "num_steps", "stats") for c, s in pairs]
-    )  # [n]
-    metrics.update(
-        {
-            "sequential_run": sequential_name,
-            "step_speedup_geomean": _summary(step_speedups, geometric_mean, bootstrap),
-            # Tokens per answer differ between models; this ratio says how much of the speedup is shorter answers.
-            "length_ratio_mean": float(np.mean([c["num_tokens"] / s["num_tokens"] for c, s in pairs])),
-        }
+    answers = [AnswerSpeed.from_record(record, "stats") for record in candidate]
+    theoretical = np.array([answer.theoretical_speedup for answer in answers])  # [n]
+    alone = [answer for answer in answers if answer.timed_alone] or answers  # a batch's wall_s is shared
+    summary = SpeedSummary(
+        num_prompts=len(answers),
+        theoretical_speedup_geomean=Interval.of(theoretical, geometric_mean, bootstrap),
+        ms_per_token_median=float(np.median([answer.ms_per_token("stats") for answer in alone])),
+        tokens_mean=float(np.mean([answer.num_tokens for answer in answers])),
+        num_with_threads=sum(1 for answer in answers if answer.num_threads > 0),
+        num_malformed=sum(1 for answer in answers if answer.malformed),
+        bootstrap=bootstrap,
     )
-    priced = [(c, s) for c, s in pairs if c.get("step_rows") and s.get("step_rows")]
-    if costs is not None and len(priced) == len(pairs):
-        cost_speedups = np.array(
-            [modelled_seconds(s["step_rows"], costs) / modelled_seconds(c["step_rows"], costs) for c, s in pairs]
-        )  # [n]
-        metrics["cost_speedup_geomean"] = _summary(cost_speedups, geometric_mean, bootstrap)
-        metrics["cost_curve"] = costs.to_dict()
-    timed = [(c, s) for c, s in pairs if timed_alone(c) and timed_alone(s)]
-    metrics["num_timed_prompts"] = len(timed)
+    if sequential is None:
+        return summary
+    baseline = [AnswerSpeed.from_record(record, sequential_name) for record in sequential]
+    pairs = join_by_instruction(answers, baseline, sequential_name)
+    fields: dict[str, Any] = {
+        "sequential_run": sequential_name,
+        "step_speedup_geomean": Interval.of(np.array([s.num_steps / c.num_steps for c, s in pairs]), geometric_mean,
+                                            bootstrap),
+        "length_ratio_mean": float(np.mean([c.num_tokens / s.num_tokens for c, s in pairs])),
+    }
+
+    def modelled(pairs_: list[tuple[AnswerSpeed, AnswerSpeed]]) -> np.ndarray:
+        return np.array([costs.answer_seconds(s.step_rows) / costs.answer_seconds(c.step_rows) for c, s in pairs_])
+
+    priced = costs is not None and all(c.step_rows and s.step_rows for c, s in pairs)
+    if priced:
+        fields["cost_speedup_geomean"] = Interval.of(modelled(pairs), geometric_mean, bootstrap)
+        fields["cost_curve"] = costs.to_dict()
+    timed = [(c, s) for c, s in pairs if c.timed_alone and s.timed_alone]
+    fields["num_timed_prompts"] = len(timed)
     if timed:
-        wall_speedups = np.array(
-            [_positive(s, "wall_s", sequential_name) / _positive(c, "wall_s", "stats") for c, s in timed]
-        )  # [n timed]
-        sequential_ms_per_token = np.array(
-            [1000.0 * _positive(s, "wall_s", sequential_name) / _positive(s, "num_tokens", sequential_name)
-             for _, s in timed]
-        )  # [n timed]
-        metrics.update(
-            {
-                "wall_speedup_geomean": _summary(wall_speedups, geometric_mean, bootstrap),
-                "wall_speedup_mean": _summary(wall_speedups, _mean, bootstrap),
-                "wall_speedup_min": float(wall_speedups.min()),
-                "wall_speedup_max": float(wall_speedups.max()),
-                "sequential_ms_per_token_median": float(np.median(sequential_ms_per_token)),
-            }
+        wall_speedups = np.array([s.wall(sequential_name) / c.wall("stats") for c, s in timed])  # [n timed]
+        fields.update(
+            wall_speedup_geomean=Interval.of(wall_speedups, geometric_mean, bootstrap),
+            wall_speedup_mean=Interval.of(wall_speedups, _mean, bootstrap),
+            wall_speedup_min=float(wall_speedups.min()),
+            wall_speedup_max=float(wall_speedups.max()),
+            sequential_ms_per_token_median=float(np.median([s.ms_per_token(sequential_name) for _, s in timed])),
         )
-        if "cost_speedup_geomean" in metrics:
-            # The cost model on the same timed prompts: how well it predicts the wall clock it stands in for.
-            on_timed = np.array([modelled_seconds(s["step_rows"], costs) / modelled_seconds(c["step_rows"], costs)
-                                 for c, s in timed])
-            metrics["cost_speedup_timed_geomean"] = float(geometric_mean(on_timed))
-    return metrics
+        if priced:
+            fields["cost_speedup_timed_geomean"] = float(geometric_mean(modelled(timed)))
+    return dataclasses.replace(summary, **fields)

@@ -15,6 +15,7 @@ from pasta.lang.layout import (
     row_targets,
     sequence_logprobs,
 )
+from pasta.lang.mask import additive_mask
 from pasta.lang.schedule import Schedule, schedule
 from pasta.lang.syntax import (
     Document,
@@ -61,6 +62,7 @@ __all__ = [
     "TokenChunk",
     "TokenDoc",
     "add_tag_tokens",
+    "additive_mask",
     "build_layout",
     "collate_layouts",
     "drop_token_counts",

@@ -28,6 +28,7 @@ import torch
 
 from pasta.choice import Choice
 from pasta.errors import PastaError
+from pasta.lang.mask import additive_mask
 from pasta.lang.tokens import TokenChunk, TokenDoc
 
 
@@ -133,13 +134,8 @@ class Layout:
         return len(self.input_ids)
 
     def attention_bias(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Additive float mask [S, S]: 0 where visible, finfo.min elsewhere (bool masks are wrong under eager)."""
-        return _to_bias(self.visible, dtype)
-
-
-def _to_bias(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    bias = torch.zeros(visible.shape, dtype=dtype)
-    return bias.masked_fill_(~visible, torch.finfo(dtype).min)
+        """Additive float mask [S, S] (pasta/lang/mask.py)."""
+        return additive_mask(self.visible, dtype)
 
 
 class _LayoutFull(Exception):
@@ -307,7 +303,7 @@ def collate_layouts(
         "position_ids": position_ids,
         "target_ids": target_ids,
         "thread_ids": thread_ids,
-        "attention_mask": _to_bias(visible, dtype).unsqueeze(1),  # [B, 1, S, S]
+        "attention_mask": additive_mask(visible, dtype).unsqueeze(1),  # [B, 1, S, S]
     }
 
 

@@ -190,11 +190,12 @@ class SFTSettings(OptimSettings):
 
     kind: str = field(default="sft", metadata={"help": "the stage: sft"})
     # 2 x 4 rather than 8 x 1: the same optimizer steps (transformers normalises the loss over the accumulated
-    # tokens), but eight 1024-row layouts at once need over 19 GiB on CPU; two peak at 7.4 GiB (the 5K study).
+    # tokens) for a quarter of the activations at once (docs/stages/train-sft.md has the measured peaks).
     per_device_train_batch_size: int = field(default=2, metadata={"help": "examples per device per micro-batch"})
     gradient_accumulation_steps: int = field(default=4, metadata={"help": "micro-batches per optimizer step"})
-    # LoRA at 1e-3: at 2e-4 the stage-default student had not learned to fork after 80 steps (0 of 100 held-out
-    # AlpacaEval answers, docs/results/experiments.md); full finetuning wants about 1e-5 (experiment=paper_sft).
+    # LoRA at 1e-3: a lower rate left the stage-default student not forking at all after its steps
+    # (docs/results/experiments.md#how-the-sft-default-was-chosen); full finetuning wants a far lower one
+    # (experiment=paper_sft).
     learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate (LoRA; full finetuning: ~1e-5)"})
     group_by_length: bool = field(
         default=True,
