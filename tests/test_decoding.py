@@ -16,6 +16,14 @@ import sys
 import pytest
 import torch
 
+from helpers.decoding import (
+    assert_teacher_forcing_equals_the_layout_forward,
+    generate_ids,
+    pasta_speaker,
+    prompt,
+    token_doc,
+    words,
+)
 from helpers.models import Scripted, lively_model
 from helpers.packing import group_visible
 from pasta.decoding import (
@@ -31,21 +39,16 @@ from pasta.decoding.packing import pack_step
 from pasta.decoding.text import text_decoder
 from pasta.errors import PastaError
 from pasta.lang import (
-    IGNORE_INDEX,
     ReservationPolicy,
     TagIds,
     add_tag_tokens,
     build_layout,
-    collate_layouts,
     encode_text,
     parse,
     plain_text,
     schedule,
-    sequence_logprobs,
-    tokenize_document,
-    written_counts,
 )
-from pasta.models import build_tiny_model, encode_prompt
+from pasta.models import build_tiny_model
 
 POLICIES = [
     ReservationPolicy("exact"),
@@ -69,40 +72,6 @@ STRUCTURES = [
 def lively(tiny_model_and_tokenizer):
     """A tiny Llama whose greedy output varies, with the tag tokens added."""
     return lively_model(tiny_model_and_tokenizer[1])
-
-
-def words(tokenizer, *texts):
-    ids = [encode_text(tokenizer, text) for text in texts]
-    assert all(len(i) == 1 for i in ids), ids
-    return [i[0] for i in ids]
-
-
-def pasta_speaker(model, tokenizer, *, free_chunks=False):
-    """Scripted to answer `... Go` with: First <promise topic=" apple" tokens="3"/> after <sync/> end eos,
-    the chunk writing " red fruit" then </async> (or anything it likes when `free_chunks`)."""
-    tags = TagIds.from_tokenizer(tokenizer)
-    go, intro, apple, three, after, red, fruit, end = words(
-        tokenizer, " Go", " First", " apple", "3", " after", " red", " fruit", " end"
-    )
-    transitions = {
-        go: intro, intro: tags.promise, tags.promise: apple, apple: tags.promise_tokens,
-        tags.promise_tokens: three, three: tags.promise_end, tags.promise_end: after, after: tags.sync,
-        tags.sync: end, end: tokenizer.eos_token_id, tags.async_body: red,
-    }
-    if not free_chunks:
-        transitions.update({red: fruit, fruit: tags.async_end})
-    return Scripted(model, transitions), go
-
-
-def prompt(tokenizer, text, go=None):
-    ids = encode_prompt(tokenizer, text)
-    return ids + ([go] if go is not None else [])
-
-
-def generate_ids(model, ids, **kwargs):
-    input_ids = torch.tensor([ids])
-    out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False, **kwargs)
-    return out[0, len(ids) :].tolist()
 
 
 # --- sequential: exactly generate's tokens ----------------------------------------------------------------------
@@ -166,31 +135,13 @@ def test_sequential_batch_gives_each_request_its_answer_alone(lively, sampling):
 # --- async: the decoder agrees with the training layout ----------------------------------------------------------
 
 
-def token_doc(tokenizer, text, policy=ReservationPolicy()):
-    """The structure as training data writes it under `policy` (counted, or uncounted)."""
-    return tokenize_document(written_counts(parse(text), tokenizer, policy.counts), tokenizer)
-
-
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.policy)
 @pytest.mark.parametrize("text", STRUCTURES, ids=range(len(STRUCTURES)))
 def test_teacher_forced_logprobs_equal_the_layout_forward(lively, text, policy):
     model, tokenizer = lively
     doc = token_doc(tokenizer, text, policy)
-    prompt_ids = prompt(tokenizer, "Give tips.")
-    logprobs, stats = teacher_forced_logprobs(model, tokenizer, prompt_ids, doc, policy)
-
-    layout = build_layout(prompt_ids, doc, policy)
-    batch = collate_layouts([layout], pad_id=0)
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits
-    per_row = sequence_logprobs(logits, batch["target_ids"])[0]  # [S]
-    threads = torch.tensor(layout.thread_ids)
-    trained = torch.tensor(layout.target_ids) != IGNORE_INDEX
-    torch.testing.assert_close(logprobs.main, per_row[(threads <= 0) & trained], atol=1e-4, rtol=1e-4)
-    for k, chunk_logprobs in enumerate(logprobs.chunks):
-        torch.testing.assert_close(chunk_logprobs, per_row[(threads == k + 1) & trained], atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(logprobs.total(), per_row.sum(), atol=1e-3, rtol=1e-4)
+    stats = assert_teacher_forcing_equals_the_layout_forward(model, tokenizer, prompt(tokenizer, "Give tips."), doc,
+                                                             policy)
 
     expected = schedule(doc)
     assert (stats.num_steps, stats.num_tokens) == (expected.num_steps, expected.num_tokens)

@@ -14,11 +14,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers.training import ANNOTATED, hand_pairs
 from pasta.config import compose
 from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
 from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
-from pasta.training.candidates import Candidate, Pair, PairSide, ScoredPrompt
+from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
 from pasta.training.feedback import usable_promises
@@ -26,7 +27,6 @@ from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pa
 from pasta.training.pref import run_pref, train_round
 from pasta.training.sampling import judge_with_retries
 
-ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
 SMALL_ANNOTATED = (
     'Tips: <promise topic="water"/><promise topic="sleep"/><async topic="water">Drink water.</async>'
     '<async topic="sleep">Sleep well.</async><sync/> Done.'
@@ -182,28 +182,6 @@ def tagged(tiny_model_and_tokenizer):
     model, tokenizer = (copy.deepcopy(x) for x in tiny_model_and_tokenizer)
     add_tag_tokens(tokenizer, model)
     return model, tokenizer
-
-
-def hand_pairs(tokenizer, num_pairs=2):
-    """Chosen: an annotated answer; rejected: the same record's plain answer (so both sides differ)."""
-    records = read_jsonl(ANNOTATED)
-    chunked = [Record.from_dict(r) for r in records if "<promise" in r["annotated"]][:num_pairs]
-    options = {"max_length": 4096, "too_long": "truncate"}
-    annotated, _ = build_sft_examples(chunked, tokenizer, strip_annotations=False, **options)
-    plain, _ = build_sft_examples(chunked, tokenizer, strip_annotations=True, **options)
-
-    def threads(example):
-        return {k: example[k] for k in ("main_ids", "opener_ids", "body_ids", "num_predicted")}
-
-    def side(example):
-        return PairSide(index=0, score=0.0, num_malformed=0, speed=1.0, speedup=1.0, quality=None, judge="hand", text="",
-                        annotated="", tokens=threads(example))  # fmt: skip
-
-    return [
-        Pair(id=str(i), instruction="", judge="hand", quality_weight=1.0, prompt_ids=a["prompt_ids"],
-             chosen=side(a), rejected=side(p))  # fmt: skip
-        for i, (a, p) in enumerate(zip(annotated, plain, strict=True))
-    ]
 
 
 def pref_cfg(tmp_path, *overrides):

@@ -1,5 +1,6 @@
-"""Tiny models for decoding and serving tests: a random Llama whose greedy output varies (`lively_model`), and
-wrappers that steer a real model's logits while its forward still runs through the decoder's cache."""
+"""Tiny models for decoding and serving tests: a random Llama whose greedy output varies (`lively_model`), twins of
+the other families alike (`lively_twin`), and wrappers that steer a real model's logits while its forward still
+runs through the decoder's cache."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from pasta.lang import add_tag_tokens
 from pasta.models import build_tiny_model
+from pasta.models.tiny import scale_weights
 
 
 def lively_model(tokenizer):
@@ -19,11 +21,18 @@ def lively_model(tokenizer):
     global RNG, which is seeded here too, so the model is the same whatever ran before it in the session."""
     tokenizer = copy.deepcopy(tokenizer)
     model = build_tiny_model(tokenizer)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, weight in model.named_parameters():
-            if weight.dim() >= 2 and "embed" not in name:
-                weight.copy_(torch.randn(weight.shape, generator=generator) * 0.3)
+    scale_weights(model, 0.3, seed=0, gains=False)  # the matrices only, as the tests were written against
+    return _with_tag_tokens(model, tokenizer)
+
+
+def lively_twin(tokenizer, family: str):
+    """A private tiny twin of `family` (pasta.models.tiny.FAMILIES) whose greedy output varies, with the tag tokens
+    added, seeded as `lively_model` is."""
+    tokenizer = copy.deepcopy(tokenizer)
+    return _with_tag_tokens(build_tiny_model(tokenizer, family=family, weight_std=0.3), tokenizer)
+
+
+def _with_tag_tokens(model, tokenizer):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         add_tag_tokens(tokenizer, model)

@@ -1,4 +1,5 @@
-"""Models: configs (conf/model/*.yaml), loading (local folder > embedded GGUF cache > hub), the tiny test model,
+"""Models: configs (conf/model/*.yaml), loading (local folder > embedded GGUF cache > hub) with the refusal of an
+attention pasta cannot honour (architecture.py), the tiny test model and the tiny twins of other families (tiny.py),
 and the shared chat prompt format.
 
     from pasta.models import load_model, encode_prompt

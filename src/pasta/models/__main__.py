@@ -52,7 +52,7 @@ def run(command: str, overrides: list[str], prompt: str, max_new_tokens: int) ->
 
     check_text(prompt, "--prompt")
     start = time.perf_counter()
-    model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device))
+    model, tokenizer = load_model(cfg.model, device=resolve_device(cfg.device), check=False)  # plain generate()
     print(f"loaded {cfg.model.name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     prompt_ids = encode_prompt(tokenizer, prompt)
     input_ids = torch.tensor([prompt_ids], device=model.device)  # [1, S]

@@ -166,20 +166,39 @@ def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreT
     return tokenizer
 
 
-def max_positions(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> int | None:
-    """The model's `max_position_embeddings`, read from its config alone (no weights load), or None when its
-    config gives none: what a prompt and its answer must fit in."""
+def model_config(model_cfg: ModelConfig | DictConfig | dict[str, Any], tokenizer=None):
+    """The model's transformers config, read alone (no weights load): a random model's twin config, or the
+    source's config.json."""
     from transformers import AutoConfig
+
+    from pasta.models.tiny import Sizes, twin_config
 
     cfg = schema_from(model_cfg, ModelConfig, "model")
     if cfg.random_init is not None:
-        return cfg.random_init.max_position_embeddings
+        init = cfg.random_init
+        sizes = Sizes(init.num_layers, init.hidden_size, init.num_heads, init.num_kv_heads, init.intermediate_size,
+                      init.max_position_embeddings, init.head_dim, init.sliding_window)
+        return twin_config(tokenizer or load_tokenizer(cfg), cfg.architecture or "llama", sizes,
+                           cfg.attn_implementation)
     source = resolve_source(cfg)
     try:
         config = AutoConfig.from_pretrained(source, **_hub_kwargs(cfg, source))
     except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
         raise _load_error(cfg, source, exc) from None
-    return getattr(config.get_text_config(), "max_position_embeddings", None)
+    types = {config.model_type, config.get_text_config().model_type}
+    if cfg.architecture is not None and cfg.architecture not in types:
+        log.warning("model %s: model.architecture=%s, but %s is a %s model", cfg.name, cfg.architecture, source,
+                    config.model_type)
+    return config
+
+
+def max_positions(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> int | None:
+    """The model's `max_position_embeddings`, read from its config alone (no weights load), or None when its
+    config gives none: what a prompt and its answer must fit in."""
+    cfg = schema_from(model_cfg, ModelConfig, "model")
+    if cfg.random_init is not None:
+        return cfg.random_init.max_position_embeddings
+    return getattr(model_config(cfg).get_text_config(), "max_position_embeddings", None)
 
 
 def torch_dtype(name: str, device: str) -> torch.dtype:
@@ -195,20 +214,28 @@ def torch_dtype(name: str, device: str) -> torch.dtype:
 
 
 def load_model(
-    model_cfg: ModelConfig | DictConfig | dict[str, Any], device: str = "cpu"
+    model_cfg: ModelConfig | DictConfig | dict[str, Any], device: str = "cpu", *, check: bool = True
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load (model, tokenizer) for a model config onto `device` ("auto" allowed), in eval mode."""
+    """Load (model, tokenizer) for a model config onto `device` ("auto" allowed), in eval mode.
+
+    `check` (every stage that trains in pasta's layout or decodes with pasta's decoders): refuse, before any weight
+    loads, an architecture whose attention pasta cannot honour (pasta.models.architecture). A caller that runs the
+    model only through transformers' own `generate` or forward (the hf teacher and judge) passes False."""
     from transformers import AutoModelForCausalLM
 
+    from pasta.models.architecture import check_architecture
     from pasta.models.tiny import build_tiny_model
 
     cfg = schema_from(model_cfg, ModelConfig, "model")
     device = resolve_device(device)
     dtype = torch_dtype(cfg.dtype, device)
     tokenizer = load_tokenizer(cfg)
+    if check:
+        check_architecture(model_config(cfg, tokenizer), cfg.name)
     if cfg.random_init is not None:
         sizes = dataclasses.asdict(cfg.random_init)
-        model = build_tiny_model(tokenizer, attn_implementation=cfg.attn_implementation, **sizes).to(dtype)
+        model = build_tiny_model(tokenizer, family=cfg.architecture or "llama",
+                                 attn_implementation=cfg.attn_implementation, **sizes).to(dtype)
         return model.to(device).eval(), tokenizer
     source = resolve_source(cfg)
     try:

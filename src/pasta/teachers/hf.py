@@ -120,7 +120,8 @@ class HFTeacher(Teacher):
         self.model = model_label(model_cfg)
         self.prompt = TeacherPrompt.load(cfg.prompt)
         self._torch = torch
-        self._lm, self._tokenizer = load_model(model_cfg, device=device)
+        # generate() with transformers' own masks: whatever its attention is, pasta does not mask it.
+        self._lm, self._tokenizer = load_model(model_cfg, device=device, check=False)
         self._prefix: tuple[list[int], Any] | None = None
 
     def annotate(self, requests: Iterable[TeacherRequest]) -> Iterator[TeacherReply]:
