@@ -72,7 +72,8 @@ class DecodeConfig:
     )
     max_total_tokens: int | None = field(
         default=None,
-        metadata={"help": "async: tokens all threads of a request may sample together; null = only the two caps above"},
+        metadata={"help": "async: tokens all threads of a request may sample together; null = max_new_tokens, the "
+                          "budget a sequential answer gets (a larger number lets a forked answer hold more)"},
     )
     constrain: bool = field(
         default=True,
@@ -119,3 +120,10 @@ class DecodeConfig:
             raise PastaError("stop_strings: may not contain an empty string")
         if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
             raise PastaError(f"compile_mode: one of {', '.join(COMPILE_MODES)} or null, got {self.compile_mode}")
+
+    @property
+    def total_token_budget(self) -> int:
+        """Tokens all threads of an async request may sample together. By default a sequential answer's budget:
+        otherwise a forked answer could run its main thread to max_new_tokens and as many again in each chunk, and
+        a comparison with the sequential decoder would give it more text to write."""
+        return self.max_new_tokens if self.max_total_tokens is None else self.max_total_tokens

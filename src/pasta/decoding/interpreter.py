@@ -156,16 +156,16 @@ class Interpreter:
 
     def commit(self, plan: StepPlan, token_ids: list[int]) -> None:
         """Take the tokens chosen at `plan.sample_feeds`, in order."""
-        cap = self.config.max_total_tokens
+        cap = self.config.total_token_budget
         for thread, token_id in zip(plan.sample_threads, token_ids, strict=True):
-            if cap is not None and self.num_sampled >= cap:
+            if self.num_sampled >= cap:
                 break  # the rest of this step's tokens are over the budget
             self.num_sampled += 1
             if thread == MAIN_THREAD:
                 self._commit_main(token_id)
             else:
                 self._commit_chunk(self.chunks[thread - 1], token_id)
-        if cap is not None and self.num_sampled >= cap:
+        if self.num_sampled >= cap:
             self._stop_all()
 
     def _commit_main(self, token_id: int) -> None:
