@@ -200,6 +200,24 @@ def test_timed_prompts_are_decoded_alone_first_and_every_answer_keeps_its_step_r
     assert costs["seconds"] == sorted(costs["seconds"])  # a forward feeding fewer rows is never priced higher
 
 
+def test_async_answers_timed_alone_are_replayed_as_their_plain_text_and_timed(tmp_path):
+    from pasta.lang import encode_text
+    from pasta.models import load_model
+
+    generate(tmp_path, "async", "eval.limit=3", "eval.timing=throughput", "eval.batch_size=2",
+             "eval.timed_prompts=1")
+    stats = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
+    timed, *batched = stats
+    _, tokenizer = load_model(compose("eval", TINY).model, device="cpu")
+    eos = timed["finish_reason"] == "eos"
+    assert timed["replay_num_tokens"] == len(encode_text(tokenizer, timed["output"])) + eos
+    assert timed["replay_wall_s"] > 0
+    assert all("replay_wall_s" not in record for record in batched)  # a batch's wall time is not one answer's
+    generate(tmp_path, "async", "eval.limit=1", "eval.parallelism=false", name="off")
+    (record,) = [json.loads(line) for line in (tmp_path / "off" / "stats.jsonl").read_text().splitlines()]
+    assert "replay_wall_s" not in record
+
+
 # ------------------------------------------------------------------------------------------ Skeleton-of-Thought
 
 

@@ -16,7 +16,11 @@ gathers a `SpeedSummary` (speed.json):
   batch-1 wall-clock speedup as the model predicts it, for every prompt, batched or not, without timing noise
   between the runs;
 - `theoretical_speedup_geomean`: geometric mean of tokens / forward steps (what an ideal interpreter would gain);
-- `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted).
+- `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted);
+- `parallelism_geomean`: an async run's own answers, each against its plain text decoded one token per step by the
+  same model right after it (eval.parallelism: `replay_wall_s`), over the answers timed alone: the part of the
+  speedup that is parallel decoding and not a shorter answer (1.0 where nothing forks, by construction, less the
+  tags' cost); `parallelism_forked_geomean` the same over the answers that forked.
 
 Bootstrap intervals resample prompts with replacement (percentile method, seeded), so the same files always give
 the same interval. Formatting these for a person is pasta.evaluation.formatting's.
@@ -103,6 +107,7 @@ class AnswerSpeed:
     step_rows: tuple[int, ...] = ()
     num_threads: int = 0
     malformed: bool = False
+    replay_wall_s: float | None = None  # its plain text decoded sequentially, teacher-forced (eval.parallelism)
 
     @classmethod
     def from_record(cls, record: dict[str, Any], where: str) -> AnswerSpeed:
@@ -111,7 +116,7 @@ class AnswerSpeed:
                    num_steps=_positive(record.get("num_steps"), "num_steps", where),
                    wall_s=record.get("wall_s"), batch_size=record.get("batch_size", 1),
                    step_rows=tuple(record.get("step_rows") or ()), num_threads=record.get("num_threads", 0),
-                   malformed=bool(record.get("malformed")))
+                   malformed=bool(record.get("malformed")), replay_wall_s=record.get("replay_wall_s"))
 
     @property
     def timed_alone(self) -> bool:
@@ -153,6 +158,9 @@ class SpeedSummary:
     wall_speedup_max: float | None = None
     sequential_ms_per_token_median: float | None = None
     cost_speedup_timed_geomean: float | None = None  # the cost model on the timed prompts: how well it predicts
+    num_replayed: int | None = None  # answers timed alone with their sequential replay
+    parallelism_geomean: Interval | None = None
+    parallelism_forked_geomean: float | None = None
 
     @property
     def headline(self) -> Interval | None:
@@ -219,6 +227,16 @@ def speed_metrics(
         num_malformed=sum(1 for answer in answers if answer.malformed),
         bootstrap=bootstrap,
     )
+    replayed = [answer for answer in alone if answer.timed_alone and answer.replay_wall_s is not None]
+    if replayed:
+        def parallelism(group: list[AnswerSpeed]) -> np.ndarray:
+            return np.array([_positive(a.replay_wall_s, "replay_wall_s", "stats") / a.wall("stats") for a in group])
+
+        forked = [answer for answer in replayed if answer.num_threads > 0]
+        summary = dataclasses.replace(
+            summary, num_replayed=len(replayed),
+            parallelism_geomean=Interval.of(parallelism(replayed), geometric_mean, bootstrap),
+            parallelism_forked_geomean=float(geometric_mean(parallelism(forked))) if forked else None)
     if sequential is None:
         return summary
     baseline = [AnswerSpeed.from_record(record, sequential_name) for record in sequential]
