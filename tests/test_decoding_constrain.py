@@ -84,3 +84,17 @@ def test_constraint_masks_every_kind_of_event_that_random_logits_cause_unconstra
     # (bad_count is rare here: `<|promise|> topic <|promise_end|>` is the valid uncounted form)
     assert set(malformed) >= {"async_tag_in_main", "stray_promise_tag", "unclosed_promise", "bad_topic"}
     assert set(masked) >= set(malformed) - {"duplicate_topic"}, (masked, malformed)
+
+
+def test_an_answer_makes_no_more_promises_than_max_promises_and_the_masked_ones_are_counted(tagged):
+    capped, uncapped = Counter(), 0
+    for seed in range(6):
+        config = DecodeConfig(max_new_tokens=60, max_chunk_tokens=4, max_promises=1)
+        result = decode_random(tagged, seed, 6.0, config)
+        assert_well_formed(result, tagged[1])
+        assert len(result.token_doc.chunks) <= 1
+        capped.update(result.stats.masked)
+        free = decode_random(tagged, seed, 6.0, DecodeConfig(max_new_tokens=60, max_chunk_tokens=4,
+                                                                    max_promises=None))
+        uncapped = max(uncapped, len(free.token_doc.chunks))
+    assert capped["promise_cap"] > 0 and uncapped > 1  # the cap bit where the model wanted more

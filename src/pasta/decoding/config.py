@@ -75,6 +75,12 @@ class DecodeConfig:
         metadata={"help": "async: tokens all threads of a request may sample together; null = max_new_tokens, the "
                           "budget a sequential answer gets (a larger number lets a forked answer hold more)"},
     )
+    max_promises: int | None = field(
+        default=16,
+        metadata={"help": "async, with decode.constrain: promises one answer may make; past it the main thread writes "
+                          "on without forking (a runaway promise list whose topics loop otherwise spends the budget "
+                          "on tags; masked choices counted in stats.masked.promise_cap); null = no cap"},
+    )
     constrain: bool = field(
         default=True,
         metadata={"help": "async: the sampler never picks a token that would make a thread's PASTA-LANG malformed "
@@ -116,6 +122,8 @@ class DecodeConfig:
             raise PastaError(f"max_chunk_tokens: must be >= 1, got {self.max_chunk_tokens}")
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
             raise PastaError(f"max_total_tokens: must be >= 1 or null, got {self.max_total_tokens}")
+        if self.max_promises is not None and self.max_promises < 1:
+            raise PastaError(f"max_promises: must be >= 1 or null, got {self.max_promises}")
         if any(not s for s in self.stop_strings):
             raise PastaError("stop_strings: may not contain an empty string")
         if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:

@@ -4,12 +4,15 @@ Unconstrained, the interpreter turns every malformed tag into text and counts it
 the sampler asks the interpreter for its thread's `Constraint` before taking a token: a list of rules, each the
 malformed event it prevents (named as the interpreter counts it) and the [V] bool mask of the tokens that would
 cause it. The rules, from `pasta.lang.syntax.parse`, the token grammar of `pasta.lang.tokens` and the interpreter's
-fall-backs (`budget`: tokens the main thread may still sample under `max_new_tokens`):
+fall-backs (`budget`: tokens the main thread may still sample under `max_new_tokens` and what all threads together
+have left of `max_total_tokens`):
 
     main, in text       <|async|> <|async_body|> <|async_end|> (the decoder supplies them)      async_tag_in_main
                         <|promise_tokens|> <|promise_end|> outside a promise                    stray_promise_tag
                         <|promise|> with budget < 3 (promise, topic, <|promise_end|>: it could   unclosed_promise
                         not close)
+                        <|promise|> once the answer holds `max_promises` promises (a runaway     promise_cap
+                        promise list: not malformed, but never an answer)
     main, topic         eos, <|sync|> or a tag other than <|promise_tokens|> / <|promise_end|>   unclosed_promise
                         a token with `"`, `<`, `>`, a control character or no character; a      bad_topic
                         blank first token; one that takes the topic past MAX_TOPIC_CHARS;
@@ -122,6 +125,7 @@ class Grammar:
         self._main_text = Constraint.of(async_tags, stray)
         self._main_text_short = Constraint.of(async_tags, stray,
                                               Rule("unclosed_promise", self._ids_mask([tags.promise])))
+        self._main_text_capped = Constraint.of(async_tags, stray, Rule("promise_cap", self._ids_mask([tags.promise])))
         close = self._ids_mask([tags.async_end])
         chunk_rules = (Rule("tag_in_chunk", tag_mask & ~close), Rule("eos_in_chunk", eos))
         self._chunk = Constraint.of(*chunk_rules)
@@ -134,7 +138,9 @@ class Grammar:
         flags[list(ids)] = True
         return flags
 
-    def main_text(self, budget: int) -> Constraint:
+    def main_text(self, budget: int, can_promise: bool = True) -> Constraint:
+        if not can_promise:
+            return self._main_text_capped
         return self._main_text if budget >= PROMISE_MIN_TOKENS else self._main_text_short
 
     def topic(self, topic_ids: list[int], topic: str, group_topics: set[str], budget: int) -> Constraint:
