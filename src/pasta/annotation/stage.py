@@ -37,7 +37,7 @@ from pasta.data import (
     Record,
     check_output_file,
     iter_numbered_jsonl,
-    load_instructions,
+    load_training_records,
     write_json_atomic,
 )
 from pasta.errors import PastaError
@@ -81,7 +81,9 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
     stage = schema_from(cfg, AnnotateConfig, "", only_known=True)
     output = check_output_file(stage.output, "output")
     rejects_path, summary_path = companion_paths(output)
-    records = load_instructions(cfg.data, check_unicode=False)  # rejected below as invalid_unicode, with a count
+    # Annotations are training data: the held-out pool's prompts are left out here already (and counted). Records
+    # that are not valid Unicode are kept, to be rejected below as invalid_unicode with a count.
+    records, loaded = load_training_records(cfg.data, check_unicode=False)
     tokenizer = load_tokenizer(cfg.model)
     add_tag_tokens(tokenizer)  # tokens="N" and the schedule count tags as the student will see them
     teacher = build_teacher(cfg.teacher, device=cfg.get("device", "auto"))
@@ -121,7 +123,8 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
         "teacher": teacher.name,
         "teacher_model": teacher.model,
         "prompt": _prompt_info(teacher),
-        "data": {"name": cfg.data.get("name"), "path": cfg.data.get("path"), "num_records": len(records)},
+        "data": {"name": cfg.data.get("name"), "path": cfg.data.get("path"), "num_records": len(records),
+                 "loaded": loaded.as_dict()},
         "on_reject": stage.on_reject,
         **summarize(all_records),
         "this_run": counts.as_dict(len(todo), num_already_done, num_duplicates),
