@@ -330,14 +330,15 @@ def _timed_wall(row: dict[str, Any]) -> str:
 def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The structure table and what its columns mean."""
     header = ["run", "decode", "answers", "forked", "promises/answer", "malformed/answer", "dup-topic/answer",
-              "chunks", "length Spearman", "length MAE", "overruns", "theor. speedup", "step speedup",
+              "chunks", "length Spearman", "length MAE", "overruns", "cross-thread repetition", "theor. speedup",
+              "step speedup",
               "cost-model speedup [95% CI]", "wall speedup [95% CI] (timed prompts; cost model on them)"]
     body = [
         [row["name"], row["decode"] or "-", row["num_answers"],
          f"{row['num_forked']} ({100 * row['fork_share']:.0f}%)", _fmt(row["promises_per_answer"]),
          _fmt(row["malformed_per_answer"]), _fmt(row["duplicate_topics_per_answer"]), row["num_chunks"],
          _fmt(row["length_spearman"]), _fmt(row["length_mae"], 1), row["num_overruns"],
-         _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row.get("step_speedup"), suffix="x"),
+         _fmt(row.get("cross_thread_repetition")), _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row.get("step_speedup"), suffix="x"),
          _with_ci(row.get("cost_speedup")), _timed_wall(row)]
         for row in rows
     ]
@@ -347,6 +348,8 @@ def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
              "Length: each promise's `tokens=` against the tokens its chunk took (student's tokenizer), Spearman and "
              "mean absolute error in tokens; '-' = undefined (under two chunks, or one length predicted for all). "
              f"Overruns: chunks longer than the positions reserved for them ({'; '.join(policies) or '-'}). "
+             "Cross-thread repetition: per forked answer, the share of its chunks' content words that another "
+             "thread of the answer also writes (main thread text and topics, sibling chunks), averaged. "
              f"Speedups: geometric means over prompts against {_names(rows, 'sequential_run')}: steps (its tokens "
              "over the run's steps), the cost model (both runs' steps priced on the sequential run's measured "
              "cost per forward by rows fed), and wall-clock on the prompts both runs decoded one at a time."]

@@ -15,6 +15,7 @@ from pasta.lang.layout import (
     row_targets,
     sequence_logprobs,
 )
+from pasta.lang.repetition import Repetition, content_words, cross_thread_repetition
 from pasta.lang.schedule import Schedule, schedule
 from pasta.lang.syntax import (
     Document,
@@ -53,6 +54,7 @@ __all__ = [
     "LangError",
     "Layout",
     "Promise",
+    "Repetition",
     "ReservationPolicy",
     "Schedule",
     "Sync",
@@ -63,6 +65,8 @@ __all__ = [
     "add_tag_tokens",
     "build_layout",
     "collate_layouts",
+    "content_words",
+    "cross_thread_repetition",
     "drop_token_counts",
     "encode_text",
     "fill_token_counts",
