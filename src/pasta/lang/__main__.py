@@ -78,8 +78,10 @@ def _first_difference(a: str, b: str) -> int:
 def _describe(values: list[float]) -> str:
     if not values:
         return "-"
+    p90 = sorted(values)[min(len(values) - 1, int(0.9 * len(values)))]
     return (
-        f"mean {statistics.mean(values):.2f}, median {statistics.median(values):.2f}, max {max(values):.2f}"
+        f"mean {statistics.mean(values):.2f}, median {statistics.median(values):.2f}, p90 {p90:.2f}, "
+        f"max {max(values):.2f}"
     )
 
 
@@ -92,6 +94,7 @@ def run_check(path: Path, tokenizer, counted: bool = False) -> int:
 
     num_invalid = 0
     promises_per_response: list[float] = []
+    response_tokens: list[float] = []  # of the plain text
     chunk_lengths: list[float] = []
     speedups: list[float] = []
     forked_speedups: list[float] = []
@@ -106,6 +109,7 @@ def run_check(path: Path, tokenizer, counted: bool = False) -> int:
             print(f"line {line_number}: {reason}")
             continue
         promises_per_response.append(len(doc.promises))
+        response_tokens.append(len(encode_text(tokenizer, plain_text(doc))))
         chunk_lengths += [p.num_tokens for p in doc.promises]
         plan = schedule(tokenize_document(doc if counted else drop_token_counts(doc), tokenizer))
         speedups.append(plan.theoretical_speedup)
@@ -118,6 +122,7 @@ def run_check(path: Path, tokenizer, counted: bool = False) -> int:
     num_valid = num_records - num_invalid
     print(f"{num_records} records, {num_valid} valid, {num_invalid} invalid")
     print(f"with promises: {len(forked_speedups)} of {num_valid} valid ({len(forked_speedups) / max(num_valid, 1):.1%})")
+    print(f"response tokens (plain text): {_describe(response_tokens)}")
     print(f"promises per response: {_describe(promises_per_response)}")
     print(f"chunk length (tokens): {_describe(chunk_lengths)}")
     print(f"theoretical speedup:   {_describe(speedups)}; geomean {_geomean(speedups)}, of those with promises "
