@@ -22,9 +22,10 @@ _DEFAULT_SEQUENTIAL_PATTERNS = [
 @dataclass(frozen=True)
 class StructuralConfig:
     """Settings of the rule-based teacher (conf/teacher/structural.yaml), in the style of Skeleton-of-Thought / APAR
-    heuristics: list items, labelled or announced paragraphs, pros/cons sections and runs of points inside a
-    paragraph ("First, ... Second, ...", "Additionally, ...") become chunks; steps, code, stories and short answers
-    stay sequential. Needs no model and never changes a character."""
+    heuristics: list items, sections under headings, labelled or announced paragraphs, pros/cons sections and runs
+    of points inside a paragraph ("First, ... Second, ...", "Additionally, ...") become chunks, their markers, leads
+    and headings written by the main thread; steps, code, stories and short answers stay sequential. Needs no model
+    and never changes a character."""
 
     kind: str = field(default="structural", metadata={"help": "teacher type: structural | hf | openai"})
     min_words: int = field(default=40, metadata={"help": "responses with fewer words get no tags"})
@@ -34,8 +35,13 @@ class StructuralConfig:
         metadata={"help": "a list or paragraph run whose items are shorter on average stays sequential"},
     )
     topic_words: int = field(
-        default=4,
-        metadata={"help": "a topic is the item's label, or its first N words (fewer for short items)"},
+        default=3,
+        metadata={"help": "an unlabelled part's topic is its first N words (fewer for short parts)"},
+    )
+    lead_topic_words: int = field(
+        default=1,
+        metadata={"help": "a part whose lead (bold lead, label, heading) stays in the main thread gets the lead's "
+                          "first N words as its topic, more only to tell two apart"},
     )
     sequential_patterns: list[str] = field(
         default_factory=lambda: list(_DEFAULT_SEQUENTIAL_PATTERNS),
