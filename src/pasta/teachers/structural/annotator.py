@@ -84,7 +84,7 @@ class StructuralAnnotator:
 
     def _worth_forking(self, response: str, group: list[Chunk]) -> bool:
         return len(group) >= self.cfg.min_items and saves_steps(response, group, self.cfg.topic_words,
-                                                                 self.cfg.lead_topic_words)
+                                                                 self.cfg.lead_topic_words, self.cfg.leads_in_main)
 
     def _better_of(self, response: str, groups: list[list[Chunk]], sections: list[Chunk]) -> list[list[Chunk]]:
         """`groups` with the run of sections in place of the groups it overlaps, when that takes fewer estimated
@@ -92,9 +92,8 @@ class StructuralAnnotator:
         inside = [g for g in groups if g[0].start < sections[-1].end and g[-1].end > sections[0].start]
         start = min([sections[0].start, *(g[0].start for g in inside)])
         end = max([sections[-1].end, *(g[-1].end for g in inside)])
-        words, lead_words = self.cfg.topic_words, self.cfg.lead_topic_words
-        if estimated_steps(response, [sections], words, start, end, lead_words) >= estimated_steps(
-                response, inside, words, start, end, lead_words):
+        options = (self.cfg.topic_words, start, end, self.cfg.lead_topic_words, self.cfg.leads_in_main)
+        if estimated_steps(response, [sections], *options) >= estimated_steps(response, inside, *options):
             return groups
         return sorted([g for g in groups if g not in inside] + [sections], key=lambda g: g[0].start)
 
@@ -103,7 +102,7 @@ class StructuralAnnotator:
         position = 0
         for group_index, group in enumerate(groups):
             texts = [chunk.text(response) for chunk in group]
-            leads = group_leads(texts)  # marker, number, lead or heading: the main thread's
+            leads = group_leads(texts, self.cfg.leads_in_main)  # marker, number, lead, heading: the main thread's
             for chunk, lead, topic in zip(group, leads, self._topics(texts, leads), strict=True):
                 body_start = chunk.start + lead.length
                 if body_start > position:

@@ -38,6 +38,12 @@ class StructuralConfig:
         default=3,
         metadata={"help": "an unlabelled part's topic is its first N words (fewer for short parts)"},
     )
+    leads_in_main: bool = field(
+        default=True,
+        metadata={"help": "a part's bold lead, label or heading is written by the main thread and the chunk writes "
+                          "only the body; false: only markers, numbers and openers stay there, and the chunk writes "
+                          "its lead (fewer main-thread steps, a lead the chunk must guess from its topic)"},
+    )
     lead_topic_words: int = field(
         default=1,
         metadata={"help": "a part whose lead (bold lead, label, heading) stays in the main thread gets the lead's "

@@ -67,13 +67,20 @@ def find_lead(text: str) -> Lead:
     return Lead(0, None)
 
 
-def group_leads(texts: list[str]) -> list[Lead]:
+def group_leads(texts: list[str], leads_in_main: bool = True) -> list[Lead]:
     """The leads of a group's parts. A `Label:` or `Term -` lead is one only when every part of the group opens
-    with one (a sentence with a colon or a dash in one item is not a label); otherwise the marker alone stays."""
+    with one (a sentence with a colon or a dash in one item is not a label); otherwise the marker alone stays.
+
+    With `leads_in_main=False` only markers, numbers and openers stay in the main thread: the chunk writes its own
+    lead (after a marker, or its heading), and the label only names the topic.
+    """
     leads = [find_lead(text) for text in texts]
     if any(lead.kind in ("colon", "dash") for lead in leads) and len({lead.kind for lead in leads}) > 1:
         leads = [_bare(text) if lead.kind in ("colon", "dash") else lead for text, lead in zip(texts, leads,
                                                                                                strict=True)]
+    if not leads_in_main:
+        leads = [Lead(_bare(text).length, lead.label, lead.kind) if lead.label else lead
+                 for text, lead in zip(texts, leads, strict=True)]
     return leads
 
 

@@ -163,7 +163,7 @@ def estimated_tokens(text: str) -> float:
 
 
 def estimated_steps(response: str, groups: list[list[Chunk]], topic_words: int, start: int = 0,
-                    end: int | None = None, lead_topic_words: int = 1) -> float:
+                    end: int | None = None, lead_topic_words: int = 1, leads_in_main: bool = True) -> float:
     """The estimated forward steps of `response[start:end]` written with `groups` as chunks: the main thread writes
     the text and leads between chunks, and each promise's topic and tags; a sync before any text after a group
     waits for its chunks."""
@@ -172,7 +172,7 @@ def estimated_steps(response: str, groups: list[list[Chunk]], topic_words: int, 
     position = start
     for group in groups:
         chunk_ends = []
-        for chunk, lead in zip(group, group_leads([c.text(response) for c in group]), strict=True):
+        for chunk, lead in zip(group, group_leads([c.text(response) for c in group], leads_in_main), strict=True):
             body = chunk.text(response)[lead.length :]
             step += estimated_tokens(response[position : chunk.start + lead.length])
             words = lead_topic_words if lead.label else topic_words
@@ -183,8 +183,9 @@ def estimated_steps(response: str, groups: list[list[Chunk]], topic_words: int, 
     return step + estimated_tokens(response[position:end])
 
 
-def saves_steps(response: str, group: list[Chunk], topic_words: int, lead_topic_words: int = 1) -> bool:
+def saves_steps(response: str, group: list[Chunk], topic_words: int, lead_topic_words: int = 1,
+                leads_in_main: bool = True) -> bool:
     """Whether the group's estimated critical path is shorter than writing it in order."""
     start, end = group[0].start, group[-1].end
-    steps = estimated_steps(response, [group], topic_words, start, end, lead_topic_words)
+    steps = estimated_steps(response, [group], topic_words, start, end, lead_topic_words, leads_in_main)
     return steps < estimated_tokens(response[start:end])
