@@ -499,3 +499,41 @@ def test_a_label_or_dash_lead_is_one_only_when_every_item_of_the_group_has_one()
     mixed = response.replace("3. Setback - a reversal", "3. A setback is a reversal")
     doc = doc_of("Give synonyms of adversity.", mixed)
     assert [item.text for item in doc.items if isinstance(item, Text)][1] == "\n2."  # only the markers stay
+
+
+def test_word_problems_and_their_worked_parts_stay_sequential():
+    response = (
+        "Marie spent:\n\nFor the combos: 2 x $50 = $100, and for the t-shirts: 2 x $5 = $10 in all.\n\n"
+        "Total spent: $100 + $10 = $110, which is what she paid at the store that day."
+    )
+    assert not doc_of("Marie bought two $50 combos and two $5 t-shirts. How much did she spend?", response).is_annotated
+    worked = (
+        "To solve this, we track both cars and the savings month by month.\n\n"
+        "Let's denote:\n- V as the value of the old car in dollars\n- S as the savings so far in dollars\n\n"
+        "Given:\n- V = 2000 dollars at the start of the year\n- S = 0 dollars before the first month"
+    )
+    instruction = "His car is worth $2000 and he saves $1000 a month. How many months until he can buy an $8000 car?"
+    assert not doc_of(instruction, worked).is_annotated  # "Given:" uses what "Let's denote:" defines
+
+
+def test_only_a_count_of_plural_things_in_the_last_sentence_announces_paragraphs():
+    paragraphs = (
+        "\n\nDuring his life he made many contributions to electricity, magnetism and wireless communication, and he "
+        "held several hundred patents."
+        "\n\nToday many of his ideas still live on in the power grids, motors and radios that surround us every day."
+    )
+    story = "He began working for Edison, but the two soon had a falling out over money." + paragraphs
+    assert not doc_of("Write a short biography of Tesla.", story).is_annotated
+    announced = "His work falls into two broad areas." + paragraphs
+    assert len(doc_of("Write a short biography of Tesla.", announced).promises) == 2
+
+
+def test_a_dash_lead_may_hold_a_hyphenated_name():
+    response = (
+        "Several thinkers shaped modern democracy more than most others did:\n\n"
+        "1. John Locke - an English philosopher whose ideas underpinned two revolutions.\n"
+        "2. Jean-Jacques Rousseau - a French philosopher who wrote about the social contract.\n"
+        "3. Thomas Paine - a writer whose pamphlet Common Sense argued for independence."
+    )
+    doc = doc_of("Name thinkers who influenced democracy.", response)
+    assert [p.topic for p in doc.promises] == ["John", "Jean-Jacques", "Thomas"]

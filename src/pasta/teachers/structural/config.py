@@ -11,6 +11,7 @@ _DEFAULT_SEQUENTIAL_PATTERNS = [
     r"\bin order\b(?! to\b)", r"\bsequence\b",  # "in order to" states a purpose, not an order
     r"\b(calculate|compute|solve|derive|prove|simplify)\b",
     r"\bevaluate\b[^.?!]*[\d=+*/^]",  # evaluate an expression, not "evaluate the candidates"
+    r"(?s)^(?=.*\d).*\bhow (much|many|long|far|old|fast)\b",  # a word problem: "... two $50 combos. How much ..."
     # "Write a short story", "compose a Python function": the thing asked for is at most three words after the verb
     # ("story ideas", "song titles" are lists of separate things).
     r"\b(write|compose|create|generate|tell|draft)(\W+\w+){0,3}?\W+(story|poem|song|rap|lyrics|haiku|dialogue|"

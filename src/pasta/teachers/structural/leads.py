@@ -30,7 +30,7 @@ _HEADING = re.compile(r"#{1,6}[ \t]+(?P<label>[^\n]+?)[ \t#]*(?=\n|$)")
 _BOLD = re.compile(r"(?P<mark>\*\*|__)(?P<label>[^*_\n]{1,100}?)(?P=mark)(?:[ \t]*[:\-–—])?")
 _COLON = re.compile(r"(?P<label>[A-Z0-9][^:.!?\n*]{0,60}):(?=\s)")
 # "Misfortune - implies bad luck", "Fela Kuti (Nigeria) – Afrobeat": a short term before a spaced dash.
-_DASH = re.compile(r"(?P<label>[A-Z0-9\"“][^:.!?\n*\-–—]{0,50}?)[ \t]+[-–—](?=[ \t])")
+_DASH = re.compile(r"(?P<label>[A-Z0-9\"“][^:.!?\n*–—]{0,50}?)[ \t]+[-–—](?=[ \t])")
 _MAX_BOLD_WORDS = 12
 _MAX_COLON_WORDS = 5
 _MAX_DASH_WORDS = 4

@@ -24,7 +24,7 @@ _LABEL_LINE = re.compile(r"(?P<label>[A-Z][^:.!?\n*#]{0,40}):[ \t]*$")
 # A label line that introduces what follows ("Here are some tips:") rather than naming a section.
 _INTRODUCES = re.compile(
     r"\b(here|are|is|was|were|include|includes|including|following|below|these|this|consider|you|your|we|our|i|"
-    r"example|examples|such as|note)\b", re.IGNORECASE)
+    r"example|examples|such as|note|let|let's|denote|given|where|solution|answer)\b", re.IGNORECASE)
 _RULE = re.compile(r"[ \t]*([-*_])([ \t]*\1){2,}[ \t]*$")
 _KIND_STRENGTH = {**{f"#{n}": n for n in range(1, 7)}, "bold": 7, "label": 8}
 
