@@ -14,15 +14,23 @@ import argparse
 import random
 import sys
 
-from pasta.data import read_jsonl
-from pasta.lang import Promise, Sync, Text, parse
+from pasta.data import Record, read_jsonl
+from pasta.lang import LangError, Promise, Sync, Text, parse
+
+
+def forks(record: dict) -> bool:
+    try:
+        return bool(parse(record.get("annotated") or "").promises)
+    except LangError:
+        return False
 
 
 def show(record: dict) -> str:
     doc = parse(record["annotated"])
     skeleton = "".join(item.text if isinstance(item, Text) else "<SYNC>" if isinstance(item, Sync)
                        else f"<P:{item.topic}>" for item in doc.items)
-    lines = [f"=== {record['id']} | {' '.join(record['instruction'].split())[:200]}", skeleton]
+    record_id = Record.from_dict(record).id  # the annotation stage's id, also for files that do not store it
+    lines = [f"=== {record_id} | {' '.join(record['instruction'].split())[:200]}", skeleton]
     lines += [f"  [{p.topic}] {p.content!r}" for p in doc.items if isinstance(p, Promise)]
     return "\n".join(lines)
 
@@ -33,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    forked = [r for r in read_jsonl(args.path) if r.get("num_promises")]
+    forked = [r for r in read_jsonl(args.path) if forks(r)]
     random.Random(args.seed).shuffle(forked)
     for record in forked[: args.num]:
         print(show(record), end="\n\n")
