@@ -36,9 +36,10 @@ def parallel_chunks(block: Block, response: str, min_item_words: int, instructio
     """The block's chunks that can be written in parallel, or None when the block stays sequential.
 
     A last chunk that sums up the others is left out (it stays in the main text, after `<sync/>`). The block stays
-    sequential when its chunks are short on average, when a later one continues from or points back at an earlier
-    one, when the text around them calls them steps, when a label repeats, or when they are the numbered imperative
-    items of an answer to "how do I ..." (steps, whatever the text calls them).
+    sequential when most of its chunks are short, when a later one continues from or points back at an earlier one,
+    when the last one introduces what follows or the first starts a procedure ("1. Start with ..."), when the text
+    around them calls them steps, when a label repeats or places the parts in a sequence ("Morning:"), or when they
+    are the numbered imperative items of an answer to "how do I ..." (steps, whatever the text calls them).
     """
     chunks = list(block.chunks)
     if len(chunks) >= 2 and CONCLUSION_START.match(strip_marker(chunks[-1].text(response))):
@@ -91,8 +92,9 @@ def parallel_sections(block: Block, response: str, min_item_words: int, instruct
 
     A first section headed as an introduction ("Overview") and a last one headed as a conclusion ("Summary") are
     left out: they stay in the main thread. The run stays sequential when a heading names a step or a part of a
-    sequence ("Step 2", "Chapter 1", "Instructions"), a heading repeats, a later section's body continues from or points back at an
-    earlier one, the text around the run calls its parts steps, or the bodies are short on average.
+    sequence ("Step 2", "Chapter 1", "Instructions"), a heading repeats, a later section's body continues from or
+    points back at an earlier one, the text around the run calls its parts steps, most bodies are short, or the
+    headings of an answer to "how do I ..." are imperative ("### 1. Mix the dough").
     """
     chunks = list(block.chunks)
     labels = [_heading_label(c.text(response)) for c in chunks]
