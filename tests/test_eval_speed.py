@@ -86,12 +86,13 @@ def test_per_prompt_wall_speedups_are_joined_by_instruction_and_averaged_geometr
 
 def test_parallelism_is_each_answer_against_its_own_plain_text_replayed_sequentially():
     forked = {**stats("a", 1.0, 100, 50), "replay_wall_s": 3.0, "num_threads": 2}
-    plain = {**stats("b", 2.0, 100, 100), "replay_wall_s": 2.0}
-    batched = {**stats("c", 5.0, 100, 100), "batch_size": 4}  # its wall time is its batch's: not a ratio
-    metrics = speed_metrics([forked, plain, batched], None, bootstrap=BootstrapConfig(num_resamples=10))
+    also_forked = {**stats("d", 1.0, 100, 80), "replay_wall_s": 4.0 / 3.0, "num_threads": 1}
+    plain = stats("b", 2.0, 100, 100)  # forked nothing: it was its own plain decode
+    batched = {**stats("c", 5.0, 100, 100), "batch_size": 4, "num_threads": 1}  # a batch's wall time: no ratio
+    metrics = speed_metrics([forked, also_forked, plain, batched], None, bootstrap=BootstrapConfig(num_resamples=10))
     assert metrics.num_replayed == 2
-    assert metrics.parallelism_geomean.value == pytest.approx(math.sqrt(3.0 * 1.0))
-    assert metrics.parallelism_forked_geomean == pytest.approx(3.0)
+    assert metrics.parallelism_forked_geomean == pytest.approx(2.0)  # sqrt(3 * 4/3)
+    assert metrics.parallelism_geomean.value == pytest.approx(4.0 ** (1 / 3))  # 3, 4/3 and 1
     unreplayed = speed_metrics([stats("a", 1.0, 100, 50)], None, bootstrap=BootstrapConfig(num_resamples=10))
     assert unreplayed.parallelism_geomean is None and unreplayed.num_replayed is None
 

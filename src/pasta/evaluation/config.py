@@ -82,10 +82,11 @@ class EvalConfig:
     )
     parallelism: bool = field(
         default=True,
-        metadata={"help": "decode=async: replay each answer timed alone as plain text (its own tokens without tags, "
-                          "teacher-forced, one per step, the same model, right after it) and time that too: the "
-                          "async over sequential wall clock of the same answer, the speedup that is parallelism "
-                          "and not a shorter answer (speed.json parallelism_geomean)"},
+        metadata={"help": "decode=async: replay each forked answer timed alone as plain text (its own tokens without "
+                          "tags, teacher-forced, one per step, the same model, right after it) and time that too: "
+                          "the async over sequential wall clock of the same answer, the speedup that is parallelism "
+                          "and not a shorter answer (speed.json parallelism_*; an answer that forked nothing is its "
+                          "own plain decode and counts 1.0)"},
     )
     warmup_prompts: int = field(
         default=1,

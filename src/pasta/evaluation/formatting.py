@@ -110,10 +110,10 @@ def _speed_lines(speed: SpeedSummary | None) -> list[str]:
         lines.append(f"- latency per token (median): {_fmt(speed.ms_per_token_median, 1)} ms "
                      "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
     if speed.parallelism_geomean is not None:
-        forked = (f"; on the answers that forked: {speed.parallelism_forked_geomean:.2f}x"
-                  if speed.parallelism_forked_geomean is not None else "")
-        lines.append(f"- parallelism (geomean, {speed.num_replayed} answers): async over the same answer's plain "
-                     f"text decoded sequentially by this model, {_with_ci(speed.parallelism_geomean)}{forked}")
+        lines.append(f"- parallelism (geomean): async over the same answer's plain text decoded sequentially by "
+                     f"this model, {speed.parallelism_forked_geomean:.2f}x on the {speed.num_replayed} forked "
+                     f"answers timed alone; {_with_ci(speed.parallelism_geomean)} over every answer timed alone "
+                     "(one that forked nothing counts 1.0)")
     return lines
 
 

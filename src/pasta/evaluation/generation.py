@@ -227,7 +227,7 @@ def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: st
     if one_at_a_time:
         for record in records[: ecfg.warmup_prompts]:
             (result,) = decoder([record])  # discarded: first-call allocations and kernel choices are not latency
-            if decoder.replays:
+            if decoder.replays:  # the sequential path warms up too
                 decoder.replay(record, result)
     with tqdm(total=len(todo), desc=f"decode {generator}") as bar:
         for batch_size, group in ((1, one_at_a_time), (ecfg.batch_size, batched)):
@@ -249,7 +249,9 @@ def _decode_batch(out: JsonlAppender, decoder: Decoder, batch: list[dict[str, An
         instruction = batch[exc.failed_indices[0]]["instruction"]
         raise PastaError(f"decoding the prompt {instruction[:80]!r} failed: {exc}") from None
     for record, result in zip(batch, results, strict=True):
-        replay = decoder.replay(record, result) if len(batch) == 1 and decoder.replays else {}
+        # An answer that forked nothing is already its plain text decoded one token per step: nothing to replay.
+        forked = result.stats.num_threads > 0
+        replay = decoder.replay(record, result) if len(batch) == 1 and forked and decoder.replays else {}
         out.append({**_stats_record(record, result, len(batch)), **replay})
 
 

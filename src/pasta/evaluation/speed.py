@@ -17,10 +17,10 @@ gathers a `SpeedSummary` (speed.json):
   between the runs;
 - `theoretical_speedup_geomean`: geometric mean of tokens / forward steps (what an ideal interpreter would gain);
 - `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted);
-- `parallelism_geomean`: an async run's own answers, each against its plain text decoded one token per step by the
-  same model right after it (eval.parallelism: `replay_wall_s`), over the answers timed alone: the part of the
-  speedup that is parallel decoding and not a shorter answer (1.0 where nothing forks, by construction, less the
-  tags' cost); `parallelism_forked_geomean` the same over the answers that forked.
+- `parallelism_forked_geomean`: an async run's forked answers timed alone, each against its plain text decoded one
+  token per step by the same model right after it (eval.parallelism: `replay_wall_s`): the part of the speedup
+  that is parallel decoding and not a shorter answer; `parallelism_geomean` the same over every answer timed alone,
+  an answer that forked nothing counting 1.0 (it was decoded as its own plain text, one token per step).
 
 Bootstrap intervals resample prompts with replacement (percentile method, seeded), so the same files always give
 the same interval. Formatting these for a person is pasta.evaluation.formatting's.
@@ -158,7 +158,7 @@ class SpeedSummary:
     wall_speedup_max: float | None = None
     sequential_ms_per_token_median: float | None = None
     cost_speedup_timed_geomean: float | None = None  # the cost model on the timed prompts: how well it predicts
-    num_replayed: int | None = None  # answers timed alone with their sequential replay
+    num_replayed: int | None = None  # forked answers timed alone, replayed sequentially
     parallelism_geomean: Interval | None = None
     parallelism_forked_geomean: float | None = None
 
@@ -227,16 +227,20 @@ def speed_metrics(
         num_malformed=sum(1 for answer in answers if answer.malformed),
         bootstrap=bootstrap,
     )
-    replayed = [answer for answer in alone if answer.timed_alone and answer.replay_wall_s is not None]
+    replayed = [answer for answer in answers if answer.timed_alone and answer.replay_wall_s is not None]
     if replayed:
-        def parallelism(group: list[AnswerSpeed]) -> np.ndarray:
-            return np.array([_positive(a.replay_wall_s, "replay_wall_s", "stats") / a.wall("stats") for a in group])
+        def parallelism(answer: AnswerSpeed) -> float:
+            if answer.replay_wall_s is None:
+                return 1.0
+            return _positive(answer.replay_wall_s, "replay_wall_s", "stats") / answer.wall("stats")
 
-        forked = [answer for answer in replayed if answer.num_threads > 0]
+        timed_alone = [answer for answer in answers if answer.timed_alone and
+                       (answer.num_threads == 0 or answer.replay_wall_s is not None)]
         summary = dataclasses.replace(
             summary, num_replayed=len(replayed),
-            parallelism_geomean=Interval.of(parallelism(replayed), geometric_mean, bootstrap),
-            parallelism_forked_geomean=float(geometric_mean(parallelism(forked))) if forked else None)
+            parallelism_geomean=Interval.of(np.array([parallelism(a) for a in timed_alone]), geometric_mean,
+                                            bootstrap),
+            parallelism_forked_geomean=float(geometric_mean([parallelism(a) for a in replayed])))
     if sequential is None:
         return summary
     baseline = [AnswerSpeed.from_record(record, sequential_name) for record in sequential]
