@@ -98,3 +98,16 @@ def test_an_answer_makes_no_more_promises_than_max_promises_and_the_masked_ones_
                                                                     max_promises=None))
         uncapped = max(uncapped, len(free.token_doc.chunks))
     assert capped["promise_cap"] > 0 and uncapped > 1  # the cap bit where the model wanted more
+
+
+def test_a_topic_stops_growing_at_max_topic_chars_and_can_still_close(tagged):
+    from pasta.decoding.grammar import grammar_for
+
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    grammar = grammar_for(tokenizer, tags, {tokenizer.eos_token_id}, model.config.vocab_size, "cpu")
+    (word,) = encode_text(tokenizer, "hello")
+    (longer,) = encode_text(tokenizer, " world")
+    capped = grammar.topic([word], "hello", set(), budget=50, max_chars=8)
+    assert capped.violation(longer) == "bad_topic" and bool(capped.allowed[tags.promise_end])
+    assert bool(grammar.topic([word], "hello", set(), budget=50, max_chars=64).allowed[longer])

@@ -81,6 +81,12 @@ class DecodeConfig:
                           "on without forking (a runaway promise list whose topics loop otherwise spends the budget "
                           "on tags; masked choices counted in stats.masked.promise_cap); null = no cap"},
     )
+    max_topic_chars: int = field(
+        default=64,
+        metadata={"help": "async, with decode.constrain: characters a promise's topic may hold (at most the "
+                          "language's 100): a topic is a short label, and one that runs on loops ('a timeline and a "
+                          "budget and a timeline and ...'); the structural teacher's topics are under 60"},
+    )
     constrain: bool = field(
         default=True,
         metadata={"help": "async: the sampler never picks a token that would make a thread's PASTA-LANG malformed "
@@ -122,6 +128,8 @@ class DecodeConfig:
             raise PastaError(f"max_chunk_tokens: must be >= 1, got {self.max_chunk_tokens}")
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
             raise PastaError(f"max_total_tokens: must be >= 1 or null, got {self.max_total_tokens}")
+        if self.max_topic_chars < 1:
+            raise PastaError(f"max_topic_chars: must be >= 1, got {self.max_topic_chars}")
         if self.max_promises is not None and self.max_promises < 1:
             raise PastaError(f"max_promises: must be >= 1 or null, got {self.max_promises}")
         if any(not s for s in self.stop_strings):
