@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 
 import pytest
 import torch
@@ -69,8 +70,52 @@ def test_model_path_that_is_not_a_folder_is_rejected(tmp_path):
 
 def test_folder_without_a_model_is_one_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(PastaError, match=r"model ckpt: cannot load .*empty"):
+    with pytest.raises(PastaError, match=r"^model\.path=.*empty: cannot load \("):
         load_model({"name": "ckpt", "path": str(tmp_path / "empty")})
+
+
+def test_a_folder_that_does_not_load_is_named_by_the_setting_the_user_gave_it(tmp_path):
+    """A stage that points the model config at a folder of its own setting names that setting (issue 36)."""
+    (tmp_path / "empty").mkdir()
+    for folder, says in ((tmp_path / "nowhere", " is not a folder"), (tmp_path / "empty", ": cannot load (")):
+        with pytest.raises(PastaError) as info:
+            load_model({"name": "ckpt", "path": str(folder)}, path_key="stage.baseline_model")
+        assert str(info.value).startswith(f"stage.baseline_model={folder}{says}")
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoint(tiny_model_and_tokenizer, tmp_path_factory):
+    model, tokenizer = tiny_model_and_tokenizer
+    path = tmp_path_factory.mktemp("saved") / "final"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def cut_copy(checkpoint, folder, size: int):
+    """A copy of `checkpoint` whose model.safetensors keeps only its first `size` bytes."""
+    shutil.copytree(checkpoint, folder)
+    os.truncate(folder / "model.safetensors", size)
+    return folder
+
+
+@pytest.mark.parametrize("size", [0, 1000, "half", "all but one byte"])
+def test_a_weights_file_cut_short_is_one_line_naming_the_file(saved_checkpoint, tmp_path, size):
+    whole = (saved_checkpoint / "model.safetensors").stat().st_size
+    size = {"half": whole // 2, "all but one byte": whole - 1}.get(size, size)
+    folder = cut_copy(saved_checkpoint, tmp_path / "cut", size)
+    with pytest.raises(PastaError) as info:
+        load_model({"name": "ckpt", "path": str(folder)})
+    message = str(info.value)
+    assert message.startswith(f"model.path={folder}: {folder / 'model.safetensors'} is incomplete (")
+    assert "\n" not in message
+
+
+def test_a_weights_file_that_is_not_safetensors_is_named(saved_checkpoint, tmp_path):
+    folder = cut_copy(saved_checkpoint, tmp_path / "garbled", 0)
+    (folder / "model.safetensors").write_text("<html>404 Not Found</html>\n" * 100)
+    with pytest.raises(PastaError, match=r"model\.safetensors is not a safetensors file"):
+        load_model({"name": "ckpt", "path": str(folder)})
 
 
 def test_tiny_model_is_seeded_and_matches_the_tokenizer(tiny_model_and_tokenizer):

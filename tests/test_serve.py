@@ -26,7 +26,7 @@ import pytest
 import uvicorn
 import yaml
 
-from helpers.models import Scripted, lively_model
+from helpers.models import Scripted, cut_checkpoint, lively_model
 from pasta.annotate import annotate
 from pasta.config import compose
 from pasta.data import read_jsonl
@@ -244,6 +244,13 @@ def test_a_bad_server_setting_is_one_line_before_anything_loads(tmp_path, overri
                             timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert (result.returncode, result.stderr.strip()) == (2, says)
     assert not (tmp_path / "out").exists()  # refused before Hydra's run folder, so before any model
+
+
+def test_a_truncated_checkpoint_is_one_line_naming_its_weights_file(tiny_model_and_tokenizer, tmp_path):
+    folder = cut_checkpoint(*tiny_model_and_tokenizer, tmp_path / "final", 1000)
+    with pytest.raises(PastaError) as info:
+        build_app(serve_cfg(folder))
+    assert str(info.value).startswith(f"model.path={folder}: {folder / 'model.safetensors'} is incomplete")
 
 
 def test_a_context_length_over_the_models_positions_is_refused_before_the_weights_load(checkpoint, monkeypatch):

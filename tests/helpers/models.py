@@ -4,12 +4,23 @@ wrappers that steer a real model's logits while its forward still runs through t
 from __future__ import annotations
 
 import copy
+import os
 import time
+from pathlib import Path
 
 import torch
 
 from pasta.lang import add_tag_tokens
 from pasta.models import build_tiny_model
+
+
+def cut_checkpoint(model, tokenizer, folder: Path, size: int) -> Path:
+    """`model` saved into `folder` with its model.safetensors cut to its first `size` bytes: a copy, download or
+    save that stopped early."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    os.truncate(folder / "model.safetensors", size)
+    return folder
 
 
 def lively_model(tokenizer):

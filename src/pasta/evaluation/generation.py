@@ -188,15 +188,12 @@ def _stats_record(record: dict[str, Any], result: DecodeResult, batch_size: int)
             "batch_size": batch_size, **stats}
 
 
-def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: str, device: str,
+def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer,
                  records: list[dict[str, Any]], todo: list[dict[str, Any]], generator: str,
                  costs_path: Path | None) -> None:
     """Decode `todo` into `out`; then, with `costs_path` (one process of a launch) and a decoder that steps one
     request's rows at a time, measure the model's step costs there unless a resumed run already did."""
-    from pasta.models import load_model
-
     log.info("%s: decoding %d of %d prompts (%s, timing=%s)", generator, len(todo), len(records), mode, ecfg.timing)
-    model, tokenizer = load_model(cfg.model, device=device)
     decoder = Decoder(cfg, ecfg, mode, model, tokenizer)
     timed = {r["instruction"] for r in timed_records(ecfg, records)}
     one_at_a_time = [r for r in todo if r["instruction"] in timed]
@@ -243,9 +240,10 @@ def generate_run(
     records, _, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
     check_prompts_fit(cfg, records)
+    from pasta.models import load_model
+
     device = resolve_device(str(cfg.device))
     meta = _run_meta(cfg, ecfg, generator, mode, device, processes.count)
-    run_dir.mkdir(parents=True, exist_ok=True)
     previous = read_json(run_dir / RUN_META, "run.json") if (run_dir / RUN_META).is_file() else None
     if previous is not None:
         _check_resumable(run_dir, previous, meta)  # every process refuses alike, so none is left waiting below
@@ -254,14 +252,17 @@ def generate_run(
     stats.gather()
     done = {r["instruction"] for r in read_stats(run_dir)} if (run_dir / STATS).is_file() else set()
     todo = [record for record in records if record["instruction"] not in done]
+    mine = processes.shard(todo)
+    # The model loads before anything is written: weights that do not load leave output_dir as it was.
+    model, tokenizer = load_model(cfg.model, device=device) if mine else (None, None)
+    run_dir.mkdir(parents=True, exist_ok=True)
     if processes.is_main and (previous is None or todo):
         if previous is not None:
             meta = {**previous, "num_processes": process_counts(previous.get("num_processes"), processes.count)}
         write_json_atomic(run_dir / RUN_META, meta)
     with stats.appender() as out:
-        mine = processes.shard(todo)
         if mine:
-            _decode_into(out, cfg, ecfg, mode, device, records, mine, generator,
+            _decode_into(out, cfg, ecfg, mode, model, tokenizer, records, mine, generator,
                          run_dir / STEP_COSTS if processes.is_main else None)
     stats.gather(order=[r["instruction"] for r in records])
     if processes.is_main:

@@ -7,7 +7,7 @@ and the shared chat prompt format.
 """
 
 from pasta.models.config import EmbeddedModel, ModelConfig, RandomInit
-from pasta.models.loading import load_model, load_tokenizer, max_positions, resolve_source
+from pasta.models.loading import incomplete_weights, load_model, load_tokenizer, max_positions, resolve_source
 from pasta.models.prompts import encode_chat, encode_prompt, encode_text_prompt, user_message
 from pasta.models.tiny import build_tiny_model
 
@@ -19,6 +19,7 @@ __all__ = [
     "encode_chat",
     "encode_prompt",
     "encode_text_prompt",
+    "incomplete_weights",
     "load_model",
     "load_tokenizer",
     "max_positions",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -105,13 +106,16 @@ def convert_gguf(gguf_file: Path, target: Path) -> Path:
     return target
 
 
-def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> str:
-    """The folder or hub id to load from: model.path > embedded cache (converting the GGUF once) > hub id."""
+def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any], path_key: str | None = "model.path") -> str:
+    """The folder or hub id to load from: model.path > embedded cache (converting the GGUF once) > hub id.
+
+    `path_key` is the setting the user gave the folder under (`stage.baseline_model` when a stage points the model
+    config at it), named in errors with its value; None for a folder a run wrote itself (named alone)."""
     cfg = schema_from(model_cfg, ModelConfig, "model")
     if cfg.path is not None:
         folder = Path(cfg.path).expanduser()
         if not folder.is_dir():
-            raise PastaError(f"model.path={cfg.path} is not a folder")
+            raise PastaError(f"{_where(cfg, path_key)} is not a folder")
         return str(folder)
     if cfg.embedded is not None:
         cached = embedded_cache_dir(cfg)
@@ -139,26 +143,78 @@ def _first_line(exc: BaseException | None) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _load_error(cfg: ModelConfig, source: str, exc: Exception) -> PastaError:
+def _where(cfg: ModelConfig, path_key: str | None) -> str:
+    """The model as the user named it: `<key>=<value>` for a folder they set, the folder a run wrote, or the
+    model config's name."""
+    if cfg.path is None:
+        return f"model {cfg.name}"
+    return f"{path_key}={cfg.path}" if path_key else str(cfg.path)
+
+
+def _load_error(cfg: ModelConfig, source: str, exc: Exception, path_key: str | None) -> PastaError:
     if source == cfg.hub_id:
         return PastaError(_nothing_found_message(cfg, exc))
+    if cfg.path is not None:
+        return PastaError(f"{_where(cfg, path_key)}: cannot load ({_first_line(exc)})")
     return PastaError(f"model {cfg.name}: cannot load {source} ({_first_line(exc)})")
+
+
+def incomplete_weights(folder: str | Path) -> str | None:
+    """What stops a load of `folder` before it starts: its first safetensors file that is cut short (a copy, a
+    download or a save that did not finish) or is not one, named; None when every one is whole.
+
+    safetensors itself reports a short file as `SafetensorError: Error while deserializing header`, without the
+    file's name; this reads each file's header (a few KB) and compares the size it declares with the file's.
+    """
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        size = path.stat().st_size
+        with open(path, "rb") as file:
+            head = file.read(9)  # the header's length (8 bytes), then the header: a JSON object
+            if len(head) < 9:
+                return f"{path} is incomplete ({size:,} bytes)"
+            header_size = int.from_bytes(head[:8], "little")
+            if head[8:9] != b"{" or header_size < 2:
+                return f"{path} is not a safetensors file"
+            if 8 + header_size > size:
+                return f"{path} is incomplete ({size:,} bytes, less than its own header)"
+            try:
+                header = json.loads(head[8:] + file.read(header_size - 1))
+                data_size = max((entry["data_offsets"][1] for name, entry in header.items()
+                                 if name != "__metadata__"), default=0)
+            except (ValueError, TypeError, KeyError, IndexError):
+                return f"{path} is not a safetensors file (its header does not parse)"
+        if 8 + header_size + data_size > size:
+            return f"{path} is incomplete ({size:,} of {8 + header_size + data_size:,} bytes)"
+    return None
+
+
+def _check_weights(cfg: ModelConfig, source: str, path_key: str | None) -> None:
+    if not Path(source).is_dir():
+        return  # a hub id
+    problem = incomplete_weights(source)
+    if problem is None:
+        return
+    if cfg.path is None:  # the embedded model's converted cache
+        raise PastaError(f"model {cfg.name}: {problem}; delete {source} to convert it again")
+    raise PastaError(f"{_where(cfg, path_key)}: {problem}; copy or save the model again")
 
 
 def _hub_kwargs(cfg: ModelConfig, source: str) -> dict[str, Any]:
     return {"revision": cfg.revision} if source == cfg.hub_id and cfg.revision else {}
 
 
-def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreTrainedTokenizerBase:
+def load_tokenizer(
+    model_cfg: ModelConfig | DictConfig | dict[str, Any], path_key: str | None = "model.path"
+) -> PreTrainedTokenizerBase:
     """The model's tokenizer, with a pad token (eos when the tokenizer has none) and its chat template."""
     from transformers import AutoTokenizer
 
     cfg = schema_from(model_cfg, ModelConfig, "model")
-    source = resolve_source(cfg)
+    source = resolve_source(cfg, path_key)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **_hub_kwargs(cfg, source))
     except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
-        raise _load_error(cfg, source, exc) from None
+        raise _load_error(cfg, source, exc, path_key) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if cfg.chat_template is not None:
@@ -166,7 +222,9 @@ def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreT
     return tokenizer
 
 
-def max_positions(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> int | None:
+def max_positions(
+    model_cfg: ModelConfig | DictConfig | dict[str, Any], path_key: str | None = "model.path"
+) -> int | None:
     """The model's `max_position_embeddings`, read from its config alone (no weights load), or None when its
     config gives none: what a prompt and its answer must fit in."""
     from transformers import AutoConfig
@@ -174,11 +232,11 @@ def max_positions(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> int |
     cfg = schema_from(model_cfg, ModelConfig, "model")
     if cfg.random_init is not None:
         return cfg.random_init.max_position_embeddings
-    source = resolve_source(cfg)
+    source = resolve_source(cfg, path_key)
     try:
         config = AutoConfig.from_pretrained(source, **_hub_kwargs(cfg, source))
     except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
-        raise _load_error(cfg, source, exc) from None
+        raise _load_error(cfg, source, exc, path_key) from None
     return getattr(config.get_text_config(), "max_position_embeddings", None)
 
 
@@ -195,9 +253,13 @@ def torch_dtype(name: str, device: str) -> torch.dtype:
 
 
 def load_model(
-    model_cfg: ModelConfig | DictConfig | dict[str, Any], device: str = "cpu"
+    model_cfg: ModelConfig | DictConfig | dict[str, Any], device: str = "cpu", path_key: str | None = "model.path"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load (model, tokenizer) for a model config onto `device` ("auto" allowed), in eval mode."""
+    """Load (model, tokenizer) for a model config onto `device` ("auto" allowed), in eval mode.
+
+    `path_key` names the setting `model_cfg.path` came from, for errors (see `resolve_source`). A folder whose
+    weights file is cut short is one line naming the file, before anything loads."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     from pasta.models.tiny import build_tiny_model
@@ -205,18 +267,22 @@ def load_model(
     cfg = schema_from(model_cfg, ModelConfig, "model")
     device = resolve_device(device)
     dtype = torch_dtype(cfg.dtype, device)
-    tokenizer = load_tokenizer(cfg)
+    if cfg.random_init is None:
+        _check_weights(cfg, resolve_source(cfg, path_key), path_key)
+    tokenizer = load_tokenizer(cfg, path_key)
     if cfg.random_init is not None:
         sizes = dataclasses.asdict(cfg.random_init)
         model = build_tiny_model(tokenizer, attn_implementation=cfg.attn_implementation, **sizes).to(dtype)
         return model.to(device).eval(), tokenizer
-    source = resolve_source(cfg)
+    source = resolve_source(cfg, path_key)
     try:
         # On an accelerator, device_map puts the weights straight there: a 7B model never sits in CPU memory.
         placement = {} if device == "cpu" else {"device_map": device}
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, attn_implementation=cfg.attn_implementation, **placement, **_hub_kwargs(cfg, source)
         )
-    except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
-        raise _load_error(cfg, source, exc) from None
+    # What from_pretrained raises for a missing or unusable source; safetensors' own error for a damaged file
+    # that the header check above let through.
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise _load_error(cfg, source, exc, path_key) from None
     return model.to(device).eval(), tokenizer
