@@ -55,10 +55,18 @@ def checkpoint_to_resume(checkpoint_dir: Path, resume: bool) -> str | None:
 
 
 def read_train_info(output_dir: Path) -> dict[str, Any] | None:
+    """What `write_train_info` last wrote, or None (also when it does not read back: a torn write, an edit)."""
     import json
 
     path = Path(output_dir) / TRAIN_INFO
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        log.warning("%s does not read back (%s): the run's data is not compared with it", path, exc)
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def check_same_data(output_dir: Path, data_sha256: str) -> None:
