@@ -450,10 +450,26 @@ def slow_speaker_app(speaker, **limits):
                        AdmissionLimits(**limits) if limits else None)
 
 
-def test_a_client_that_disconnects_mid_stream_frees_its_request(speaker):
+def counted_requests(base_url: str, total: int, timeout_s: float = 20) -> dict[str, float]:
+    """`pasta_requests_total` by status, once `total` requests are counted (a response is counted as it ends)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+        counts = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
+                  if line.startswith("pasta_requests_total{")}
+        if sum(counts.values()) >= total:
+            return counts
+        assert time.monotonic() < deadline, counts
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("route", ["completions", "chat/completions"])
+def test_a_client_that_disconnects_mid_stream_frees_its_request_and_counts_as_499(speaker, route):
+    body = {"model": "speaker", "max_tokens": 64, "stream": True,
+            **({"prompt": "Tips and"} if route == "completions" else
+               {"messages": [{"role": "user", "content": "Tips and"}]})}
     with running(slow_speaker_app(speaker)) as base_url:
-        body = {"model": "speaker", "prompt": "Tips and", "max_tokens": 64, "stream": True}
-        with httpx.stream("POST", f"{base_url}/completions", json=body, timeout=30) as reply:
+        with httpx.stream("POST", f"{base_url}/{route}", json=body, timeout=30) as reply:
             assert reply.status_code == 200
             # The first event comes from the request's prefill, before it merges into the running batch.
             # Held in a name: a line iterator dropped here would close the stream, i.e. disconnect already.
@@ -461,9 +477,12 @@ def test_a_client_that_disconnects_mid_stream_frees_its_request(speaker):
             assert next(line for line in lines if line.startswith("data: "))
             assert health(base_url)["num_running"] == 1
         state = wait_idle(base_url)
+        assert list(client(base_url).completions.create(model="speaker", prompt="Tips", max_tokens=2, stream=True))
+        counts = counted_requests(base_url, 2)
         metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
     assert state["num_threads"] == state["num_tokens_in_flight"] == state["num_cache_rows"] == 0
     assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
+    assert counts == {"499": 1.0, "200": 1.0}  # the stream that ended is a 200, the one whose client left a 499
 
 
 def post_and_hang_up(base_url: str, route: str, body: dict) -> None:
@@ -668,8 +687,10 @@ def test_a_64_request_load_with_forks_failures_disconnects_and_hang_ups_leaves_n
         with ThreadPoolExecutor(16) as pool:
             outcomes = list(pool.map(one, range(64)))
         state = wait_idle(base_url)
+        requests = counted_requests(base_url, 64)
         metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
     answered = [i for i in range(64) if i % 8 not in (4, 5, 6)]
+    assert requests == {"200": len(answered), "500": 8, "499": 16}  # both kinds of disconnect are 499s
     assert [outcomes[i] for i in answered] == [expected[i % 16] for i in answered]
     assert state["num_threads"] == state["num_cache_rows"] == state["kv_cache_bytes"] == 0
     assert state["num_tokens_in_flight"] == state["num_waiting"] == 0
