@@ -154,6 +154,7 @@ def _checked(
     optional: tuple[str, ...],
     on_error: OnError,
     check_unicode: bool = True,
+    check_lang: bool = False,
 ) -> list[dict[str, Any]]:
     kept = []
     for where, record in records:
@@ -164,6 +165,8 @@ def _checked(
             None,
         )
         problem = problem or _annotation_problem(record)
+        if check_lang:
+            problem = problem or _lang_problem(record)
         if check_unicode:  # hub records: files are checked as they are read
             problem = problem or invalid_unicode(record)
         if problem is None:
@@ -181,6 +184,20 @@ def _annotation_problem(record: dict[str, Any]) -> str | None:
         return "field 'annotated' is not a string or null"
     if "accepted" in record and not isinstance(record["accepted"], bool):
         return "field 'accepted' is not true or false"
+    return None
+
+
+def _lang_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with the PASTA-LANG of a record that training would use (not `accepted: false`)."""
+    annotated = record.get("annotated")
+    if record.get("accepted") is False or not isinstance(annotated, str) or not annotated.strip():
+        return None
+    from pasta.lang import LangError, parse  # the language pulls in torch: only for files that need it
+
+    try:
+        parse(annotated)
+    except LangError as exc:
+        return f"field 'annotated' is not well-formed PASTA-LANG ({exc})"
     return None
 
 
@@ -210,8 +227,14 @@ def _selected_records(
     records = _select(_checked(_raw_records(cfg, group, check_unicode), required, optional, cfg.on_error,
                                check_unicode), cfg)
     for path in extras:
-        records.extend(_checked(_file_records(path, cfg.on_error, check_unicode), required, optional, cfg.on_error,
-                                check_unicode))
+        # An extra file is SFT data as it stands (a round's forking.jsonl): a record whose annotation does not parse
+        # is a bad record, not one to drop unseen; the main file's go to pasta.annotate's checks and are counted.
+        raw = list(_file_records(path, cfg.on_error, check_unicode))
+        kept = _checked(iter(raw), required, optional, cfg.on_error, check_unicode, check_lang=group == "data")
+        if len(kept) < len(raw):
+            log.warning("%s.extra_paths: skipped %d of %d records of %s (%s.on_error=skip)", group,
+                        len(raw) - len(kept), len(raw), path, group)
+        records.extend(kept)
     return records
 
 
