@@ -46,6 +46,19 @@ def test_docs_build_strict_offline(tmp_path):
     assert not [p for p in pages if "fonts.googleapis" in p.read_text()]
 
 
+@pytest.mark.parametrize("target", ["setup", "demo", "test", "lint", "docs"])
+def test_every_make_target_uses_the_venv_pasta_venv_names(tmp_path, target):
+    """Issue 36: `make docs` built a second .venv where the scripts used PASTA_VENV."""
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PASTA_VENV": str(venv)})
+    assert done.returncode == 0, done.stderr
+    commands = done.stdout.splitlines()
+    assert commands[0] == f"PASTA_VENV={venv} bash scripts/setup.sh"  # every target sets up that venv first
+    assert not [c for c in commands if ".venv" in c]
+    assert all(f"{venv}/bin/" in c or f"PASTA_VENV={venv} " in c for c in commands), commands
+
+
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
     shutil.copytree(DOCS, tmp_path / "docs")
