@@ -118,6 +118,23 @@ def test_a_weights_file_that_is_not_safetensors_is_named(saved_checkpoint, tmp_p
         load_model({"name": "ckpt", "path": str(folder)})
 
 
+@pytest.mark.parametrize("damage", ["garbled pytorch_model.bin", "config.json cut short", "tokenizer.json cut short",
+                                    "a folder named model.safetensors"])
+def test_other_damage_to_a_checkpoint_is_one_line_naming_the_folder(saved_checkpoint, tmp_path, damage):
+    folder = tmp_path / "damaged"
+    shutil.copytree(saved_checkpoint, folder)
+    if damage == "garbled pytorch_model.bin":
+        (folder / "model.safetensors").unlink()
+        (folder / "pytorch_model.bin").write_bytes(b"PK\x03\x04" * 64)
+    elif damage == "a folder named model.safetensors":
+        (folder / "model.safetensors").unlink()
+        (folder / "model.safetensors").mkdir()
+    else:
+        os.truncate(folder / damage.split()[0], 100)
+    with pytest.raises(PastaError, match=rf"^model\.path={folder}: cannot load \("):
+        load_model({"name": "ckpt", "path": str(folder)})
+
+
 def test_tiny_model_is_seeded_and_matches_the_tokenizer(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64

@@ -59,5 +59,5 @@ def build_judge(judge_cfg: DictConfig | dict[str, Any]) -> Judge:
     model_cfg = cfg.get("model")
     if model_cfg is None:
         raise PastaError("judge.model: judge=hf needs a model config (e.g. model@judge.model=smollm2-135m)")
-    model, tokenizer = load_model(model_cfg, device=config.device)
+    model, tokenizer = load_model(model_cfg, device=config.device, path_key="judge.model.path")
     return HFJudge(config, model, tokenizer, model_name=str(model_cfg.get("name", "model")))

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 import time
@@ -167,6 +168,8 @@ def incomplete_weights(folder: str | Path) -> str | None:
     file's name; this reads each file's header (a few KB) and compares the size it declares with the file's.
     """
     for path in sorted(Path(folder).glob("*.safetensors")):
+        if not path.is_file():
+            continue  # what from_pretrained makes of it is its own error
         size = path.stat().st_size
         with open(path, "rb") as file:
             head = file.read(9)  # the header's length (8 bytes), then the header: a JSON object
@@ -282,7 +285,8 @@ def load_model(
             source, dtype=dtype, attn_implementation=cfg.attn_implementation, **placement, **_hub_kwargs(cfg, source)
         )
     # What from_pretrained raises for a missing or unusable source; safetensors' own error for a damaged file
-    # that the header check above let through.
-    except (OSError, ValueError, SafetensorError) as exc:
+    # that the header check above let through; torch.load's for a damaged pytorch_model.bin, and a state dict that
+    # does not fit the config (RuntimeError).
+    except (OSError, ValueError, SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
         raise _load_error(cfg, source, exc, path_key) from None
     return model.to(device).eval(), tokenizer

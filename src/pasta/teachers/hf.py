@@ -120,7 +120,7 @@ class HFTeacher(Teacher):
         self.model = model_label(model_cfg)
         self.prompt = TeacherPrompt.load(cfg.prompt)
         self._torch = torch
-        self._lm, self._tokenizer = load_model(model_cfg, device=device)
+        self._lm, self._tokenizer = load_model(model_cfg, device=device, path_key="teacher.model.path")
         self._prefix: tuple[list[int], Any] | None = None
 
     def annotate(self, requests: Iterable[TeacherRequest]) -> Iterator[TeacherReply]:
