@@ -63,6 +63,7 @@ from pasta.cli import check_command_line, fail
 from pasta.config import compose
 from pasta.data import load_alpaca_eval
 from pasta.errors import PastaError
+from pasta.models import max_positions
 
 settings = dict(arg.split("=", 1) for arg in sys.argv[1:])
 
@@ -75,12 +76,14 @@ def integer(name: str, low: int, high: int | None = None, why: str = "") -> int:
     return int(value)
 
 
-def checked(name: str, config_name: str, overrides: list[str]) -> None:
-    """The config a step composes from this setting passes that stage's own checks."""
+def checked(name: str, config_name: str, overrides: list[str], stage: str | None = None) -> None:
+    """The config a step composes from this setting passes that stage's own checks (and is that training stage)."""
     try:
         check_command_line(config_name, overrides)
     except PastaError as exc:
         fail(PastaError(f"{name}: {exc}"))
+    if stage is not None and compose(config_name, overrides).stage.kind != stage:
+        fail(PastaError(f"{name}: overrides the stage, which this step sets (stage={stage})"))
 
 
 lambdas = settings["PASTA_STUDY_LAMBDAS"].split()
@@ -103,14 +106,19 @@ checked("PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS", "annotate"
          f"data.limit={settings['PASTA_STUDY_RECORDS']}", "on_reject=keep_unannotated", f"output={out}/annotated.jsonl"])
 train = [*common, f"data.path={out}/annotated.jsonl", "resume=true"]
 checked("PASTA_STUDY_SFT_ARGS", "train", ["stage=sft", *train, f"output_dir={out}/sft",
-                                          *settings["PASTA_STUDY_SFT_ARGS"].split()])
+                                          *settings["PASTA_STUDY_SFT_ARGS"].split()], stage="sft")
 for value in lambdas:
     checked("PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS", "train", [
         "stage=pref", *train, f"model.path={out}/sft/final", f"stage.quality_weight={value}",
         f"stage.rounds={num_rounds}", f"stage.prompts_per_round={settings['PASTA_STUDY_PREF_PROMPTS']}",
         f"stage.num_samples={settings['PASTA_STUDY_SAMPLES']}", f"stage.max_new_tokens={max_new_tokens}",
         "stage.reference=baseline", f"stage.baseline_model={out}/baseline-sft/final", f"output_dir={out}/pref",
-        *settings["PASTA_STUDY_PREF_ARGS"].split()])
+        *settings["PASTA_STUDY_PREF_ARGS"].split()], stage="pref")
+
+positions = max_positions(compose("generate", common).model)
+if positions is not None and max_new_tokens >= positions:
+    fail(PastaError(f"PASTA_STUDY_MAX_NEW_TOKENS={max_new_tokens} leaves no room for a prompt in the model's "
+                    f"{positions} positions"))
 
 eval_data = settings["PASTA_STUDY_EVAL_DATA"]
 try:
