@@ -2,8 +2,8 @@
 
     python -m pasta.eval eval.mode=generate model.path=outputs/sft decode=async eval.limit=50
 
-Writes into the run directory (see pasta.evaluation.run_files): run.json first (what is decoded, where), then one
-stats.jsonl line per prompt as it finishes (appended whole and fsynced), and model_outputs.json (AlpacaEval format)
+Writes into the run directory (see pasta.evaluation.run_files), nothing before the model has loaded: run.json first
+(what is decoded, where), then one stats.jsonl line per prompt as it finishes (appended whole and fsynced), and model_outputs.json (AlpacaEval format)
 atomically once every prompt is done. A rerun into the same directory skips the prompts already in stats.jsonl;
 a directory that holds another model's or another decode mode's run is refused, and so are prompts that do not fit
 the model's positions with decode.max_new_tokens (one line with their count, before the weights load).
