@@ -24,6 +24,7 @@ from pasta.lang.tokens import ENCODE_LOCK
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+
 class TemplateRefused(PastaError):
     """The chat template refused a conversation (its roles or their order); `reason` is the template's one line."""
 
