@@ -1,6 +1,8 @@
 # pasta: `make demo` (set up, then run the main job on the embedded model) and `make test` (set up, then the suite);
 # `make docs` builds the docs site into site/ (mkdocs, warnings as errors, offline).
-VENV ?= .venv
+# The virtual environment of every target: VENV=..., else PASTA_VENV as the scripts read it, else .venv.
+PASTA_VENV ?= .venv
+VENV ?= $(PASTA_VENV)
 PY := $(VENV)/bin/python
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # pytest-xdist workers: one per core (each test runs torch on one thread, tests/conftest.py), so the suite's many

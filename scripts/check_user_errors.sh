@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A hostile user's mistakes against every entry point (the examples of issues 18 and 29, and their classes): each
+# A hostile user's mistakes against every entry point (the examples of issues 18, 29 and 36, and their classes): each
 # case must end with one `error:` line and exit code 2, or succeed where the input is valid; never a traceback, and
 # no key that an endpoint echoed back (in an error body or an answer) in any output or file. Prints PASS/FAIL per
 # case and "passed N of M".
 #
-#   scripts/check_user_errors.sh              # 68 processes on the tiny model, offline
+#   scripts/check_user_errors.sh              # 83 checks on the tiny model, offline
 #   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -145,6 +145,40 @@ start_server 500 0
 check "annotate teacher answering 200 with the key" ok $A teacher=openai teacher.base_url=http://127.0.0.1:$PORT/v1 data.limit=2 output=$O/a200.jsonl
 check "eval annotator answering 200 with the key" ok env OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 $E eval.mode=score output_dir=$O/eval_run eval.annotators_config=chatgpt eval.length_controlled=off
 kill $SERVER; wait $SERVER 2>/dev/null
+# damaged checkpoints and run files (issue 36): a weights file cut short, a torn round file, a bad record
+$P - "$R" <<'PY'
+import os, shutil, sys
+from pasta.config import compose
+from pasta.lang import add_tag_tokens
+from pasta.models import load_model
+R = sys.argv[1]
+model, tokenizer = load_model(compose("generate", ["model=tiny"]).model)
+add_tag_tokens(tokenizer, model)
+model.save_pretrained(f"{R}/ckpt"); tokenizer.save_pretrained(f"{R}/ckpt")
+for name, size in (("cut1000", 1000), ("cut0", 0), ("cuthalf", os.path.getsize(f"{R}/ckpt/model.safetensors") // 2)):
+    shutil.copytree(f"{R}/ckpt", f"{R}/{name}")
+    os.truncate(f"{R}/{name}/model.safetensors", size)
+PY
+printf '{"instruction": "a", "output": "b", "annotated": "<async topic=\\"x\\">b</async>"}\n' > $R/forking_bad.jsonl
+check "generate model.safetensors cut to 1000 bytes" err $P -m pasta.generate model.path=$R/cut1000 prompt=hi max_new_tokens=4 paths.output_root=$O
+check "generate model.safetensors cut to 0 bytes" err $P -m pasta.generate model.path=$R/cut0 prompt=hi max_new_tokens=4 paths.output_root=$O
+check "eval model.safetensors cut in half" err $P -m pasta.eval model.path=$R/cuthalf paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=embedding output_dir=$O/eval_cut
+[ -e $O/eval_cut ] && echo "   ^ left $O/eval_cut behind" && fail=$((fail+1))
+check "serve model.safetensors cut to 0 bytes" err timeout 120 $P -m pasta.serve model.path=$R/cut0 paths.output_root=$O port=0
+PREF="$P -m pasta.train stage=pref model.path=$R/ckpt model.dtype=float32 data.path=$PWD/data/annotated_examples.jsonl paths.output_root=$O stage.prompts_per_round=2 stage.num_samples=2 stage.max_new_tokens=8 stage.max_steps=1 stage.per_device_train_batch_size=1 judge=embedding"
+check "pref stage.baseline_model=/nonexistent" err $PREF output_dir=$O/pref_base1 stage.reference=baseline stage.baseline_model=/nonexistent
+check "pref stage.baseline_model cut to 1000 bytes" err $PREF output_dir=$O/pref_base2 stage.reference=baseline stage.baseline_model=$R/cut1000
+check "pref one round (for resume)" ok $PREF output_dir=$O/pref stage.rounds=1
+echo '{bad' > $O/pref/round-1/metrics.json
+check "pref resume with round-1/metrics.json torn: redone" ok $PREF output_dir=$O/pref stage.rounds=1 resume=true
+truncate -s 1000 $O/pref/round-1/final/model.safetensors
+check "pref resume with round-1/final cut to 1000 bytes" err $PREF output_dir=$O/pref stage.rounds=2 resume=true
+check "train sft data.extra_paths with malformed PASTA-LANG" err $T data.path=$PWD/data/annotated_examples.jsonl "data.extra_paths=[$R/forking_bad.jsonl]"
+# the study's settings, before its first step
+for setting in PASTA_STUDY_LAMBDAS=abc PASTA_STUDY_ROUNDS=0 PASTA_STUDY_ROUNDS=x PASTA_STUDY_EVAL_PROMPTS=99999 PASTA_STUDY_TIMED_PROMPTS=500; do
+  check "cpu_study $setting" err env "$setting" PASTA_VENV="${PASTA_VENV:-.venv}" PASTA_STUDY_DIR=$O/study bash scripts/cpu_study.sh
+done
+[ -e $O/study ] && echo "   ^ left $O/study behind" && fail=$((fail+1))
 # models complete
 check "models complete README form + override" ok $P -m pasta.models complete --prompt "Name a fruit." model=tiny --max-new-tokens 4
 check "models complete --max-new-tokens 0" err $P -m pasta.models complete model=tiny --max-new-tokens 0

@@ -22,7 +22,8 @@
 #   scripts/cpu_study.sh                                  # outputs/study/, the embedded SmolLM2-135M
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
 #
-# Sizes come from the environment (the test suite runs this script on a tiny random model). The quality numbers are
+# Sizes come from the environment (the test suite runs this script on a tiny random model); every PASTA_STUDY_* setting
+# is checked before step 1 (one `error:` line and exit code 2 for a bad one). The quality numbers are
 # offline proxies (embedding similarity to AlpacaEval's GPT-4 Turbo answers, distinct-n, length ratio), labelled as
 # such; the embedded 135M judge's win rate is left out (in the 2026-11-24 study it read 49.7-50.5 for every model).
 set -euo pipefail
@@ -44,6 +45,92 @@ pref_args=${PASTA_STUDY_PREF_ARGS:-}                  # extra preference overrid
 num_eval=${PASTA_STUDY_EVAL_PROMPTS:-100}             # held-out prompts (eval.subset, seed 0)
 num_timed=${PASTA_STUDY_TIMED_PROMPTS:-20}            # of them, decoded one at a time (measured wall clock)
 max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-256}
+
+# --- settings check: every PASTA_STUDY_* setting above, before step 1 -----------------------------------------------
+# A bad one is one `error:` line and exit code 2 now, not a failure at the step that uses it, hours in. Each setting
+# is passed as NAME=value; the stages' own checks (pasta.cli.check_command_line) run on the configs the steps compose,
+# so an override in PASTA_STUDY_SFT_ARGS / PASTA_STUDY_PREF_ARGS is checked too. A new setting: pass it here and
+# check it in the Python below.
+"$python" - "PASTA_STUDY_DIR=$out" "PASTA_STUDY_MODEL=$model" "PASTA_STUDY_DATA=$data" \
+    "PASTA_STUDY_EVAL_DATA=$eval_data" "PASTA_STUDY_RECORDS=$num_records" "PASTA_STUDY_SFT_ARGS=$sft_args" \
+    "PASTA_STUDY_LAMBDAS=$lambdas" "PASTA_STUDY_ROUNDS=$num_rounds" "PASTA_STUDY_PREF_PROMPTS=$num_prompts" \
+    "PASTA_STUDY_SAMPLES=$num_samples" "PASTA_STUDY_PREF_ARGS=$pref_args" "PASTA_STUDY_EVAL_PROMPTS=$num_eval" \
+    "PASTA_STUDY_TIMED_PROMPTS=$num_timed" "PASTA_STUDY_MAX_NEW_TOKENS=$max_new_tokens" <<'PY'
+import re
+import sys
+
+from pasta.cli import check_command_line, fail
+from pasta.config import compose
+from pasta.data import load_alpaca_eval
+from pasta.errors import PastaError
+from pasta.models import max_positions
+
+settings = dict(arg.split("=", 1) for arg in sys.argv[1:])
+
+
+def integer(name: str, low: int, high: int | None = None, why: str = "") -> int:
+    value = settings[name]
+    if not re.fullmatch(r"[0-9]+", value) or int(value) < low or (high is not None and int(value) > high):
+        bound = f"in {low}..{high}" if high is not None else f">= {low}"
+        fail(PastaError(f"{name}={value} must be an integer {bound}{why}"))
+    return int(value)
+
+
+def checked(name: str, config_name: str, overrides: list[str], stage: str | None = None) -> None:
+    """The config a step composes from this setting passes that stage's own checks (and is that training stage)."""
+    try:
+        check_command_line(config_name, overrides)
+    except PastaError as exc:
+        fail(PastaError(f"{name}: {exc}"))
+    if stage is not None and compose(config_name, overrides).stage.kind != stage:
+        fail(PastaError(f"{name}: overrides the stage, which this step sets (stage={stage})"))
+
+
+lambdas = settings["PASTA_STUDY_LAMBDAS"].split()
+if not lambdas:
+    fail(PastaError("PASTA_STUDY_LAMBDAS is empty: give the quality weights of the sweep, e.g. \"1 4 inf\""))
+for value in lambdas:
+    if not re.fullmatch(r"inf|[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?", value):
+        fail(PastaError(f"PASTA_STUDY_LAMBDAS: {value!r} is not a number >= 0 or inf (e.g. \"1 4 inf\")"))
+num_rounds = integer("PASTA_STUDY_ROUNDS", 1)
+integer("PASTA_STUDY_PREF_PROMPTS", 1)
+integer("PASTA_STUDY_SAMPLES", 2, why=" (a preference pair needs two candidates)")
+max_new_tokens = integer("PASTA_STUDY_MAX_NEW_TOKENS", 1)
+if settings["PASTA_STUDY_RECORDS"] != "null":
+    integer("PASTA_STUDY_RECORDS", 1, why=" or null (every record)")
+
+out, model = settings["PASTA_STUDY_DIR"], settings["PASTA_STUDY_MODEL"]
+common = [f"paths.output_root={out}", "device=cpu", f"model={model}"]
+checked("PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS", "annotate",
+        [*common, "teacher=structural", f"data={settings['PASTA_STUDY_DATA']}",
+         f"data.limit={settings['PASTA_STUDY_RECORDS']}", "on_reject=keep_unannotated", f"output={out}/annotated.jsonl"])
+train = [*common, f"data.path={out}/annotated.jsonl", "resume=true"]
+checked("PASTA_STUDY_SFT_ARGS", "train", ["stage=sft", *train, f"output_dir={out}/sft",
+                                          *settings["PASTA_STUDY_SFT_ARGS"].split()], stage="sft")
+for value in lambdas:
+    checked("PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS", "train", [
+        "stage=pref", *train, f"model.path={out}/sft/final", f"stage.quality_weight={value}",
+        f"stage.rounds={num_rounds}", f"stage.prompts_per_round={settings['PASTA_STUDY_PREF_PROMPTS']}",
+        f"stage.num_samples={settings['PASTA_STUDY_SAMPLES']}", f"stage.max_new_tokens={max_new_tokens}",
+        "stage.reference=baseline", f"stage.baseline_model={out}/baseline-sft/final", f"output_dir={out}/pref",
+        *settings["PASTA_STUDY_PREF_ARGS"].split()], stage="pref")
+
+positions = max_positions(compose("generate", common).model)
+if positions is not None and max_new_tokens >= positions:
+    fail(PastaError(f"PASTA_STUDY_MAX_NEW_TOKENS={max_new_tokens} leaves no room for a prompt in the model's "
+                    f"{positions} positions"))
+
+eval_data = settings["PASTA_STUDY_EVAL_DATA"]
+try:
+    num_prompts = len(load_alpaca_eval(compose("eval", [*common, f"eval_data={eval_data}"]).eval_data))
+except PastaError as exc:
+    fail(PastaError(f"PASTA_STUDY_EVAL_DATA={eval_data}: {exc}"))
+num_eval = integer("PASTA_STUDY_EVAL_PROMPTS", 1, num_prompts, f" (eval_data={eval_data} has {num_prompts} prompts)")
+integer("PASTA_STUDY_TIMED_PROMPTS", 0, num_eval, " (at most PASTA_STUDY_EVAL_PROMPTS: they are decoded one at a time)")
+checked("PASTA_STUDY_EVAL_DATA", "eval", [*common, f"eval_data={eval_data}", f"eval.subset={num_eval}",
+                                          f"decode.max_new_tokens={max_new_tokens}"])
+PY
+# --- end of the settings check ----------------------------------------------------------------------------------------
 
 common=("paths.output_root=$out" device=cpu "model=$model")
 # shellcheck disable=SC2206  # the extra overrides are meant to split on spaces

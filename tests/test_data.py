@@ -224,6 +224,24 @@ def test_a_bad_record_in_an_extra_file_names_that_file_and_line(tmp_path):
         load_instructions(_data_cfg(path, extra_paths=[str(extra)]))
 
 
+def test_malformed_pasta_lang_in_an_extra_file_fails_in_one_line_or_is_skipped_counted_and_logged(tmp_path, caplog):
+    """Issue 36: an extra file's record whose annotation does not parse (an <async> without its promise) was
+    dropped unseen under data.on_error=fail."""
+    path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
+    extra = _write_lines(tmp_path / "forking.jsonl", [
+        json.dumps({"instruction": "C", "output": "D E", "annotated": 'D<promise topic="e"/><async topic="e">E</async>'}),
+        json.dumps({"instruction": "F", "output": "G", "annotated": '<async topic="g">G</async>'}),
+        json.dumps({"instruction": "H", "output": "I", "annotated": '<async topic="i">I</async>', "accepted": False}),
+    ])
+    with pytest.raises(PastaError, match=r"^\S*forking.jsonl:2: field 'annotated' is not well-formed PASTA-LANG \("):
+        load_instructions(_data_cfg(path, extra_paths=[str(extra)]))
+    with caplog.at_level("WARNING", logger="pasta.data.instructions"):
+        records = load_instructions(_data_cfg(path, extra_paths=[str(extra)], on_error="skip"))
+    assert [r.instruction for r in records] == ["A", "C", "H"]  # H is not used for training: accepted false
+    assert "skipping " in caplog.text and "forking.jsonl:2: field 'annotated' is not well-formed" in caplog.text
+    assert f"data.extra_paths: skipped 1 of 3 records of {extra} (data.on_error=skip)" in caplog.text
+
+
 def test_negative_limit_is_rejected(tmp_path):
     path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
     with pytest.raises(PastaError, match=r"^data.limit: must be an integer >= 0, got -1"):

@@ -46,6 +46,19 @@ def test_docs_build_strict_offline(tmp_path):
     assert not [p for p in pages if "fonts.googleapis" in p.read_text()]
 
 
+@pytest.mark.parametrize("target", ["setup", "demo", "test", "lint", "docs"])
+def test_every_make_target_uses_the_venv_pasta_venv_names(tmp_path, target):
+    """Issue 36: `make docs` built a second .venv where the scripts used PASTA_VENV."""
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PASTA_VENV": str(venv)})
+    assert done.returncode == 0, done.stderr
+    commands = done.stdout.splitlines()
+    assert commands[0] == f"PASTA_VENV={venv} bash scripts/setup.sh"  # every target sets up that venv first
+    assert not [c for c in commands if ".venv" in c]
+    assert all(f"{venv}/bin/" in c or f"PASTA_VENV={venv} " in c for c in commands), commands
+
+
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
     shutil.copytree(DOCS, tmp_path / "docs")
@@ -237,7 +250,7 @@ MOVED = {
     "Judges": ("judges.md", ["Spearman -0.05", "parse_retries"]),
     "Models and data": ("configuration.md", ["python -m pasta.models\nprepare", "data.on_error=skip"]),
     "Full-scale runs": ("full-scale.md", ["stats.part-<rank>.jsonl", "ChildFailedError", "experiment=paper_sft"]),
-    "Configuration": ("configuration.md", ["scripts/check_user_errors.sh` runs 68", "PASTA_SHARED_DATA"]),
+    "Configuration": ("configuration.md", ["scripts/check_user_errors.sh` runs 83", "PASTA_SHARED_DATA"]),
     "Data": ("configuration.md", ["80 instruction/response pairs"]),
     "Performance": ("results/benchmarks.md", ["864 passed in 8 min 53 s", "1.28x prompts/s", "247.8 s"]),
     "Performance: Decoder": ("results/benchmarks.md", ["36.2 vs 23.0", "| 4 × 64  | 2.69 | 2.11 |", "0.86 and 0.71"]),

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from helpers import server_stats, start_chat_server
+from helpers.models import cut_checkpoint
 from test_eval_quality import make_run, sample_instructions
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -59,3 +60,16 @@ def test_report_of_a_folder_that_was_never_scored_is_one_line_error(tmp_path):
     result = run_eval(tmp_path, f"report=[{tmp_path / 'run'}]", f"output_dir={tmp_path / 'report'}")
     assert result.returncode == 2
     assert "summary.json of" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_truncated_checkpoint_is_one_line_and_writes_nothing_to_output_dir(tiny_model_and_tokenizer, tmp_path):
+    """Issue 36: the weights file is named, and output_dir is left as it was (nothing is written before the model
+    has loaded)."""
+    folder = cut_checkpoint(*tiny_model_and_tokenizer, tmp_path / "final", 0)
+    result = run_eval(tmp_path, f"model.path={folder}", "eval.limit=2", "judge=embedding",
+                      "decode.max_new_tokens=2", f"output_dir={tmp_path / 'eval'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: model.path={folder}: {folder / 'model.safetensors'} is incomplete (0 bytes); copy or "
+                      "save the model again"]
+    assert not (tmp_path / "eval").exists()

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from helpers.models import cut_checkpoint
 from pasta.answer import decode_config
 from pasta.config import compose
 from pasta.errors import PastaError
@@ -63,6 +64,13 @@ def run_cli(*overrides, tmp_path):
 def test_missing_checkpoint_is_a_one_line_error(tmp_path):
     with pytest.raises(PastaError, match="is not a folder"):
         generate(compose("generate", [*TINY, "prompt=x", f"model.path={tmp_path / 'missing'}"]))
+
+
+def test_a_truncated_checkpoint_is_one_line_naming_its_weights_file(tiny_model_and_tokenizer, tmp_path):
+    folder = cut_checkpoint(*tiny_model_and_tokenizer, tmp_path / "final", 1000)
+    with pytest.raises(PastaError) as info:
+        generate(compose("generate", ["prompt=x", f"model.path={folder}", "max_new_tokens=2", "num_threads=1"]))
+    assert str(info.value).startswith(f"model.path={folder}: {folder / 'model.safetensors'} is incomplete")
 
 
 @pytest.mark.slow

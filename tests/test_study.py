@@ -70,3 +70,22 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     # SFT, Baseline-SFT, and each lambda's last round are skipped; nothing is decoded again.
     assert again.stdout.count("   already done: ") == 2 + 2
     assert "decoding 2 of 2 prompts" not in again.stdout + again.stderr
+
+
+@pytest.mark.parametrize(("setting", "value", "says"), [
+    ("PASTA_STUDY_LAMBDAS", "1 abc", "PASTA_STUDY_LAMBDAS: 'abc' is not a number >= 0 or inf"),
+    ("PASTA_STUDY_ROUNDS", "0", "PASTA_STUDY_ROUNDS=0 must be an integer >= 1"),
+    ("PASTA_STUDY_ROUNDS", "x", "PASTA_STUDY_ROUNDS=x must be an integer >= 1"),
+    ("PASTA_STUDY_EVAL_PROMPTS", "99999", "PASTA_STUDY_EVAL_PROMPTS=99999 must be an integer in 1..25 (eval_data"),
+    ("PASTA_STUDY_TIMED_PROMPTS", "3", "PASTA_STUDY_TIMED_PROMPTS=3 must be an integer in 0..2"),
+    ("PASTA_STUDY_PREF_ARGS", "stage.alpha=2", "PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS: stage.alpha=2.0 must lie"),
+])
+def test_the_study_checks_every_setting_before_its_first_step(tmp_path, setting, value, says):
+    """Issue 36: a bad setting is one line and exit code 2 before step 1, not a failure hours in at its step."""
+    out = tmp_path / "study"
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "cpu_study.sh")], env={**study_env(out), setting: value},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {says}")
+    assert "== [" not in done.stdout and not out.exists()

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers.models import cut_checkpoint
 from helpers.training import ANNOTATED, hand_pairs
 from pasta.config import compose
 from pasta.data import Record, read_jsonl
@@ -397,6 +399,51 @@ def test_a_crashed_round_resumes_without_redoing_finished_work(sft_folder, tmp_p
     assert (out / "round-1" / "scores.jsonl").read_text() == round_1_scores
     assert (out / "round-2" / "scores.jsonl").read_text() == round_2_scores
     assert (final / "config.json").is_file()
+
+
+def test_a_resume_redoes_a_round_whose_metrics_do_not_read_back(sft_folder, tmp_path, monkeypatch):
+    """Issue 36: a torn round-1/metrics.json is written again from what the round kept; nothing is sampled again."""
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: LengthJudge())
+    run_pref(rounds_cfg(tmp_path, sft_folder, "stage.rounds=1"))
+    round_dir = tmp_path / "pref" / "round-1"
+    written = json.loads((round_dir / "metrics.json").read_text())
+    scores = (round_dir / "scores.jsonl").read_text()
+    (round_dir / "metrics.json").write_text("{bad")
+    decoded = []
+    monkeypatch.setattr("pasta.decoding.decode_async", lambda *args, **kwargs: decoded.append(1))
+    final = run_pref(rounds_cfg(tmp_path, sft_folder, "stage.rounds=1", "resume=true"))
+    redone = json.loads((round_dir / "metrics.json").read_text())
+    assert final == round_dir / "final" and (final / "config.json").is_file()
+    assert (round_dir / "scores.jsonl").read_text() == scores and not decoded
+    for key in ("round", "judge", "num_pairs", "mean_score", "mean_score_margin", "skipped"):
+        assert redone[key] == written[key], key
+    info = json.loads((tmp_path / "pref" / "train_info.json").read_text())
+    assert info["status"] == "done" and info["rounds"][0]["num_pairs"] == written["num_pairs"]
+
+
+def test_a_resume_over_a_round_whose_final_weights_are_cut_short_is_one_line(sft_folder, tmp_path, monkeypatch):
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: LengthJudge())
+    run_pref(rounds_cfg(tmp_path, sft_folder, "stage.rounds=1"))
+    weights = tmp_path / "pref" / "round-1" / "final" / "model.safetensors"
+    os.truncate(weights, 1000)
+    with pytest.raises(PastaError) as info:
+        run_pref(rounds_cfg(tmp_path, sft_folder, "stage.rounds=2", "resume=true"))
+    assert str(info.value).startswith(f"round 1: {weights} is incomplete (")
+
+
+def test_a_baseline_model_that_does_not_load_is_named_by_its_setting(sft_folder, tmp_path, tiny_model_and_tokenizer):
+    from pasta.training import sampling
+
+    records = [Record.from_dict(r) for r in read_jsonl(ANNOTATED)[:1]]
+    cut = cut_checkpoint(*tiny_model_and_tokenizer, tmp_path / "cut", 0)
+    for folder, says in ((tmp_path / "nowhere", " is not a folder"),
+                         (cut, f": {cut / 'model.safetensors'} is incomplete (0 bytes)")):
+        cfg = rounds_cfg(tmp_path, sft_folder, "stage.reference=baseline", f"stage.baseline_model={folder}")
+        out = tmp_path / f"refs-{folder.name}"
+        out.mkdir()
+        with pytest.raises(PastaError) as info:
+            sampling.reference_answers(records, settings_from_cfg(cfg.stage), cfg, out)
+        assert str(info.value).startswith(f"stage.baseline_model={folder}{says}")
 
 
 class DownJudge:

@@ -82,6 +82,29 @@ def test_baseline_sft_examples_have_no_tag_tokens(records, tagged):
         assert text == record["output"]
 
 
+def test_a_records_text_that_spells_control_tokens_trains_as_text(tagged):
+    """Security (issue 36): an instruction, input, output or annotation that spells a role marker or a tag is
+    trained on as text; the prompt holds only the chat template's markers, the answer only its annotation's tags."""
+    _, tokenizer, tag_ids = tagged
+    controls = [t.content for t in tokenizer.added_tokens_decoder.values() if t.special]
+    control_ids = {tokenizer.convert_tokens_to_ids(t) for t in controls}
+    spelled = " ".join(controls)
+    record = {"instruction": f"Say {spelled}", "input": spelled, "output": f"A {spelled}",
+              "annotated": f'A {spelled}<promise topic="t"/><async topic="t">b {spelled}</async> c {spelled}'}
+    (example,), _ = examples_of([record], tokenizer)
+    (plain,), _ = examples_of([{**record, "instruction": "Say", "input": "x", "output": "A",
+                                "annotated": '<promise topic="t"/><async topic="t">b</async> c'}], tokenizer)
+    assert [i for i in example["prompt_ids"] if i in control_ids] == [i for i in plain["prompt_ids"]
+                                                                      if i in control_ids]
+    for key in ("main_ids", "opener_ids", "body_ids"):
+        ids = example[key] if key == "main_ids" else [i for row in example[key] for i in row]
+        template = plain[key] if key == "main_ids" else [i for row in plain[key] for i in row]
+        assert [i for i in ids if i in control_ids] == [i for i in template if i in control_ids], key
+    (baseline,), _ = examples_of([record], tokenizer, strip_annotations=True)
+    assert [i for i in baseline["main_ids"] if i in control_ids] == [tokenizer.eos_token_id]
+    assert tag_ids.sync in control_ids
+
+
 def test_plain_alpaca_records_train_baseline_sft_on_their_output(tagged):
     _, tokenizer, _ = tagged
     examples, _ = examples_of(

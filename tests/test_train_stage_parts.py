@@ -3,14 +3,18 @@ what a preference round's metrics.json records about its training, and the setti
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
+from pasta.errors import PastaError
 from pasta.training.config import PrefSettings, SFTSettings
 from pasta.training.examples import ExampleStats, PromiseBalance
 from pasta.training.pref import round_train_metrics
+from pasta.training.runs import checkpoint_to_resume
 from pasta.training.sft import SFTData
 
 
@@ -102,3 +106,29 @@ def test_a_rounds_forking_records_are_its_best_well_formed_ended_forks_no_worse_
     assert records[0]["num_promises"] == 2 and records[0]["round"] == 2 and records[0]["quality"] == 0.8
     # SFT reads them as promise-bearing training records.
     assert len(with_min_promises([Record.from_dict(r) for r in records], 1)) == 3
+
+
+def fake_checkpoint(folder: Path) -> Path:
+    """A checkpoint folder as transformers writes one: trainer state, a safetensors file, torch's zip files."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text('{"global_step": 1}')
+    save_file({"w": torch.zeros(64)}, folder / "adapter_model.safetensors")
+    torch.save({"state": {}}, folder / "optimizer.pt")
+    return folder
+
+
+@pytest.mark.parametrize("damage", ["trainer_state.json", "adapter_model.safetensors", "optimizer.pt"])
+def test_a_resume_passes_over_a_damaged_newest_checkpoint_to_the_one_before(tmp_path, damage, caplog):
+    """A kill or a full disk while the newest checkpoint was written: the run resumes from the one before."""
+    older = fake_checkpoint(tmp_path / "checkpoints" / "checkpoint-1")
+    newest = fake_checkpoint(tmp_path / "checkpoints" / "checkpoint-2")
+    os.truncate(newest / damage, 10)
+    assert checkpoint_to_resume(tmp_path / "checkpoints", resume=True) == str(older)
+    assert f"{newest} cannot be resumed from: " in caplog.text
+    os.truncate(older / damage, 10)
+    assert checkpoint_to_resume(tmp_path / "checkpoints", resume=True) is None  # from the beginning, warned
+    with pytest.raises(PastaError, match="already holds checkpoints: pass resume=true"):
+        checkpoint_to_resume(tmp_path / "checkpoints", resume=False)

@@ -5,13 +5,24 @@ runs through the decoder's cache."""
 from __future__ import annotations
 
 import copy
+import os
 import time
+from pathlib import Path
 
 import torch
 
 from pasta.lang import add_tag_tokens
 from pasta.models import build_tiny_model
 from pasta.models.tiny import scale_weights
+
+
+def cut_checkpoint(model, tokenizer, folder: Path, size: int) -> Path:
+    """`model` saved into `folder` with its model.safetensors cut to its first `size` bytes: a copy, download or
+    save that stopped early."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    os.truncate(folder / "model.safetensors", size)
+    return folder
 
 
 def lively_model(tokenizer):

@@ -235,6 +235,7 @@ def _checked(
     optional: tuple[str, ...],
     on_error: OnError,
     check_unicode: bool = True,
+    check_lang: bool = False,
 ) -> list[dict[str, Any]]:
     kept = []
     for where, record in records:
@@ -245,6 +246,8 @@ def _checked(
             None,
         )
         problem = problem or _annotation_problem(record)
+        if check_lang:
+            problem = problem or _lang_problem(record)
         if check_unicode:  # hub records: files are checked as they are read
             problem = problem or invalid_unicode(record)
         if problem is None:
@@ -262,6 +265,20 @@ def _annotation_problem(record: dict[str, Any]) -> str | None:
         return "field 'annotated' is not a string or null"
     if "accepted" in record and not isinstance(record["accepted"], bool):
         return "field 'accepted' is not true or false"
+    return None
+
+
+def _lang_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with the PASTA-LANG of a record that training would use (not `accepted: false`)."""
+    annotated = record.get("annotated")
+    if record.get("accepted") is False or not isinstance(annotated, str) or not annotated.strip():
+        return None
+    from pasta.lang import LangError, parse  # the language pulls in torch: only for files that need it
+
+    try:
+        parse(annotated)
+    except LangError as exc:
+        return f"field 'annotated' is not well-formed PASTA-LANG ({exc})"
     return None
 
 
@@ -335,8 +352,13 @@ def _selected_records(
         records = fitting
     records = _select(records, cfg)
     for path in extras:
-        extra = _checked(_file_records(path, cfg.on_error, check_unicode), required, optional, cfg.on_error,
-                         check_unicode)
+        # An extra file is SFT data as it stands (a round's forking.jsonl): a record whose annotation does not parse
+        # is a bad record, not one to drop unseen; the main file's go to pasta.annotate's checks and are counted.
+        raw = list(_file_records(path, cfg.on_error, check_unicode))
+        extra = _checked(iter(raw), required, optional, cfg.on_error, check_unicode, check_lang=group == "data")
+        if len(extra) < len(raw):
+            log.warning("%s.extra_paths: skipped %d of %d records of %s (%s.on_error=skip)", group,
+                        len(raw) - len(extra), len(raw), path, group)
         if leave_out:
             extra, num_left_out = leave_out_heldout(extra)
             report.num_heldout_left_out += num_left_out

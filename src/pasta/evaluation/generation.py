@@ -2,8 +2,8 @@
 
     python -m pasta.eval eval.mode=generate model.path=outputs/sft decode=async eval.limit=50
 
-Writes into the run directory (see pasta.evaluation.run_files): run.json first (what is decoded, where), then one
-stats.jsonl line per prompt as it finishes (appended whole and fsynced), and model_outputs.json (AlpacaEval format)
+Writes into the run directory (see pasta.evaluation.run_files), nothing before the model has loaded: run.json first
+(what is decoded, where), then one stats.jsonl line per prompt as it finishes (appended whole and fsynced), and model_outputs.json (AlpacaEval format)
 atomically once every prompt is done. A rerun into the same directory skips the prompts already in stats.jsonl;
 a directory that holds another model's or another decode mode's run is refused, and so are prompts that do not fit
 the model's positions with decode.max_new_tokens (one line with their count, before the weights load).
@@ -288,9 +288,10 @@ def generate_run(
     records, _, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
     check_prompts_fit(cfg, records)
+    from pasta.models import load_model
+
     device = resolve_device(str(cfg.device))
     meta = _run_meta(cfg, ecfg, generator, mode, device, processes.count)
-    run_dir.mkdir(parents=True, exist_ok=True)
     previous = read_json(run_dir / RUN_META, "run.json") if (run_dir / RUN_META).is_file() else None
     if previous is not None:
         _check_resumable(run_dir, previous, meta)  # every process refuses alike, so none is left waiting below
@@ -299,19 +300,17 @@ def generate_run(
     stats.gather()
     done = {r["instruction"] for r in read_stats(run_dir)} if (run_dir / STATS).is_file() else set()
     todo = [record for record in records if record["instruction"] not in done]
-    if processes.is_main and (previous is None or todo):
-        if previous is not None:
-            meta = {**previous, "num_processes": process_counts(previous.get("num_processes"), processes.count)}
-        write_json_atomic(run_dir / RUN_META, meta)
     # The main process measures the model's cost model (a decoder that steps one request's rows at a time), unless
     # the run holds one of this version already: a rerun with nothing left to decode measures a stale one again.
     measure_costs = processes.is_main and mode != "sot" and not _has_current_costs(run_dir / STEP_COSTS)
     mine = processes.shard(todo)
-    model = None
-    if mine or measure_costs:
-        from pasta.models import load_model
-
-        model, tokenizer = load_model(cfg.model, device=device)
+    # The model loads before anything is written: weights that do not load leave output_dir as it was.
+    model, tokenizer = load_model(cfg.model, device=device) if mine or measure_costs else (None, None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if processes.is_main and (previous is None or todo):
+        if previous is not None:
+            meta = {**previous, "num_processes": process_counts(previous.get("num_processes"), processes.count)}
+        write_json_atomic(run_dir / RUN_META, meta)
     with stats.appender() as out:
         if mine:
             _decode_into(out, cfg, ecfg, mode, device, records, mine, generator, model, tokenizer)

@@ -19,7 +19,7 @@ import time
 
 from pasta.decoding import DecodeConfig, DecodeResult, DecodeStats, decode_sequential
 from pasta.evaluation.config import SotConfig
-from pasta.models import prompt_text
+from pasta.models import encode_prompt
 
 _POINT_RE = re.compile(r"^\s*(\d+)\s*[.)]\s*(.+?)\s*$")
 OUTLINE_PREFIX = "1."
@@ -35,12 +35,6 @@ def parse_outline(text: str, max_points: int) -> list[str]:
     return points[:max_points]
 
 
-def _encode(tokenizer, user_text: str, answer_start: str) -> list[int]:
-    """Chat prompt ids of `user_text`, with the assistant's answer already started by `answer_start`."""
-    text = prompt_text(tokenizer, user_text) + answer_start
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
 def _first_point_only(text: str, next_index: int) -> str:
     """Cut an expansion that runs on into the next point (small models often do)."""
     match = re.search(rf"\n\s*{next_index}\s*[.)]\s", text)
@@ -52,7 +46,7 @@ def decode_sot(model, tokenizer, instruction: str, sot: SotConfig, config: Decod
     started = time.perf_counter()
     outline_request = sot.outline_prompt.format(instruction=instruction)
     outline = decode_sequential(
-        model, tokenizer, [_encode(tokenizer, outline_request, OUTLINE_PREFIX)],
+        model, tokenizer, [encode_prompt(tokenizer, outline_request, answer_start=OUTLINE_PREFIX)],
         dataclasses.replace(config, max_new_tokens=sot.outline_max_new_tokens),
     )[0]
     outline_text = OUTLINE_PREFIX + outline.text
@@ -70,8 +64,8 @@ def decode_sot(model, tokenizer, instruction: str, sot: SotConfig, config: Decod
     skeleton = "\n".join(f"{index}. {point}" for index, point in enumerate(points, start=1))
     starts = [f"{index}. {point}" for index, point in enumerate(points, start=1)]
     point_prompts = [
-        _encode(tokenizer, sot.point_prompt.format(instruction=instruction, outline=skeleton, index=index, point=point),
-                start)
+        encode_prompt(tokenizer, sot.point_prompt.format(instruction=instruction, outline=skeleton, index=index,
+                                                         point=point), answer_start=start)
         for index, (point, start) in enumerate(zip(points, starts, strict=True), start=1)
     ]
     expansions = decode_sequential(

@@ -60,5 +60,5 @@ def build_judge(judge_cfg: DictConfig | dict[str, Any]) -> Judge:
     if model_cfg is None:
         raise PastaError("judge.model: judge=hf needs a model config (e.g. model@judge.model=smollm2-135m)")
     # The judge reads the model through its own forward, with transformers' own masks.
-    model, tokenizer = load_model(model_cfg, device=config.device, check=False)
+    model, tokenizer = load_model(model_cfg, device=config.device, check=False, path_key="judge.model.path")
     return HFJudge(config, model, tokenizer, model_name=str(model_cfg.get("name", "model")))

@@ -26,6 +26,7 @@ from pasta.judges.prompts import (
     ChatPrompt,
     load_prompt,
 )
+from pasta.models import encode_chat
 
 _PREFIX_HELP = (
     "assistant text appended after the chat template's generation prompt; the digit is read at the next token, and "
@@ -143,10 +144,8 @@ class HFJudge:
 
     def _prompt_ids(self, prompt: ChatPrompt, prefix: str, **values: str) -> list[int]:
         # The prefix is tokenized on its own so that its last token is the one _answer_token_ids measured against.
-        text = self.tokenizer.apply_chat_template(
-            prompt.messages(**values), add_generation_prompt=True, tokenize=False
-        )
-        return self.tokenizer.encode(text, add_special_tokens=False) + self.tokenizer.encode(
+        # An instruction or answer that spells a control token stays text (pasta.models.prompts).
+        return encode_chat(self.tokenizer, prompt.messages(**values)) + self.tokenizer.encode(
             prefix, add_special_tokens=False
         )
 

@@ -14,11 +14,18 @@ accident; the decoder renders the inline form from the ids.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, fields, replace
 
 import torch
 
 from pasta.lang.syntax import Document, LangError, Promise, Sync, Text
+
+# transformers switches special-token splitting per call by setting a flag on the tokenizer object that all threads
+# share: two threads encoding at once (the server tokenizes prompts on a thread pool while its engine thread runs)
+# could each run with the other's setting. Every encoding that splits special tokens holds this lock
+# (pasta.models.prompts too), so text never becomes a control token because another thread was encoding.
+ENCODE_LOCK = threading.RLock()
 
 # Special-token string -> the inline-form text whose sub-token embeddings initialise the new row.
 TAG_TOKENS: dict[str, str] = {
@@ -110,7 +117,8 @@ def encode_text(tokenizer, text: str) -> list[int]:
     """Token ids of plain text: no BOS/EOS, and tag-like text never becomes a special token."""
     if not text:
         return []
-    return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    with ENCODE_LOCK:
+        return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
 @dataclass(frozen=True)

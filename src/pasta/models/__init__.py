@@ -8,8 +8,8 @@ and the shared chat prompt format.
 """
 
 from pasta.models.config import EmbeddedModel, ModelConfig, RandomInit
-from pasta.models.loading import load_model, load_tokenizer, max_positions, resolve_source
-from pasta.models.prompts import encode_prompt, prompt_text, user_message
+from pasta.models.loading import incomplete_weights, load_model, load_tokenizer, max_positions, resolve_source
+from pasta.models.prompts import encode_chat, encode_prompt, encode_text_prompt, user_message
 from pasta.models.tiny import build_tiny_model
 
 __all__ = [
@@ -17,11 +17,13 @@ __all__ = [
     "ModelConfig",
     "RandomInit",
     "build_tiny_model",
+    "encode_chat",
     "encode_prompt",
+    "encode_text_prompt",
+    "incomplete_weights",
     "load_model",
     "load_tokenizer",
     "max_positions",
-    "prompt_text",
     "resolve_source",
     "user_message",
 ]

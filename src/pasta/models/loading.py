@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 import time
@@ -105,13 +107,16 @@ def convert_gguf(gguf_file: Path, target: Path) -> Path:
     return target
 
 
-def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> str:
-    """The folder or hub id to load from: model.path > embedded cache (converting the GGUF once) > hub id."""
+def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any], path_key: str | None = "model.path") -> str:
+    """The folder or hub id to load from: model.path > embedded cache (converting the GGUF once) > hub id.
+
+    `path_key` is the setting the user gave the folder under (`stage.baseline_model` when a stage points the model
+    config at it), named in errors with its value; None for a folder a run wrote itself (named alone)."""
     cfg = schema_from(model_cfg, ModelConfig, "model")
     if cfg.path is not None:
         folder = Path(cfg.path).expanduser()
         if not folder.is_dir():
-            raise PastaError(f"model.path={cfg.path} is not a folder")
+            raise PastaError(f"{_where(cfg, path_key)} is not a folder")
         return str(folder)
     if cfg.embedded is not None:
         cached = embedded_cache_dir(cfg)
@@ -139,26 +144,80 @@ def _first_line(exc: BaseException | None) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _load_error(cfg: ModelConfig, source: str, exc: Exception) -> PastaError:
+def _where(cfg: ModelConfig, path_key: str | None) -> str:
+    """The model as the user named it: `<key>=<value>` for a folder they set, the folder a run wrote, or the
+    model config's name."""
+    if cfg.path is None:
+        return f"model {cfg.name}"
+    return f"{path_key}={cfg.path}" if path_key else str(cfg.path)
+
+
+def _load_error(cfg: ModelConfig, source: str, exc: Exception, path_key: str | None) -> PastaError:
     if source == cfg.hub_id:
         return PastaError(_nothing_found_message(cfg, exc))
+    if cfg.path is not None:
+        return PastaError(f"{_where(cfg, path_key)}: cannot load ({_first_line(exc)})")
     return PastaError(f"model {cfg.name}: cannot load {source} ({_first_line(exc)})")
+
+
+def incomplete_weights(folder: str | Path) -> str | None:
+    """What stops a load of `folder` before it starts: its first safetensors file that is cut short (a copy, a
+    download or a save that did not finish) or is not one, named; None when every one is whole.
+
+    safetensors itself reports a short file as `SafetensorError: Error while deserializing header`, without the
+    file's name; this reads each file's header (a few KB) and compares the size it declares with the file's.
+    """
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        if not path.is_file():
+            continue  # what from_pretrained makes of it is its own error
+        size = path.stat().st_size
+        with open(path, "rb") as file:
+            head = file.read(9)  # the header's length (8 bytes), then the header: a JSON object
+            if len(head) < 9:
+                return f"{path} is incomplete ({size:,} bytes)"
+            header_size = int.from_bytes(head[:8], "little")
+            if head[8:9] != b"{" or header_size < 2:
+                return f"{path} is not a safetensors file"
+            if 8 + header_size > size:
+                return f"{path} is incomplete ({size:,} bytes, less than its own header)"
+            try:
+                header = json.loads(head[8:] + file.read(header_size - 1))
+                data_size = max((entry["data_offsets"][1] for name, entry in header.items()
+                                 if name != "__metadata__"), default=0)
+            except (ValueError, TypeError, KeyError, IndexError):
+                return f"{path} is not a safetensors file (its header does not parse)"
+        if 8 + header_size + data_size > size:
+            return f"{path} is incomplete ({size:,} of {8 + header_size + data_size:,} bytes)"
+    return None
+
+
+def _check_weights(cfg: ModelConfig, source: str, path_key: str | None) -> None:
+    if not Path(source).is_dir():
+        return  # a hub id
+    problem = incomplete_weights(source)
+    if problem is None:
+        return
+    if cfg.path is None:  # the embedded model's converted cache
+        raise PastaError(f"model {cfg.name}: {problem}; delete {source} to convert it again")
+    raise PastaError(f"{_where(cfg, path_key)}: {problem}; copy or save the model again")
 
 
 def _hub_kwargs(cfg: ModelConfig, source: str) -> dict[str, Any]:
     return {"revision": cfg.revision} if source == cfg.hub_id and cfg.revision else {}
 
 
-def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreTrainedTokenizerBase:
+def load_tokenizer(
+    model_cfg: ModelConfig | DictConfig | dict[str, Any], path_key: str | None = "model.path"
+) -> PreTrainedTokenizerBase:
     """The model's tokenizer, with a pad token (eos when the tokenizer has none) and its chat template."""
     from transformers import AutoTokenizer
 
     cfg = schema_from(model_cfg, ModelConfig, "model")
-    source = resolve_source(cfg)
+    source = resolve_source(cfg, path_key)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **_hub_kwargs(cfg, source))
     except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
-        raise _load_error(cfg, source, exc) from None
+        raise _load_error(cfg, source, exc, path_key) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if cfg.chat_template is not None:
@@ -166,9 +225,10 @@ def load_tokenizer(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> PreT
     return tokenizer
 
 
-def model_config(model_cfg: ModelConfig | DictConfig | dict[str, Any], tokenizer=None):
+def model_config(model_cfg: ModelConfig | DictConfig | dict[str, Any], tokenizer=None,
+                 path_key: str | None = "model.path"):
     """The model's transformers config, read alone (no weights load): a random model's twin config, or the
-    source's config.json."""
+    source's config.json. `path_key` names the setting `model_cfg.path` came from, for errors."""
     from transformers import AutoConfig
 
     from pasta.models.tiny import Sizes, twin_config
@@ -178,13 +238,13 @@ def model_config(model_cfg: ModelConfig | DictConfig | dict[str, Any], tokenizer
         init = cfg.random_init
         sizes = Sizes(init.num_layers, init.hidden_size, init.num_heads, init.num_kv_heads, init.intermediate_size,
                       init.max_position_embeddings, init.head_dim, init.sliding_window)
-        return twin_config(tokenizer or load_tokenizer(cfg), cfg.architecture or "llama", sizes,
+        return twin_config(tokenizer or load_tokenizer(cfg, path_key), cfg.architecture or "llama", sizes,
                            cfg.attn_implementation)
-    source = resolve_source(cfg)
+    source = resolve_source(cfg, path_key)
     try:
         config = AutoConfig.from_pretrained(source, **_hub_kwargs(cfg, source))
     except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
-        raise _load_error(cfg, source, exc) from None
+        raise _load_error(cfg, source, exc, path_key) from None
     types = {config.model_type, config.get_text_config().model_type}
     if cfg.architecture is not None and cfg.architecture not in types:
         log.warning("model %s: model.architecture=%s, but %s is a %s model", cfg.name, cfg.architecture, source,
@@ -192,13 +252,15 @@ def model_config(model_cfg: ModelConfig | DictConfig | dict[str, Any], tokenizer
     return config
 
 
-def max_positions(model_cfg: ModelConfig | DictConfig | dict[str, Any]) -> int | None:
+def max_positions(
+    model_cfg: ModelConfig | DictConfig | dict[str, Any], path_key: str | None = "model.path"
+) -> int | None:
     """The model's `max_position_embeddings`, read from its config alone (no weights load), or None when its
     config gives none: what a prompt and its answer must fit in."""
     cfg = schema_from(model_cfg, ModelConfig, "model")
     if cfg.random_init is not None:
         return cfg.random_init.max_position_embeddings
-    return getattr(model_config(cfg).get_text_config(), "max_position_embeddings", None)
+    return getattr(model_config(cfg, path_key=path_key).get_text_config(), "max_position_embeddings", None)
 
 
 def torch_dtype(name: str, device: str) -> torch.dtype:
@@ -214,13 +276,17 @@ def torch_dtype(name: str, device: str) -> torch.dtype:
 
 
 def load_model(
-    model_cfg: ModelConfig | DictConfig | dict[str, Any], device: str = "cpu", *, check: bool = True
+    model_cfg: ModelConfig | DictConfig | dict[str, Any], device: str = "cpu", *, check: bool = True,
+    path_key: str | None = "model.path",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) for a model config onto `device` ("auto" allowed), in eval mode.
 
     `check` (every stage that trains in pasta's layout or decodes with pasta's decoders): refuse, before any weight
     loads, an architecture whose attention pasta cannot honour (pasta.models.architecture). A caller that runs the
-    model only through transformers' own `generate` or forward (the hf teacher and judge) passes False."""
+    model only through transformers' own `generate` or forward (the hf teacher and judge) passes False.
+    `path_key` names the setting `model_cfg.path` came from, for errors (see `resolve_source`). A folder whose
+    weights file is cut short is one line naming the file, before anything loads."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     from pasta.models.architecture import check_architecture
@@ -229,21 +295,26 @@ def load_model(
     cfg = schema_from(model_cfg, ModelConfig, "model")
     device = resolve_device(device)
     dtype = torch_dtype(cfg.dtype, device)
-    tokenizer = load_tokenizer(cfg)
+    if cfg.random_init is None:
+        _check_weights(cfg, resolve_source(cfg, path_key), path_key)
+    tokenizer = load_tokenizer(cfg, path_key)
     if check:
-        check_architecture(model_config(cfg, tokenizer), cfg.name)
+        check_architecture(model_config(cfg, tokenizer, path_key), cfg.name)
     if cfg.random_init is not None:
         sizes = dataclasses.asdict(cfg.random_init)
         model = build_tiny_model(tokenizer, family=cfg.architecture or "llama",
                                  attn_implementation=cfg.attn_implementation, **sizes).to(dtype)
         return model.to(device).eval(), tokenizer
-    source = resolve_source(cfg)
+    source = resolve_source(cfg, path_key)
     try:
         # On an accelerator, device_map puts the weights straight there: a 7B model never sits in CPU memory.
         placement = {} if device == "cpu" else {"device_map": device}
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, attn_implementation=cfg.attn_implementation, **placement, **_hub_kwargs(cfg, source)
         )
-    except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
-        raise _load_error(cfg, source, exc) from None
+    # What from_pretrained raises for a missing or unusable source; safetensors' own error for a damaged file
+    # that the header check above let through; torch.load's for a damaged pytorch_model.bin, and a state dict that
+    # does not fit the config (RuntimeError).
+    except (OSError, ValueError, SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise _load_error(cfg, source, exc, path_key) from None
     return model.to(device).eval(), tokenizer

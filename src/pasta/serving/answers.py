@@ -18,6 +18,7 @@ from fastapi import Request
 from pasta.decoding import DecodeConfig, DecodeResult
 from pasta.serving.engine import Engine
 from pasta.serving.errors import APIError
+from pasta.serving.middleware import mark_client_gone
 from pasta.serving.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -189,7 +190,10 @@ async def stream(engine: Engine, raw: Request, submitted: Submitted, head: Answe
             yield head.usage_chunk(usage(requests[0].prompt_ids, done))
         yield "data: [DONE]\n\n"
     except ClientGone:
-        pass
+        mark_client_gone(raw.scope)
+    except (GeneratorExit, asyncio.CancelledError):  # stopped from outside: a write found the client gone
+        mark_client_gone(raw.scope)
+        raise
     finally:
         _cancel_unfinished(engine, requests, done)
 

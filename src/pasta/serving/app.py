@@ -31,6 +31,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from pasta.decoding import DecodeConfig
+from pasta.errors import PastaError
+from pasta.models import encode_chat, encode_text_prompt
 from pasta.serving.answers import AnswerHead, ClientGone, collect, stream, submit, usage
 from pasta.serving.engine import Engine
 from pasta.serving.errors import APIError, add_error_handlers
@@ -114,19 +116,20 @@ def _add_generation_routes(app: FastAPI, engine: Engine, settings: ServeSettings
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, raw: Request):
         _check(body, settings, engine)
-        prompt_ids = (await run_in_threadpool(tokenizer, body.prompt))["input_ids"]
+        prompt_ids = await run_in_threadpool(encode_text_prompt, tokenizer, body.prompt)
         return await _answer(engine, settings, raw, body, prompt_ids, body.max_tokens, chat=False)
 
 
 def _chat_prompt_ids(tokenizer, messages: list[ChatMessage]) -> list[int]:
-    """The conversation through the model's chat template, ready for the assistant's turn."""
+    """The conversation through the model's chat template, ready for the assistant's turn; a control token's text
+    in a message stays text (pasta.models.prompts)."""
     conversation = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in messages]
     try:
-        text = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-    except Exception as exc:  # a template that refuses this conversation (roles, order)
-        raise APIError(400, f"the model's chat template rejects these messages: {exc}", param="messages") \
+        return encode_chat(tokenizer, conversation)
+    except PastaError as exc:  # a template that refuses this conversation (roles, order), or no template
+        reason = getattr(exc, "reason", exc)  # TemplateRefused's: the template's own words
+        raise APIError(400, f"the model's chat template rejects these messages: {reason}", param="messages") \
             from None
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 async def _answer(engine: Engine, settings: ServeSettings, raw: Request, body, prompt_ids: list[int],

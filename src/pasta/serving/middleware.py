@@ -8,14 +8,28 @@ These only watch the messages that pass, and leave the route's receive channel a
 
 from __future__ import annotations
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pasta.serving.errors import error_response
 from pasta.serving.metrics import ServingMetrics
 
+# The scope key a streamed answer sets when its client left before the answer was done (see `mark_client_gone`).
+_CLIENT_GONE = "pasta.client_gone"
+
+
+def mark_client_gone(scope: Scope) -> None:
+    """Say that this request's client left before its answer was done: it counts as 499, whatever status its
+    response started with (a stream starts with 200 before its first event)."""
+    scope[_CLIENT_GONE] = True
+
 
 class CountResponses:
-    """Count the answers of the OpenAI routes (`/v1/...`) by status code, as their response starts."""
+    """Count the answers of the OpenAI routes (`/v1/...`) by status code, once each response has ended.
+
+    A stream's status line is sent with its first event, before anyone knows how it ends: a stream whose client
+    left (`mark_client_gone`, or a write into the closed connection) counts as 499, as a non-streamed answer whose
+    client left does, and one that broke off on the server's side after its start counts as 500."""
 
     def __init__(self, app: ASGIApp, metrics: ServingMetrics):
         self.app, self.metrics = app, metrics
@@ -24,13 +38,26 @@ class CountResponses:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
+        status: int | None = None
 
         async def counted(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                self.metrics.requests.labels(str(message["status"])).inc()
+                status = message["status"]
             await send(message)
 
-        await self.app(scope, receive, counted)
+        try:
+            await self.app(scope, receive, counted)
+        except (OSError, ClientDisconnect):  # a write into a connection the client closed
+            mark_client_gone(scope)
+            raise
+        except BaseException:
+            if status is not None:
+                status = 500  # broke off after its start; before it, the server's error answer is counted
+            raise
+        finally:
+            if status is not None:
+                self.metrics.requests.labels("499" if scope.get(_CLIENT_GONE) else str(status)).inc()
 
 
 class LimitBodySize:

@@ -26,7 +26,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from pasta.config import schema_from
 from pasta.lang import encode_text
-from pasta.models import ModelConfig, load_model
+from pasta.models import ModelConfig, encode_chat, load_model
 from pasta.teachers.base import DIVERGED, TRUNCATED, Teacher, TeacherReply, TeacherRequest
 from pasta.teachers.prompt import TeacherPrompt
 from pasta.transformers_api import CACHE_ARGUMENT, output_cache
@@ -121,7 +121,7 @@ class HFTeacher(Teacher):
         self.prompt = TeacherPrompt.load(cfg.prompt)
         self._torch = torch
         # generate() with transformers' own masks: whatever its attention is, pasta does not mask it.
-        self._lm, self._tokenizer = load_model(model_cfg, device=device, check=False)
+        self._lm, self._tokenizer = load_model(model_cfg, device=device, check=False, path_key="teacher.model.path")
         self._prefix: tuple[list[int], Any] | None = None
 
     def annotate(self, requests: Iterable[TeacherRequest]) -> Iterator[TeacherReply]:
@@ -134,20 +134,14 @@ class HFTeacher(Teacher):
         return math.ceil(num_tokens * self.cfg.max_new_tokens_factor) + self.cfg.max_new_tokens_extra
 
     def _prompt_ids(self, request: TeacherRequest) -> list[int]:
-        text = self._tokenizer.apply_chat_template(
-            self.prompt.messages(request.instruction, request.input, request.response),
-            add_generation_prompt=True,
-            tokenize=False,
-        )
-        # The chat template already writes the special tokens; adding them again would double a BOS.
-        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        # A record's text that spells a control token stays text (pasta.models.prompts).
+        return encode_chat(self._tokenizer, self.prompt.messages(request.instruction, request.input, request.response))
 
     def _shared_prefix(self) -> tuple[list[int], Any]:
         """The system part's ids and their KV cache, computed once: every prompt starts with the same ~5K tokens."""
         if self._prefix is None:
             system = self.prompt.messages("", "", "")[:1]
-            text = self._tokenizer.apply_chat_template(system, tokenize=False)
-            ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = encode_chat(self._tokenizer, system, add_generation_prompt=False)
             with self._torch.no_grad():
                 cache = output_cache(self._lm(self._torch.tensor([ids], device=self._lm.device), use_cache=True))
             self._prefix = (ids, cache)

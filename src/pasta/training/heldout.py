@@ -16,6 +16,7 @@ under `accelerate launch` each process decodes its share and the main process ga
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from pasta.models import encode_prompt, load_model
 from pasta.parallel import Processes, ShardedJsonl
 from pasta.training.config import PrefSettings
 from pasta.training.modeling import model_at
+
+log = logging.getLogger(__name__)
 
 ANSWERS = "heldout.jsonl"
 SUMMARY = "heldout.json"
@@ -137,11 +140,16 @@ def mean_of(answers: list[dict], key: str) -> float | None:
 
 
 def read_summary(out_dir: Path) -> HeldoutSummary | None:
-    """The summary a finished check wrote in `out_dir`, or None."""
+    """The summary a finished check wrote in `out_dir`, or None (also when it does not read back: the check is
+    then redone from the answers it kept)."""
     path = out_dir / SUMMARY
     if not path.is_file():
         return None
-    return HeldoutSummary(**json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return HeldoutSummary(**json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:  # a torn write, an edit: JSON or fields wrong
+        log.warning("%s does not read back (%s): checking again", path, exc)
+        return None
 
 
 class HeldoutCheck:
@@ -165,7 +173,8 @@ class HeldoutCheck:
         if summary is not None:
             return summary
         model_cfg = self.cfg.model if policy_path is None else model_at(self.cfg.model, policy_path)
-        model, tokenizer = load_model(model_cfg, device=resolve_device(self.cfg.get("device", "auto")))
+        model, tokenizer = load_model(model_cfg, device=resolve_device(self.cfg.get("device", "auto")),
+                                      path_key="model.path" if policy_path is None else None)
         add_tag_tokens(tokenizer, model)
         return check_policy(
             model,

@@ -41,7 +41,7 @@ from pasta.config import resolve_device
 from pasta.data import Record, load_training_records, write_json_atomic, write_jsonl_atomic
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
-from pasta.models import load_model
+from pasta.models import incomplete_weights, load_model
 from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
@@ -162,7 +162,9 @@ def run_round(
     resume = bool(cfg.get("resume", False))
     scores_path = round_dir / "scores.jsonl"
     model_cfg = cfg.model if policy_path is None else model_at(cfg.model, policy_path)
-    model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
+    # A round's policy is a folder the run wrote: errors name it alone, not as the user's model.path.
+    model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")),
+                                  path_key="model.path" if policy_path is None else None)
     add_tag_tokens(tokenizer, model)
     prompts = round_prompts(records, settings, round_index)
     seed = (int(cfg.get("seed") or 0) * 1000 + round_index) * 1_000_003
@@ -206,6 +208,35 @@ def run_round(
         write_json_atomic(round_dir / ROUND_METRICS, metrics)
     processes.wait()  # every process reads the round's metrics next
     return round_dir / "final"
+
+
+# What `round_line` and the run's summary read of a round's metrics.json.
+_ROUND_METRICS_KEYS = ("round", "mean_score", "mean_score_margin", "train")
+
+
+def finished_round_metrics(round_dir: Path, round_index: int) -> dict[str, Any] | None:
+    """The metrics of a round a resumed run finished before, or None when the round has to run (again).
+
+    A round is finished when it wrote its final model and its metrics.json. A metrics.json that does not read back
+    (a torn write, an edit) is redone: the round runs again from what it kept, its scored prompts and its last
+    checkpoint. A final model whose weights are cut short is one line: it is the next round's policy."""
+    final = round_dir / "final"
+    metrics_path = round_dir / ROUND_METRICS
+    if not (metrics_path.is_file() and (final / "config.json").is_file()):
+        return None
+    problem = incomplete_weights(final)
+    if problem is not None:
+        raise PastaError(f"round {round_index}: {problem}: delete {final} and resume to train the round again")
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+        if not isinstance(metrics, dict) or not isinstance(metrics.get("train"), dict) \
+                or any(key not in metrics for key in _ROUND_METRICS_KEYS):
+            raise ValueError("not a round's metrics")
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        log.warning("round %d: %s does not read back (%s): running the round again from its scores and its last "
+                    "checkpoint", round_index, metrics_path, exc)
+        return None
+    return metrics
 
 
 def check_latency_references(settings: PrefSettings, records: list[Record], references: dict[str, str]) -> None:
@@ -261,14 +292,15 @@ def run_pref(cfg: DictConfig) -> Path:
     for round_index in range(1, settings.rounds + 1):
         round_dir = output_dir / f"round-{round_index}"
         metrics_path = round_dir / ROUND_METRICS
-        if metrics_path.is_file() and (round_dir / "final" / "config.json").is_file():
+        metrics = finished_round_metrics(round_dir, round_index)
+        if metrics is not None:
             log.info("round %d already done: %s", round_index, round_dir)
         else:
             run_round(
                 cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir, processes
             )
+            metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
         policy_path = round_dir / "final"
-        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
         summary = heldout.run(policy_path, round_dir)
         if summary is not None:
             metrics["heldout"] = asdict(summary)

@@ -36,29 +36,82 @@ def resolve_output_dir(cfg: DictConfig) -> Path:
     raise PastaError("set output_dir=/path/to/run/folder")
 
 
-def last_checkpoint(checkpoint_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+def checkpoint_damage(checkpoint: Path) -> str | None:
+    """What makes a checkpoint folder unusable to resume from (a kill or a full disk while it was written), or
+    None: its trainer state must read back, its safetensors be whole, and torch's files (optimizer, scheduler, RNG
+    states: zip archives) end with their directory."""
+    import json
+    import zipfile
 
-    return get_last_checkpoint(str(checkpoint_dir)) if checkpoint_dir.is_dir() else None
+    from pasta.models import incomplete_weights
+
+    state = checkpoint / "trainer_state.json"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # missing, unreadable, or not JSON
+        return f"{state} does not read back ({exc})"
+    problem = incomplete_weights(checkpoint)
+    if problem is not None:
+        return problem
+    for path in sorted(checkpoint.glob("*.pt*")) + sorted(checkpoint.glob("*.bin")):
+        if path.is_file() and not zipfile.is_zipfile(path):
+            return f"{path} is incomplete"
+    return None
+
+
+def _checkpoints(checkpoint_dir: Path) -> dict[int, Path]:
+    """transformers' checkpoint folders (checkpoint-<step>) by step."""
+    if not checkpoint_dir.is_dir():
+        return {}
+    steps = {}
+    for path in checkpoint_dir.iterdir():
+        step = path.name.removeprefix("checkpoint-")
+        if path.is_dir() and path.name.startswith("checkpoint-") and step.isdigit():
+            steps[int(step)] = path
+    return steps
+
+
+def last_checkpoint(checkpoint_dir: Path) -> str | None:
+    """The newest checkpoint that can be resumed from; a damaged newer one is passed over with a warning (the
+    trainer keeps the one before it, `stage.save_total_limit`)."""
+    checkpoints = _checkpoints(checkpoint_dir)
+    for step in sorted(checkpoints, reverse=True):
+        problem = checkpoint_damage(checkpoints[step])
+        if problem is None:
+            return str(checkpoints[step])
+        log.warning("%s cannot be resumed from: %s; trying the one before", checkpoints[step], problem)
+    return None
 
 
 def checkpoint_to_resume(checkpoint_dir: Path, resume: bool) -> str | None:
     """The checkpoint to continue from; refuses to silently train over an earlier run's checkpoints."""
+    if not resume:
+        if _checkpoints(checkpoint_dir):
+            raise PastaError(
+                f"{checkpoint_dir} already holds checkpoints: pass resume=true to continue that run, or another "
+                "output_dir"
+            )
+        return None
     found = last_checkpoint(checkpoint_dir)
-    if found and not resume:
-        raise PastaError(
-            f"{checkpoint_dir} already holds checkpoints: pass resume=true to continue that run, or another output_dir"
-        )
-    if resume and not found:
-        log.warning("resume=true but %s holds no checkpoint: starting from the beginning", checkpoint_dir)
-    return found if resume else None
+    if not found:
+        log.warning("resume=true but %s holds no checkpoint to resume from: starting from the beginning",
+                    checkpoint_dir)
+    return found
 
 
 def read_train_info(output_dir: Path) -> dict[str, Any] | None:
+    """What `write_train_info` last wrote, or None (also when it does not read back: a torn write, an edit)."""
     import json
 
     path = Path(output_dir) / TRAIN_INFO
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        log.warning("%s does not read back (%s): the run's data is not compared with it", path, exc)
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def check_same_data(output_dir: Path, data_sha256: str) -> None:

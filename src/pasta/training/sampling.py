@@ -75,7 +75,8 @@ def reference_answers(
     todo = processes.shard([r for r in records if r.id not in done])
     if todo:
         model_cfg = model_at(cfg.model, settings.baseline_model)
-        model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")))
+        model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")),
+                                      path_key="stage.baseline_model")
         config = DecodeConfig(
             max_new_tokens=settings.max_new_tokens, sampling=SamplingConfig(temperature=0.0)
         )
