@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU study: does PASTA buy a user wall-clock time at equal quality, on prompts no stage trained on?
-#   annotate the shared 5K Alpaca (structural teacher) -> SFT with the stage defaults -> Baseline-SFT (same records,
+#   annotate the study's data (default data=alpaca_eval_gpt4_mix: GPT-4 answers to the AlpacaEval prompts outside the
+#   held-out pool, then the shared 5K Alpaca; structural teacher) -> SFT with the stage defaults -> Baseline-SFT (same records,
 #   tags stripped) -> Baseline-SFT decoded on the held-out prompts -> a lambda sweep x rounds of the preference stage,
 #   each lambda chained from the SFT model, scored against Baseline-SFT's own answers (stage.reference=baseline: the
 #   latency speed reward counts a candidate's steps against them) -> every PASTA model decoded on the same held-out
@@ -10,17 +11,18 @@
 # samples the same candidates for every lambda (same start, prompts and seeds), so later lambdas reuse the first
 # lambda's round-1 samples and Baseline-SFT answers instead of decoding them again.
 #
-# Every answer gets the same budget: max_new_tokens tokens, every thread's together for the PASTA models
-# (decode.max_total_tokens), as a sequential answer's. Otherwise a PASTA answer may run to max_new_tokens on its main
-# thread and as many again in each chunk.
+# Every answer gets the same budget: max_new_tokens tokens, every thread's together for the PASTA models (the
+# default of decode.max_total_tokens), as a sequential answer's.
 #
 # How speed is measured: every model decodes the held-out prompts in batches (eval.timing=throughput) except the
 # first PASTA_STUDY_TIMED_PROMPTS, decoded one at a time after a warm-up: their per-prompt wall-clock speedups against
-# Baseline-SFT are measured. For every prompt, the cost model prices each answer's steps on the forward cost by rows
+# Baseline-SFT are measured, and each forked one is replayed as its own plain text, one token per step, by the same
+# model (eval.parallelism: the part of the speedup that is parallel decoding, not a shorter answer). For every prompt, the cost model prices each answer's steps on the forward cost by rows
 # measured in Baseline-SFT's run (c(q), step_costs.json): the cost-model speedup, beside the measured one.
 #
 #   scripts/cpu_study.sh                                  # outputs/study/, the embedded SmolLM2-135M
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
+#   PASTA_STUDY_STOP_AFTER=sft scripts/cpu_study.sh          # stop after SFT and Baseline-SFT ($dir/sft/final, ...)
 #
 # Sizes come from the environment (the test suite runs this script on a tiny random model); every PASTA_STUDY_* setting
 # is checked before step 1 (one `error:` line and exit code 2 for a bad one). The quality numbers are
@@ -44,7 +46,10 @@ num_samples=${PASTA_STUDY_SAMPLES:-4}
 pref_args=${PASTA_STUDY_PREF_ARGS:-}                  # extra preference overrides
 num_eval=${PASTA_STUDY_EVAL_PROMPTS:-100}             # held-out prompts (eval.subset, seed 0)
 num_timed=${PASTA_STUDY_TIMED_PROMPTS:-20}            # of them, decoded one at a time (measured wall clock)
-max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-256}
+# The answer budget: near the p90 of the answers the students learn (233 tokens in the default SFT set), so that it
+# cuts few of Baseline-SFT's answers (the study reports how many: the report's budget-cut column).
+max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-320}
+stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and Baseline-SFT
 
 # --- settings check: every PASTA_STUDY_* setting above, before step 1 -----------------------------------------------
 # A bad one is one `error:` line and exit code 2 now, not a failure at the step that uses it, hours in. Each setting
@@ -55,7 +60,8 @@ max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-256}
     "PASTA_STUDY_EVAL_DATA=$eval_data" "PASTA_STUDY_RECORDS=$num_records" "PASTA_STUDY_SFT_ARGS=$sft_args" \
     "PASTA_STUDY_LAMBDAS=$lambdas" "PASTA_STUDY_ROUNDS=$num_rounds" "PASTA_STUDY_PREF_PROMPTS=$num_prompts" \
     "PASTA_STUDY_SAMPLES=$num_samples" "PASTA_STUDY_PREF_ARGS=$pref_args" "PASTA_STUDY_EVAL_PROMPTS=$num_eval" \
-    "PASTA_STUDY_TIMED_PROMPTS=$num_timed" "PASTA_STUDY_MAX_NEW_TOKENS=$max_new_tokens" <<'PY'
+    "PASTA_STUDY_TIMED_PROMPTS=$num_timed" "PASTA_STUDY_MAX_NEW_TOKENS=$max_new_tokens" \
+    "PASTA_STUDY_STOP_AFTER=$stop_after" <<'PY'
 import re
 import sys
 
@@ -86,6 +92,9 @@ def checked(name: str, config_name: str, overrides: list[str], stage: str | None
         fail(PastaError(f"{name}: overrides the stage, which this step sets (stage={stage})"))
 
 
+if settings["PASTA_STUDY_STOP_AFTER"] not in ("", "sft"):
+    fail(PastaError(f"PASTA_STUDY_STOP_AFTER={settings['PASTA_STUDY_STOP_AFTER']}: use sft (stop after SFT and "
+                    "Baseline-SFT) or leave it unset"))
 lambdas = settings["PASTA_STUDY_LAMBDAS"].split()
 if not lambdas:
     fail(PastaError("PASTA_STUDY_LAMBDAS is empty: give the quality weights of the sweep, e.g. \"1 4 inf\""))
@@ -136,7 +145,7 @@ common=("paths.output_root=$out" device=cpu "model=$model")
 # shellcheck disable=SC2206  # the extra overrides are meant to split on spaces
 train=("${common[@]}" "data.path=$out/annotated.jsonl" resume=true)
 evaluate=("${common[@]}" "eval_data=$eval_data" "eval.subset=$num_eval" eval.subset_seed=0
-    "decode.max_new_tokens=$max_new_tokens" "decode.max_total_tokens=$max_new_tokens" eval.timing=throughput \
+    "decode.max_new_tokens=$max_new_tokens" eval.timing=throughput \
     eval.batch_size=8 "eval.timed_prompts=$num_timed"
     eval.win_rate=false)
 baseline_eval="$out/eval/baseline-sft"
@@ -161,6 +170,12 @@ step "4/7 Baseline-SFT: the same records with the tags stripped"
 # shellcheck disable=SC2086
 done_already "$out/baseline-sft" || "$python" -m pasta.train stage=sft "${train[@]}" data.strip_annotations=true \
     output_dir="$out/baseline-sft" $sft_args
+
+if [ "$stop_after" = sft ]; then
+    printf '\n== stopped after SFT (PASTA_STUDY_STOP_AFTER=sft) in %d s: %s/sft/final, %s/baseline-sft/final\n' \
+        $((SECONDS - started)) "$out" "$out"
+    exit 0
+fi
 
 step "5/7 decode Baseline-SFT on the $num_eval held-out $eval_data prompts (sequential)"
 "$python" -m pasta.eval "${evaluate[@]}" model.path="$out/baseline-sft/final" decode=sequential \

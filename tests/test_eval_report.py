@@ -121,3 +121,21 @@ def test_pareto_notebook_executes_headless_on_fixture_results(tmp_path, monkeypa
     assert "frontier: pasta-r1-lambda8-async, pasta-r1-lambda1-async" in text
     assert any("image/png" in out.get("data", {}) for out in outputs)
     assert (tmp_path / "pareto_notebook.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_plot_measures_quality_by_the_embedding_proxy_and_says_so_when_the_runs_have_no_win_rate():
+    from pasta.evaluation.formatting import quality_axis
+    from pasta.evaluation.report import ReportRow
+    from pasta.evaluation.speed import Interval
+
+    def row(name, win_rate, similarity, speedup=Interval(1.3, 1.1, 1.5)):
+        return ReportRow(name=name, decode="async", win_rate=win_rate, win_rate_kind="raw", win_rate_se=None,
+                         raw_win_rate=win_rate, lc_offline_estimate=None, speedup=speedup, theoretical_speedup=1.2,
+                         ms_per_token=10.0, num_prompts=8, num_with_threads=3, annotator=None,
+                         reference="baseline-sft", device="cpu", eval_data="sample", subset=None,
+                         proxy_similarity=similarity, proxy_model="all-MiniLM-L6-v2", proxy_reference="GPT-4")
+    label, quality = quality_axis([row("a", None, 0.61), row("b", None, 0.58)])
+    assert "proxy" in label and "all-MiniLM-L6-v2" in label and "GPT-4" in label
+    assert quality(row("a", None, 0.61)) == 0.61
+    label, quality = quality_axis([row("a", 52.0, 0.61), row("b", 48.0, 0.58)])
+    assert label.startswith("raw win rate") and quality(row("a", 52.0, 0.61)) == 52.0

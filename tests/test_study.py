@@ -40,8 +40,15 @@ def study_env(out: Path) -> dict[str, str]:
 def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resumes(tmp_path):
     out = tmp_path / "study"
     script = ["bash", str(ROOT / "scripts" / "cpu_study.sh")]
+    # PASTA_STUDY_STOP_AFTER=sft leaves the two students and decodes nothing; the full run then skips them.
+    trained = subprocess.run(script, env={**study_env(out), "PASTA_STUDY_STOP_AFTER": "sft"}, capture_output=True,
+                             text=True)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert (out / "sft" / "final" / "config.json").is_file() and (out / "baseline-sft" / "final").is_dir()
+    assert not (out / "eval").exists() and "stopped after SFT" in trained.stdout
     done = subprocess.run(script, env=study_env(out), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("   already done: ") == 2
     names = ["baseline-sft", "pasta-sft", "pasta-lambda1-round1", "pasta-lambdainf-round1"]
     prompts = {}
     for name in names:
@@ -79,6 +86,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     ("PASTA_STUDY_EVAL_PROMPTS", "99999", "PASTA_STUDY_EVAL_PROMPTS=99999 must be an integer in 1..25 (eval_data"),
     ("PASTA_STUDY_TIMED_PROMPTS", "3", "PASTA_STUDY_TIMED_PROMPTS=3 must be an integer in 0..2"),
     ("PASTA_STUDY_PREF_ARGS", "stage.alpha=2", "PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS: stage.alpha=2.0 must lie"),
+    ("PASTA_STUDY_STOP_AFTER", "pref", "PASTA_STUDY_STOP_AFTER=pref: use sft"),
 ])
 def test_the_study_checks_every_setting_before_its_first_step(tmp_path, setting, value, says):
     """Issue 36: a bad setting is one line and exit code 2 before step 1, not a failure hours in at its step."""

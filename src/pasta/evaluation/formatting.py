@@ -9,7 +9,7 @@ stays off the plot, and the other speedups keep columns and lines of their own, 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -267,37 +267,58 @@ def proxies_markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 
 
+def quality_axis(rows: Sequence[ReportRow]) -> tuple[str, Callable[[ReportRow], float | None]]:
+    """The plot's quality axis: the win rate when every run with a speedup has one, else the embedding-similarity
+    proxy (the offline signal that discriminates: docs/judges.md), labelled as a proxy with its model."""
+    timed = [row for row in rows if row.speedup is not None]
+    if timed and all(row.win_rate is not None for row in timed):
+        kinds = sorted({row.win_rate_kind for row in timed})
+        references = sorted({str(row.reference) for row in timed})
+        return f"{'/'.join(kinds)} win rate (%) against {', '.join(references)}", lambda row: row.win_rate
+    models = sorted({str(row.proxy_model) for row in timed if row.proxy_model}) or ["-"]
+    references = sorted({str(row.proxy_reference) for row in timed if row.proxy_reference}) or ["-"]
+    return (f"emb-sim with {', '.join(references)}'s answers (offline proxy, {', '.join(models)})",
+            lambda row: row.proxy_similarity)
+
+
 def plot_pareto(rows: Sequence[ReportRow], path: Path, title: str = "Speedup vs quality") -> None:
-    """pareto.png: each run with a wall-clock speedup, the frontier of the runs, parity lines, and the paper's
-    points (wall clock too)."""
+    """pareto.png: each run with a wall-clock speedup against its quality (`quality_axis`), the frontier of the runs,
+    the sequential run's level; with win rates, parity and the paper's points (wall clock too)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plotted = [row for row in rows if row.speedup is not None and row.win_rate is not None]
+    label, quality = quality_axis(rows)
+    win_rates = "win rate" in label
+    plotted = [row for row in rows if row.speedup is not None and quality(row) is not None]
     fig, ax = plt.subplots(figsize=(7.5, 5.0), dpi=120)
-    ax.axhline(50.0, color="0.6", linestyle=":", linewidth=1, label="parity with the reference (50%)")
     ax.axvline(1.0, color="0.6", linestyle="--", linewidth=1, label="sequential speed (1x)")
-    ax.plot([p["speedup"] for p in PAPER_POINTS], [p["win_rate"] for p in PAPER_POINTS], linestyle="--",
-            marker="*", markersize=12, color="tab:gray", label=PAPER_LABEL)
+    if win_rates:
+        ax.axhline(50.0, color="0.6", linestyle=":", linewidth=1, label="parity with the reference (50%)")
+        ax.plot([p["speedup"] for p in PAPER_POINTS], [p["win_rate"] for p in PAPER_POINTS], linestyle="--",
+                marker="*", markersize=12, color="tab:gray", label=PAPER_LABEL)
+    else:
+        for row in rows:
+            if row.decode == "sequential" and row.proxy_similarity is not None:
+                ax.axhline(row.proxy_similarity, color="0.6", linestyle=":", linewidth=1,
+                           label=f"{row.name} (sequential)")
     for index, row in enumerate(plotted):
         speedup = row.speedup
         xerr = [[max(speedup.value - speedup.ci_low, 0.0)], [max(speedup.ci_high - speedup.value, 0.0)]]
-        yerr = None if row.win_rate_se is None else [[row.win_rate_se], [row.win_rate_se]]
-        container = ax.errorbar(speedup.value, row.win_rate, xerr=xerr, yerr=yerr, fmt="o", capsize=3,
+        yerr = None if not win_rates or row.win_rate_se is None else [[row.win_rate_se], [row.win_rate_se]]
+        container = ax.errorbar(speedup.value, quality(row), xerr=xerr, yerr=yerr, fmt="o", capsize=3,
                                 markersize=7, label=row.name)
-        # Alternate above and below: runs often share a win rate (ties with the reference sit on 50).
-        ax.annotate(row.name, (speedup.value, row.win_rate), textcoords="offset points",
-                    xytext=(6, 6 if index % 2 == 0 else -14), fontsize=8, color=container.lines[0].get_color())
-    frontier = pareto_frontier([(row.speedup.value, row.win_rate) for row in plotted])
+        # Runs often sit close together: stagger the names over four heights, alternately above and below.
+        offset = (8, -14, 20, -26)[index % 4]
+        ax.annotate(row.name, (speedup.value, quality(row)), textcoords="offset points", xytext=(6, offset),
+                    fontsize=8, color=container.lines[0].get_color())
+    frontier = pareto_frontier([(row.speedup.value, quality(row)) for row in plotted])
     if len(frontier) > 1:
-        ax.plot([plotted[i].speedup.value for i in frontier], [plotted[i].win_rate for i in frontier],
+        ax.plot([plotted[i].speedup.value for i in frontier], [quality(plotted[i]) for i in frontier],
                 color="black", linewidth=1.5, alpha=0.6, drawstyle="steps-pre", label="Pareto frontier (runs)")
-    kinds = sorted({row.win_rate_kind for row in plotted}) or ["raw"]
-    references = sorted({str(row.reference) for row in plotted}) or ["-"]
     ax.set_xlabel("wall-clock speedup (geometric mean over prompts)")
-    ax.set_ylabel(f"{'/'.join(kinds)} win rate (%) against {', '.join(references)}")
+    ax.set_ylabel(label)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")

@@ -63,6 +63,11 @@ class ReportRow:
     eval_data: str | None
     subset: Any
     run_dir: str | None = None
+    # The embedding-similarity quality proxy (pasta.evaluation.proxies): the plot's quality axis where the runs have
+    # no win rate (eval.win_rate=false, the offline runs whose judges do not discriminate).
+    proxy_similarity: float | None = None
+    proxy_model: str | None = None
+    proxy_reference: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's row: the fields, with the speedup as a value and its interval."""
@@ -76,6 +81,7 @@ class ReportRow:
 def headline(summary: dict[str, Any]) -> ReportRow:
     """The numbers a table row shows for one run summary (summary.json)."""
     quality = summary.get("quality") or {}
+    proxies = summary.get("proxies") or {}
     speed = SpeedSummary.from_dict(summary["speed"]) if summary.get("speed") else None
     if quality.get("length_controlled_winrate") is not None:
         win_rate, win_rate_kind, win_rate_se = (
@@ -92,6 +98,8 @@ def headline(summary: dict[str, Any]) -> ReportRow:
         num_prompts=summary.get("num_prompts"), num_with_threads=None if speed is None else speed.num_with_threads,
         annotator=quality.get("annotator"), reference=quality.get("reference"), device=summary.get("device"),
         eval_data=summary.get("eval_data"), subset=summary.get("subset"), run_dir=summary.get("run_dir"),
+        proxy_similarity=proxies.get("embedding_similarity"), proxy_model=proxies.get("embedding_model"),
+        proxy_reference=proxies.get("reference"),
     )
 
 
