@@ -2,7 +2,8 @@
 
 The Hydra configs live in the checkout's `conf/` (that is where users edit them); an installed wheel carries them
 as `pasta/conf/`, which `pasta.config.conf_dir()` finds. Each config folder is declared as a (data-only) package so
-that setuptools ships its files. Everything else is in pyproject.toml.
+that setuptools ships its files; `pasta.data` ships the held-out pool's prompt hashes beside its code. Everything
+else is in pyproject.toml.
 """
 
 from pathlib import Path
@@ -19,5 +20,5 @@ conf_packages = ["pasta.conf"] + sorted(
 setup(
     packages=[*find_packages("src"), *conf_packages],
     package_dir={"": "src", "pasta.conf": "conf"},
-    package_data={package: CONF_FILES for package in conf_packages},
+    package_data={"pasta.data": ["heldout_pool.txt"], **{package: CONF_FILES for package in conf_packages}},
 )

@@ -302,7 +302,8 @@ def rows_per_step(tokenizer, prompt_ids, doc, policy):
     from pasta.decoding.interpreter import Interpreter
     from pasta.decoding.text import text_decoder
 
-    config = DecodeConfig(max_new_tokens=len(doc.main_ids), max_threads=max(1, len(doc.chunks)),
+    config = DecodeConfig(max_new_tokens=len(doc.main_ids), max_total_tokens=doc.num_tokens,
+                          max_threads=max(1, len(doc.chunks)),
                           max_chunk_tokens=max([len(c.body_ids) for c in doc.chunks] + [1]))
     interpreter = Interpreter(prompt_ids, tag_ids=doc.tag_ids, eos_ids={tokenizer.eos_token_id}, policy=policy,
                               config=config, decode=text_decoder(tokenizer), capacity=64)

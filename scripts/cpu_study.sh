@@ -32,7 +32,7 @@ export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFF
 export TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
 out=${PASTA_STUDY_DIR:-outputs/study}
 model=${PASTA_STUDY_MODEL:-smollm2-135m}
-data=${PASTA_STUDY_DATA:-alpaca_5k}                   # conf/data/: the records the teacher annotates
+data=${PASTA_STUDY_DATA:-alpaca_eval_gpt4_mix}        # conf/data/: the records the teacher annotates (alpaca_5k: the old study)
 eval_data=${PASTA_STUDY_EVAL_DATA:-alpaca_eval}       # conf/eval_data/: the held-out prompts
 num_records=${PASTA_STUDY_RECORDS:-null}              # records annotated (null = all)
 sft_args=${PASTA_STUDY_SFT_ARGS:-}                    # extra SFT overrides, e.g. "stage.max_steps=200"

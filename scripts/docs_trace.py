@@ -85,7 +85,8 @@ def pictures() -> dict[str, list[str]]:
         return [step[thread] for thread in threads]
 
     longest = max(len(chunk.body_ids) for chunk in token_doc.chunks)
-    config = DecodeConfig(max_new_tokens=len(token_doc.main_ids), max_threads=len(token_doc.chunks),
+    config = DecodeConfig(max_new_tokens=len(token_doc.main_ids), max_total_tokens=token_doc.num_tokens,
+                          max_threads=len(token_doc.chunks),
                           max_chunk_tokens=longest)
     interpreter = new_request("async", model, tokenizer, encode_prompt(tokenizer, PROMPT), config, ReservationPolicy())
     with StepBatch(model, pad_token_id(tokenizer)) as batch:

@@ -46,18 +46,25 @@ def test_sample_run_keeps_every_response_exactly_and_measures_its_structure(tmp_
         doc = parse(record["annotated"], require_tokens=True)
         assert plain_text(doc) == source["output"]
         assert record["accepted"] and record["reject_reason"] is None
-        assert (record["teacher"], record["teacher_model"]) == ("structural", "rules-v2")
+        assert (record["teacher"], record["teacher_model"]) == ("structural", "rules-v3")
         assert record["num_promises"] == len(record["chunk_tokens"]) == len(doc.promises)
         assert record["chunk_tokens"] == [p.num_tokens for p in doc.promises]
         assert record["theoretical_speedup"] == pytest.approx(record["num_tokens"] / record["num_steps"], abs=1e-4)
         assert (record["theoretical_speedup"] > 1) == (record["num_promises"] > 0)
+        # Measured as training sees it (the default uncounted policy): a promise costs two tags and its topic.
+        num_syncs = record["annotated"].count("<sync/>")
+        assert record["num_tag_steps"] >= 3 * record["num_promises"] + num_syncs
+        assert (record["num_tag_steps"] == 0) == (record["num_promises"] == 0)
+        assert (record["repetition"] is None) == (not doc.promises)
     assert summary["num_records"] == summary["num_accepted"] == 80
+    assert summary["tag_steps_per_fork"]["count"] == summary["cross_thread_repetition"]["count"] == (
+        summary["num_with_promises"])
     assert summary["num_with_promises"] == sum(1 for r in records if r["num_promises"])
-    assert summary["by_teacher"] == {"structural (rules-v2)": {"num_records": 80, "num_accepted": 80, "acceptance_rate": 1.0}}
+    assert summary["by_teacher"] == {"structural (rules-v3)": {"num_records": 80, "num_accepted": 80, "acceptance_rate": 1.0}}
     assert json.loads((tmp_path / "ann.summary.json").read_text()) == summary
     assert read_jsonl(tmp_path / "ann.rejects.jsonl") == []
     printed = capsys.readouterr().out
-    assert "structural (rules-v2)" in printed and "100.0%" in printed and "chunk tokens:" in printed
+    assert "structural (rules-v3)" in printed and "100.0%" in printed and "chunk tokens:" in printed
 
 
 def bad_records() -> list[dict]:

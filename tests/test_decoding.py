@@ -158,7 +158,7 @@ def test_decoder_positions_and_visibility_equal_the_layout(lively, policy, windo
     _, tokenizer = lively
     doc = token_doc(tokenizer, STRUCTURES[0], policy)
     prompt_ids = encode_text(tokenizer, "Tips please:")
-    config = DecodeConfig(max_new_tokens=len(doc.main_ids), max_chunk_tokens=64)
+    config = DecodeConfig(max_new_tokens=len(doc.main_ids), max_total_tokens=doc.num_tokens, max_chunk_tokens=64)
     interpreter = Interpreter(prompt_ids, tag_ids=doc.tag_ids, eos_ids={tokenizer.eos_token_id}, policy=policy,
                               config=config, decode=text_decoder(tokenizer), capacity=16)
     scripts = {0: list(doc.main_ids), **{k + 1: list(c.body_ids) for k, c in enumerate(doc.chunks)}}
@@ -325,7 +325,8 @@ def test_constrained_decoding_masks_the_malformed_choices_and_counts_them(lively
 def test_chunk_overrunning_its_reservation_is_capped_and_counted(lively, constrain):
     model, tokenizer = lively
     speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
-    config = DecodeConfig(max_new_tokens=16, max_chunk_tokens=9, constrain=constrain)
+    # the chunk cap alone: a total budget that never binds
+    config = DecodeConfig(max_new_tokens=16, max_total_tokens=1000, max_chunk_tokens=9, constrain=constrain)
     result = decode_async(speaker, tokenizer, [prompt(tokenizer, "Tips", go)], config,
                           ReservationPolicy("exact"))[0]
     stats = result.stats
@@ -368,7 +369,7 @@ def test_a_long_decoded_answer_replays_through_teacher_forcing_with_the_same_ste
     speaker.transitions.update({red: chain[0], **dict(zip(chain, chain[1:], strict=False)),
                                 chain[-1]: TagIds.from_tokenizer(tokenizer).async_end})
     ids = prompt(tokenizer, "Tips", go)
-    config = DecodeConfig(max_new_tokens=12, max_chunk_tokens=200)
+    config = DecodeConfig(max_new_tokens=12, max_total_tokens=1000, max_chunk_tokens=200)
     result = decode_async(speaker, tokenizer, [ids], config, ReservationPolicy("exact"))[0]
     assert len(result.token_doc.chunks[0].body_ids) == 92 and not result.stats.malformed
     assert result.stats.num_overruns == 1
@@ -532,7 +533,7 @@ def test_a_compiled_answer_that_crosses_slot_buckets_compiles_nothing_after_its_
     ids = prompt(tokenizer, "Tips", go)
     answers = {}
     for compile in (False, True, True):
-        config = DecodeConfig(max_new_tokens=12, max_chunk_tokens=300, compile=compile)
+        config = DecodeConfig(max_new_tokens=12, max_total_tokens=1000, max_chunk_tokens=300, compile=compile)
         graphs = graphs_compiled()
         chunked = decode_async(speaker, tokenizer, [ids], config, ReservationPolicy("exact"))[0]
         long = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=260, compile=compile))[0]

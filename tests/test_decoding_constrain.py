@@ -63,8 +63,9 @@ def assert_well_formed(result, tokenizer):
 )
 def test_constrained_decoding_of_random_logits_is_never_malformed(tagged, seed, boost, max_new_tokens,
                                                                   max_chunk_tokens, max_threads, temperature):
+    # The per-thread caps alone: a total budget cut stops threads where they stand (its own tests), never binding here.
     config = DecodeConfig(max_new_tokens=max_new_tokens, max_chunk_tokens=max_chunk_tokens, max_threads=max_threads,
-                          sampling=SamplingConfig(temperature=temperature, top_k=50, seed=seed))
+                          max_total_tokens=10_000, sampling=SamplingConfig(temperature=temperature, top_k=50, seed=seed))
     assert_well_formed(decode_random(tagged, seed, boost, config), tagged[1])
 
 
@@ -83,3 +84,30 @@ def test_constraint_masks_every_kind_of_event_that_random_logits_cause_unconstra
     # (bad_count is rare here: `<|promise|> topic <|promise_end|>` is the valid uncounted form)
     assert set(malformed) >= {"async_tag_in_main", "stray_promise_tag", "unclosed_promise", "bad_topic"}
     assert set(masked) >= set(malformed) - {"duplicate_topic"}, (masked, malformed)
+
+
+def test_an_answer_makes_no_more_promises_than_max_promises_and_the_masked_ones_are_counted(tagged):
+    capped, uncapped = Counter(), 0
+    for seed in range(6):
+        config = DecodeConfig(max_new_tokens=60, max_chunk_tokens=4, max_promises=1)
+        result = decode_random(tagged, seed, 6.0, config)
+        assert_well_formed(result, tagged[1])
+        assert len(result.token_doc.chunks) <= 1
+        capped.update(result.stats.masked)
+        free = decode_random(tagged, seed, 6.0, DecodeConfig(max_new_tokens=60, max_chunk_tokens=4,
+                                                                    max_promises=None))
+        uncapped = max(uncapped, len(free.token_doc.chunks))
+    assert capped["promise_cap"] > 0 and uncapped > 1  # the cap bit where the model wanted more
+
+
+def test_a_topic_stops_growing_at_max_topic_chars_and_can_still_close(tagged):
+    from pasta.decoding.grammar import grammar_for
+
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    grammar = grammar_for(tokenizer, tags, {tokenizer.eos_token_id}, model.config.vocab_size, "cpu")
+    (word,) = encode_text(tokenizer, "hello")
+    (longer,) = encode_text(tokenizer, " world")
+    capped = grammar.topic([word], "hello", set(), budget=50, max_chars=8)
+    assert capped.violation(longer) == "bad_topic" and bool(capped.allowed[tags.promise_end])
+    assert bool(grammar.topic([word], "hello", set(), budget=50, max_chars=64).allowed[longer])

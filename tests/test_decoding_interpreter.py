@@ -135,7 +135,8 @@ def test_queued_promises_start_when_a_running_chunk_closes():
 
 
 def test_promise_end_as_the_last_allowed_main_token_still_forks():
-    it = interpreter(DecodeConfig(max_new_tokens=len(promise([5], 2))))
+    # a total budget above the main thread's, so that the chunk may run after the main thread's last token
+    it = interpreter(DecodeConfig(max_new_tokens=len(promise([5], 2)), max_total_tokens=64))
     drive(it, promise([5], 2), [[6, 6, AE]])
     assert it.finish_reason == "max_new_tokens"
     assert it.text() == decode([6, 6])
@@ -262,6 +263,15 @@ def test_eos_ends_the_main_thread_while_chunks_run_on():
     assert it.finish_reason == "eos"
     assert plans[-1].threads == [1]
     assert it.text() == " early" * 3
+
+
+def test_all_threads_together_get_a_sequential_answers_budget_by_default():
+    config = DecodeConfig(max_new_tokens=10)
+    assert config.total_token_budget == 10
+    it = interpreter(config)
+    drive(it, [*promise([5], 2), SY, 8, 8, 8, 8, EOS], [[6] * 20 + [AE]])
+    assert it.num_sampled == 10
+    assert it.finish_reason == "max_total_tokens"
 
 
 def test_max_total_tokens_stops_every_thread():

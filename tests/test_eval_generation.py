@@ -200,6 +200,40 @@ def test_timed_prompts_are_decoded_alone_first_and_every_answer_keeps_its_step_r
     assert costs["seconds"] == sorted(costs["seconds"])  # a forward feeding fewer rows is never priced higher
 
 
+def test_forked_answers_timed_alone_are_replayed_as_their_plain_text_and_timed(tmp_path, monkeypatch):
+    import dataclasses
+
+    from pasta.lang import encode_text
+    from pasta.models import load_model
+
+    # The tiny random model forks nothing: say the first timed answer forked, so that it is replayed for real.
+    original = generation.Decoder.__call__
+    calls = []
+
+    def first_forks(self, records):
+        results = original(self, records)
+        calls.append(len(records))
+        if len(calls) == 2:  # after the warm-up
+            results[0] = dataclasses.replace(results[0], stats=dataclasses.replace(results[0].stats, num_threads=1))
+        return results
+
+    monkeypatch.setattr(generation.Decoder, "__call__", first_forks)
+    generate(tmp_path, "async", "eval.limit=3", "eval.timing=throughput", "eval.batch_size=2",
+             "eval.timed_prompts=2")
+    forked, unforked, batched = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
+    _, tokenizer = load_model(compose("eval", TINY).model, device="cpu")
+    eos = forked["finish_reason"] == "eos"
+    assert forked["replay_num_tokens"] == len(encode_text(tokenizer, forked["output"])) + eos
+    assert forked["replay_wall_s"] > 0
+    assert "replay_wall_s" not in unforked  # it was its own plain decode
+    assert "replay_wall_s" not in batched  # a batch's wall time is not one answer's
+    monkeypatch.setattr(generation.Decoder, "__call__", original)
+    calls.clear()
+    generate(tmp_path, "async", "eval.limit=1", "eval.parallelism=false", name="off")
+    (record,) = [json.loads(line) for line in (tmp_path / "off" / "stats.jsonl").read_text().splitlines()]
+    assert "replay_wall_s" not in record
+
+
 # ------------------------------------------------------------------------------------------ Skeleton-of-Thought
 
 

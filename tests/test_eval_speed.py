@@ -84,6 +84,19 @@ def test_per_prompt_wall_speedups_are_joined_by_instruction_and_averaged_geometr
     assert 0.5 <= interval.ci_low <= interval.value <= interval.ci_high <= 4.0
 
 
+def test_parallelism_is_each_answer_against_its_own_plain_text_replayed_sequentially():
+    forked = {**stats("a", 1.0, 100, 50), "replay_wall_s": 3.0, "num_threads": 2}
+    also_forked = {**stats("d", 1.0, 100, 80), "replay_wall_s": 4.0 / 3.0, "num_threads": 1}
+    plain = stats("b", 2.0, 100, 100)  # forked nothing: it was its own plain decode
+    batched = {**stats("c", 5.0, 100, 100), "batch_size": 4, "num_threads": 1}  # a batch's wall time: no ratio
+    metrics = speed_metrics([forked, also_forked, plain, batched], None, bootstrap=BootstrapConfig(num_resamples=10))
+    assert metrics.num_replayed == 2
+    assert metrics.parallelism_forked_geomean == pytest.approx(2.0)  # sqrt(3 * 4/3)
+    assert metrics.parallelism_geomean.value == pytest.approx(4.0 ** (1 / 3))  # 3, 4/3 and 1
+    unreplayed = speed_metrics([stats("a", 1.0, 100, 50)], None, bootstrap=BootstrapConfig(num_resamples=10))
+    assert unreplayed.parallelism_geomean is None and unreplayed.num_replayed is None
+
+
 def test_without_a_sequential_run_only_theoretical_speed_and_latency_are_reported():
     metrics = speed_metrics([stats("a", 1.0, 100, 50)], None, bootstrap=BootstrapConfig(num_resamples=10))
     assert metrics.theoretical_speedup_geomean.value == pytest.approx(2.0)

@@ -49,6 +49,18 @@ def test_predicted_vs_actual_chunk_length_gives_the_hand_computed_spearman_and_m
     assert stats.length_mae == pytest.approx((0 + 2 + 3) / 3)
 
 
+def test_cross_thread_repetition_is_the_mean_share_over_forked_answers():
+    answers = [
+        {"instruction": "echo", "malformed": {}, "annotated": 'Garden tips:<promise topic="soil"/><promise topic="sun"/>'
+         '<async topic="soil">Garden soil needs compost.</async><async topic="sun">Plants love sunlight.</async>'},
+        {"instruction": "plain", "malformed": {}, "annotated": "Garden tips: water often."},
+    ]
+    stats = stats_of(answers, ReservationPolicy("uncounted"))
+    # garden soil needs compost | plants love sunlight: garden (the intro) and soil (its topic) of 7 content words
+    assert stats.cross_thread_repetition == pytest.approx(2 / 7)
+    assert stats_of(answers[1:], ReservationPolicy("uncounted")).cross_thread_repetition is None
+
+
 def test_uncounted_promises_are_forks_without_a_length_prediction():
     answers = [*ANSWERS, {"instruction": "uncounted", "malformed": {},
                           "annotated": '<promise topic="u"/><async topic="u">one two three four five</async>'}]

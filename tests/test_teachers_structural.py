@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,10 @@ def doc_of(instruction: str, response: str):
 
 def test_numbered_tips_become_one_group_with_intro_before_and_conclusion_after_sync():
     doc = doc_of("How can I make my phone battery last longer?", TIPS)
-    assert [p.content[:3] for p in doc.promises] == ["1. ", "2. ", "3. "]
+    # The item numbers stay in the main thread, which renders the list; each chunk writes its item's body.
+    assert [p.content[:7] for p in doc.promises] == [" Lower ", " Turn o", " Close "]
     assert isinstance(doc.items[0], Text) and doc.items[0].text.startswith("A few settings")
+    assert [item.text for item in doc.items[2:5:2]] == ["\n2.", "\n3."] and doc.items[0].text.endswith(":\n\n1.")
     kinds = [type(item).__name__ for item in doc.items]
     assert kinds == ["Text", "Promise", "Text", "Promise", "Text", "Promise", "Sync", "Text"]
     assert doc.items[-1].text == "\n\nWith these changes, most phones last several hours longer on a single charge."
@@ -54,9 +57,18 @@ def test_pros_and_cons_lists_form_one_group():
         "- The line between work time and free time can blur."
     )
     doc = doc_of("What are the pros and cons of working from home?", response)
-    assert len(doc.groups) == 1 and len(doc.promises) == 4
+    # Two short items a side: a chunk per side is cheaper than a topic per item, and the sides' labels stay in
+    # the main thread.
+    assert len(doc.groups) == 1 and [p.topic for p in doc.promises] == ["Pros", "Cons"]
     assert not any(isinstance(item, Sync) for item in doc.items)
-    assert "\n\nCons:\n" in [item.text for item in doc.items if isinstance(item, Text)]
+    assert [item.text for item in doc.items if isinstance(item, Text)][1] == "\n\nCons:"
+    longer = response.replace("every day.", "every day, and the hours you win back add up to whole weeks a year.")
+    longer = longer.replace("surroundings.", "surroundings, from the chair you sit on to the music in the room.")
+    longer = longer.replace("colleagues.", "colleagues, who you may now see only on a video call once a week.")
+    longer = longer.replace("can blur.", "can blur, so that the evening slowly fills with unanswered emails.")
+    doc = doc_of("What are the pros and cons of working from home?", longer)
+    assert len(doc.groups) == 1 and len(doc.promises) == 4  # long items: one chunk each, across the Cons: line
+    assert "\n\nCons:\n-" in [item.text for item in doc.items if isinstance(item, Text)]
 
 
 @pytest.mark.parametrize(
@@ -173,7 +185,9 @@ def test_the_embedded_sample_keeps_every_character_and_finds_its_lists():
         doc = doc_of(record["instruction"], record["output"])
         annotated += doc.is_annotated
         for promise in doc.promises:
-            assert promise.content.strip() == promise.content and validate_topic(promise.topic) is None
+            assert promise.content.rstrip() == promise.content and validate_topic(promise.topic) is None
+            # An item's marker stays in the main thread (a section's chunk may hold a whole list below its heading).
+            assert not re.match(r"[ \t]*(\d+[.)]|[-*•+])[ \t]", promise.content)
     # SAMPLE.md: 44 of the 80 responses are made of independent parts; the rules find most of them and
     # leave the sequential ones alone (steps, recipes, stories, derivations, code).
     assert 30 <= annotated <= 44
@@ -215,7 +229,7 @@ def test_teacher_interface_answers_in_request_order():
     assert [r.id for r in replies] == [r.id for r in requests]
     assert all(r.error is None and r.reject_reason is None for r in replies)
     assert [parse(r.text).is_annotated for r in replies] == [False, True, False, True, False]
-    assert teacher.model == "rules-v2"
+    assert teacher.model == "rules-v3"
 
 
 def test_unknown_teacher_key_is_a_one_line_error():
@@ -244,7 +258,9 @@ FORESTS = (
 
 def test_ordinal_sentences_after_an_intro_become_chunks_and_the_summing_up_follows_a_sync():
     doc = doc_of("Give me three reasons why forests are important.", FORESTS)
-    assert [p.content.split(",")[0] for p in doc.promises] == ["Firstly", "Secondly", "Finally"]
+    # The openers stay in the main thread, which orders the points; the chunks write what follows them.
+    assert [item.text.split()[-1] for item in doc.items[:5:2]] == ["Firstly,", "Secondly,", "Finally,"]
+    assert [p.content.split()[0] for p in doc.promises] == ["they", "forests", "forests"]
     assert doc.items[0].text.startswith("Forests matter") and len(doc.groups) == 1
     assert isinstance(doc.items[-2], Sync) and doc.items[-1].text == " Overall, protecting them pays off for everyone."
     # The opener only orders the points: topics name what each one is about.
@@ -259,14 +275,15 @@ def test_additive_sentences_and_parallel_examples_become_chunks():
         "with an assistant across time zones gives the business support around the clock, every day of the week."
     )
     doc = doc_of("What are the benefits of hiring a virtual assistant?", added)
-    assert [p.content.split(",")[0] for p in doc.promises] == ["Furthermore", "Additionally"]
+    assert [item.text.split()[-1] for item in doc.items[:3:2]] == ["Furthermore,", "Additionally,"]
     examples = (
         "Many animals use tools in the wild, which was once thought to be a human trait. For example, chimpanzees "
         "strip leaves from twigs and use them to fish termites out of their mounds. Another example is the sea "
         "otter, which floats on its back and cracks open shellfish against a stone balanced on its chest."
     )
     doc = doc_of("Do animals use tools?", examples)
-    assert [p.content.split(" ")[0] for p in doc.promises] == ["For", "Another"]
+    # "For example," stays in the main thread; "Another example is" has no comma to split at: its chunk keeps it.
+    assert doc.items[0].text.endswith("For example,") and doc.promises[1].content.startswith("Another example")
 
 
 @pytest.mark.parametrize(
@@ -349,3 +366,174 @@ def test_parts_the_text_calls_steps_stay_sequential():
     )
     assert not doc_of("Draft a guide to help students research for their essays.", response).is_annotated
     assert doc_of("Draft a guide.", response.replace("These steps", "These habits")).is_annotated
+
+
+# --- rules-v3: leads in the main thread, sections, nested lists ------------------------------------------------
+
+BOLD_LEADS = (
+    "Warm weather makes many people sleepy, for a few reasons that work at the same time:\n\n"
+    "1. **Vasodilation**: Heat widens the blood vessels, and the drop in blood pressure feels like tiredness.\n"
+    "2. **Metabolism:** The body works to shed heat, which costs energy that it would otherwise spend elsewhere.\n"
+    "3. **Dehydration** - Sweating drains fluids, and even a small loss brings on fatigue quickly.\n\n"
+    "Drinking water and resting in the shade help."
+)
+
+
+def test_bold_leads_stay_in_the_main_thread_and_name_their_chunks_in_one_word():
+    doc = doc_of("Why does warmth make you tired?", BOLD_LEADS)
+    texts = [item.text for item in doc.items if isinstance(item, Text)]
+    assert texts[:3] == [BOLD_LEADS[: BOLD_LEADS.index("**Vasodilation**:") + 17], "\n2. **Metabolism:**",
+                         "\n3. **Dehydration** -"]
+    assert [p.topic for p in doc.promises] == ["Vasodilation", "Metabolism", "Dehydration"]
+    assert [p.content.split()[:2] for p in doc.promises] == [["Heat", "widens"], ["The", "body"], ["Sweating", "drains"]]
+    # The lead is written once: no chunk repeats it.
+    assert not any(p.topic.lower() in p.content.lower() for p in doc.promises)
+
+
+def test_equal_first_words_of_leads_get_longer_topics_not_numbers():
+    response = BOLD_LEADS.replace("**Vasodilation**", "**Heat stress**").replace("**Metabolism:**", "**Heat loss:**")
+    doc = doc_of("Why does warmth make you tired?", response)
+    assert [p.topic for p in doc.promises] == ["Heat stress", "Heat loss", "Dehydration"]
+
+
+SECTIONS = (
+    "A healthy routine rests on a few habits.\n\n"
+    "## Sleep\n\nMost adults need seven to nine hours a night, and a fixed bedtime makes them easier to get.\n\n"
+    "## Diet\n\nVegetables, fruit and whole grains give steady energy through the day, and water beats sugary "
+    "drinks.\n\n"
+    "## Exercise\n\nA brisk half-hour walk most days strengthens the heart and lifts the mood.\n\n"
+    "In summary, small habits add up."
+)
+
+
+def test_markdown_sections_become_chunks_under_headings_the_main_thread_writes():
+    doc = doc_of("How can I live more healthily?", SECTIONS)
+    assert [p.topic for p in doc.promises] == ["Sleep", "Diet", "Exercise"]
+    assert [p.content.lstrip()[:4] for p in doc.promises] == ["Most", "Vege", "A br"]
+    assert isinstance(doc.items[-2], Sync) and doc.items[-1].text == "\n\nIn summary, small habits add up."
+
+
+@pytest.mark.parametrize("heading", ["Step", "Day", "Chapter"])
+def test_sections_that_are_steps_of_a_sequence_stay_sequential(heading):
+    numbered = SECTIONS.replace("## Sleep", f"## {heading} 1").replace("## Diet", f"## {heading} 2").replace(
+        "## Exercise", f"## {heading} 3")
+    assert not doc_of("How can I live more healthily?", numbered).is_annotated
+
+
+def test_label_line_sections_hold_their_lists_and_an_introduction_section_stays_main():
+    response = (
+        "If you enjoyed it, you might like these:\n\n"
+        "Series:\n- Alice in Borderland, deadly games in an empty Tokyo\n- Sweet Home, monsters in an apartment block\n\n"
+        "Movies:\n- Cube, strangers waking in a maze of deadly rooms\n- Exam, eight candidates and one strange question\n\n"
+        "Enjoy!"
+    )
+    doc = doc_of("Recommend something like Squid Game.", response)
+    assert [p.topic for p in doc.promises] == ["Series", "Movies"] and doc.items[-1].text == "\n\nEnjoy!"
+    intro = SECTIONS.replace("## Sleep", "## Introduction")
+    assert [p.topic for p in doc_of("How can I live more healthily?", intro).promises] == ["Diet", "Exercise"]
+
+
+def test_a_nested_list_goes_with_its_item_and_the_items_lead_stays_main():
+    response = (
+        "Language barriers shape multicultural life in several ways that are worth looking at separately:\n\n"
+        "1. **Miscommunication:**\n   - Idioms rarely translate word for word between two languages.\n"
+        "   - Tone and politeness differ, so a plain request can sound rude.\n"
+        "2. **Isolation:**\n   - Newcomers who are not fluent may avoid social events entirely.\n"
+        "   - They may struggle to reach public services and ask for help.\n\n"
+        "Both can be eased with language classes."
+    )
+    doc = doc_of("How do language barriers affect multicultural societies?", response)
+    assert [p.topic for p in doc.promises] == ["Miscommunication", "Isolation"]
+    assert all(p.content.startswith("\n   - ") for p in doc.promises)
+
+
+@pytest.mark.parametrize(
+    ("instruction", "response"),
+    [
+        # numbered imperative items answering "how do I ...": steps
+        ("How do I install window blinds?",
+         "Installing blinds is easier than it looks when you take your time:\n\n"
+         "1. **Measure the window** inside the frame, at the top, middle and bottom of the opening.\n"
+         "2. **Mark the brackets** with a pencil, one at each end of the frame and level with each other.\n"
+         "3. **Drill pilot holes** at the marks and screw the brackets in place firmly.\n\n"
+         "Then snap the headrail into the brackets."),
+        # an intro above headings calls what follows steps
+        ("How should I detail my car?",
+         "Here's a step-by-step guide to detailing a car:\n\n**Exterior:**\n\n"
+         "- Wash the car from the top down with a soft mitt and a car shampoo.\n"
+         "- Dry it with a microfiber towel so that no water spots remain.\n\n**Interior:**\n\n"
+         "- Vacuum the seats, carpets and mats, and the boot as well.\n"
+         "- Wipe the dashboard and the door panels with a mild cleaner."),
+        # a schedule by times of day
+        ("Plan my day in Paris.",
+         "A relaxed day in Paris could look like this one:\n\n"
+         "- **Morning:** Walk along the Seine to Notre-Dame and have coffee on the Île Saint-Louis.\n"
+         "- **Afternoon:** Visit the Musée d'Orsay and its rooms of impressionist paintings.\n"
+         "- **Evening:** Take a boat ride at sunset and have dinner in the Latin Quarter."),
+        # "1. Start with ...": a procedure, whatever the instruction asked
+        ("Give me a tip on German verbs.",
+         "Regular German verbs follow one pattern in the present tense:\n\n"
+         "1. Start with the infinitive of the verb, for example spielen, to play.\n"
+         "2. Remove the ending en to find the stem of the verb, here spiel.\n"
+         "3. Add the ending that belongs to the subject, like e for ich and st for du."),
+        # a point that says it contrasts with the one before
+        ("What is the difference between architecture and organization?",
+         "The two terms describe a computer at two different levels of detail:\n\n"
+         "1. Architecture describes the instruction set and the behaviour that a programmer can see.\n"
+         "2. Organization, on the other hand, describes how the hardware units implement that behaviour."),
+    ],
+)
+def test_v3_sequences_stay_sequential(instruction, response):
+    assert not doc_of(instruction, response).is_annotated
+
+
+def test_a_label_or_dash_lead_is_one_only_when_every_item_of_the_group_has_one():
+    response = (
+        "Here are three synonyms of adversity, each with its own shade of meaning:\n\n"
+        "1. Hardship - suffering that comes from a lack of money, food or shelter over time.\n"
+        "2. Calamity - a sudden disaster that causes great damage or distress to many people.\n"
+        "3. Setback - a reversal that halts progress for a while but is usually less severe."
+    )
+    doc = doc_of("Give synonyms of adversity.", response)
+    assert [p.topic for p in doc.promises] == ["Hardship", "Calamity", "Setback"]
+    mixed = response.replace("3. Setback - a reversal", "3. A setback is a reversal")
+    doc = doc_of("Give synonyms of adversity.", mixed)
+    assert [item.text for item in doc.items if isinstance(item, Text)][1] == "\n2."  # only the markers stay
+
+
+def test_word_problems_and_their_worked_parts_stay_sequential():
+    response = (
+        "Marie spent:\n\nFor the combos: 2 x $50 = $100, and for the t-shirts: 2 x $5 = $10 in all.\n\n"
+        "Total spent: $100 + $10 = $110, which is what she paid at the store that day."
+    )
+    assert not doc_of("Marie bought two $50 combos and two $5 t-shirts. How much did she spend?", response).is_annotated
+    worked = (
+        "To solve this, we track both cars and the savings month by month.\n\n"
+        "Let's denote:\n- V as the value of the old car in dollars\n- S as the savings so far in dollars\n\n"
+        "Given:\n- V = 2000 dollars at the start of the year\n- S = 0 dollars before the first month"
+    )
+    instruction = "His car is worth $2000 and he saves $1000 a month. How many months until he can buy an $8000 car?"
+    assert not doc_of(instruction, worked).is_annotated  # "Given:" uses what "Let's denote:" defines
+
+
+def test_only_a_count_of_plural_things_in_the_last_sentence_announces_paragraphs():
+    paragraphs = (
+        "\n\nDuring his life he made many contributions to electricity, magnetism and wireless communication, and he "
+        "held several hundred patents."
+        "\n\nToday many of his ideas still live on in the power grids, motors and radios that surround us every day."
+    )
+    story = "He began working for Edison, but the two soon had a falling out over money." + paragraphs
+    assert not doc_of("Write a short biography of Tesla.", story).is_annotated
+    announced = "His work falls into two broad areas." + paragraphs
+    assert len(doc_of("Write a short biography of Tesla.", announced).promises) == 2
+
+
+def test_a_dash_lead_may_hold_a_hyphenated_name():
+    response = (
+        "Several thinkers shaped modern democracy more than most others did:\n\n"
+        "1. John Locke - an English philosopher whose ideas underpinned two revolutions.\n"
+        "2. Jean-Jacques Rousseau - a French philosopher who wrote about the social contract.\n"
+        "3. Thomas Paine - a writer whose pamphlet Common Sense argued for independence."
+    )
+    doc = doc_of("Name thinkers who influenced democracy.", response)
+    assert [p.topic for p in doc.promises] == ["John", "Jean-Jacques", "Thomas"]

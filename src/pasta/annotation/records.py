@@ -5,7 +5,8 @@
      "accepted", "reject_reason",                      # reason is `code: detail`, null when accepted
      "teacher", "teacher_model",
      "num_promises", "num_groups", "chunk_tokens",     # structure stats, measured with the student's tokenizer
-     "num_tokens", "num_steps", "theoretical_speedup",
+     "num_tokens", "num_steps", "theoretical_speedup",  # of the form training uses (lang.reservation: uncounted)
+     "num_tag_steps", "repetition",                    # main-thread tag steps; cross-thread repetition share
      "teacher_output"}                                 # rejected answers only, cut to keep_teacher_output_chars
 
 A record kept unannotated (`on_reject=keep_unannotated`) has `annotated` = the original response, no promises and
@@ -17,15 +18,29 @@ from __future__ import annotations
 from typing import Any
 
 from pasta.data import Record
-from pasta.lang import Document, Text, fill_token_counts, schedule, serialize, tokenize_document
+from pasta.lang import (
+    Document,
+    Text,
+    cross_thread_repetition,
+    drop_token_counts,
+    fill_token_counts,
+    schedule,
+    serialize,
+    tokenize_document,
+)
 
-STAT_FIELDS = ("num_promises", "num_groups", "chunk_tokens", "num_tokens", "num_steps", "theoretical_speedup")
+STAT_FIELDS = ("num_promises", "num_groups", "chunk_tokens", "num_tokens", "num_steps", "theoretical_speedup",
+               "num_tag_steps", "repetition")
 
 
-def measure(doc: Document, tokenizer) -> tuple[str, dict[str, Any]]:
-    """The inline form with `tokens=` from `tokenizer` (which must hold the PASTA-LANG tag tokens) and its stats."""
+def measure(doc: Document, tokenizer, counted: bool = False) -> tuple[str, dict[str, Any]]:
+    """The inline form with `tokens=` from `tokenizer` (which must hold the PASTA-LANG tag tokens) and its stats.
+
+    The schedule is the one training sees: promises without `tokens=` unless `counted` (the reservation policy's
+    `counts`); the inline form keeps the counts either way (training drops them under the uncounted policy).
+    """
     doc = fill_token_counts(doc, tokenizer)
-    plan = schedule(tokenize_document(doc, tokenizer))
+    plan = schedule(tokenize_document(doc if counted else drop_token_counts(doc), tokenizer))
     stats = {
         "num_promises": len(doc.promises),
         "num_groups": len(doc.groups),
@@ -33,6 +48,8 @@ def measure(doc: Document, tokenizer) -> tuple[str, dict[str, Any]]:
         "num_tokens": plan.num_tokens,
         "num_steps": plan.num_steps,
         "theoretical_speedup": round(plan.theoretical_speedup, 4),
+        "num_tag_steps": plan.num_tag_steps,
+        "repetition": None if not doc.promises else cross_thread_repetition(doc).share,
     }
     return serialize(doc), stats
 
@@ -53,6 +70,7 @@ def make_record(
     teacher_output: str | None = None,
     tokenizer=None,
     keep_teacher_output_chars: int = 2000,
+    counted: bool = False,
 ) -> dict[str, Any]:
     """One output line. Accepted: give `doc`. Rejected: give `reject_reason`, and `keep_unannotated` to keep it."""
     instruction, input_text, output = (
@@ -72,10 +90,10 @@ def make_record(
     }
     if reject_reason is None:
         assert doc is not None, "an accepted record needs its document"
-        record["annotated"], stats = measure(doc, tokenizer)
+        record["annotated"], stats = measure(doc, tokenizer, counted)
         record.update(stats)
     elif keep_unannotated:
-        record["annotated"], stats = measure(Document((Text(output),)), tokenizer)
+        record["annotated"], stats = measure(Document((Text(output),)), tokenizer, counted)
         record.update(stats)
     if reject_reason is not None and teacher_output is not None:
         cut = teacher_output[:keep_teacher_output_chars]

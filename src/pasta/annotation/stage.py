@@ -3,7 +3,9 @@
 For each record: records that cannot be used at all (empty response, invalid Unicode, a response that already holds
 PASTA-LANG tags) are rejected at once; responses over `max_response_chars` are not sent; the others go to the
 teacher, whose answer is validated (pasta.annotation.validate) and measured with the student's tokenizer
-(`model`: tokens="N", promises, groups, chunk lengths, theoretical speedup). Accepted records, and with
+(`model`: tokens="N", promises, groups, chunk lengths, and under the `lang.reservation` policy training uses the
+theoretical speedup and the main thread's tag steps; cross-thread repetition). The held-out evaluation pool's
+prompts are left out before anything is sent (pasta.data.load_training_records). Accepted records, and with
 `on_reject=keep_unannotated` rejected ones as plain responses, go to `output`; the rest, with their reasons, to
 `<output stem>.rejects.jsonl`. Lines are appended in input order, whole and fsynced, as answers arrive: a rerun
 with the same `output` skips every record already in either file (by record id), so a crash or Ctrl-C loses only
@@ -37,11 +39,11 @@ from pasta.data import (
     Record,
     check_output_file,
     iter_numbered_jsonl,
-    load_instructions,
+    load_training_records,
     write_json_atomic,
 )
 from pasta.errors import PastaError
-from pasta.lang import add_tag_tokens
+from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import load_tokenizer
 from pasta.parallel import ShardedJsonl, current_processes
 from pasta.teachers import Teacher, TeacherError, TeacherReply, TeacherRequest, build_teacher
@@ -81,7 +83,9 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
     stage = schema_from(cfg, AnnotateConfig, "", only_known=True)
     output = check_output_file(stage.output, "output")
     rejects_path, summary_path = companion_paths(output)
-    records = load_instructions(cfg.data, check_unicode=False)  # rejected below as invalid_unicode, with a count
+    # Annotations are training data: the held-out pool's prompts are left out here already (and counted). Records
+    # that are not valid Unicode are kept, to be rejected below as invalid_unicode with a count.
+    records, loaded = load_training_records(cfg.data, check_unicode=False)
     tokenizer = load_tokenizer(cfg.model)
     add_tag_tokens(tokenizer)  # tokens="N" and the schedule count tags as the student will see them
     teacher = build_teacher(cfg.teacher, device=cfg.get("device", "auto"))
@@ -99,7 +103,8 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
         )  # fmt: skip
         counts = RunCounts()
         try:
-            _InputOrderWriter(stage, teacher, tokenizer, out, rejected, counts).run(todo)
+            counted = ReservationPolicy.from_config(cfg.lang.reservation).counts
+            _InputOrderWriter(stage, teacher, tokenizer, out, rejected, counts, counted).run(todo)
         except TeacherError as exc:
             raise TeacherError(f"{exc} ({_resume_hint(counts, output)})") from None
         except KeyboardInterrupt:
@@ -121,7 +126,8 @@ def annotate(cfg: DictConfig) -> dict[str, Any]:
         "teacher": teacher.name,
         "teacher_model": teacher.model,
         "prompt": _prompt_info(teacher),
-        "data": {"name": cfg.data.get("name"), "path": cfg.data.get("path"), "num_records": len(records)},
+        "data": {"name": cfg.data.get("name"), "path": cfg.data.get("path"), "num_records": len(records),
+                 "loaded": loaded.as_dict()},
         "on_reject": stage.on_reject,
         **summarize(all_records),
         "this_run": counts.as_dict(len(todo), num_already_done, num_duplicates),
@@ -164,8 +170,8 @@ class _InputOrderWriter:
     """
 
     def __init__(self, stage: AnnotateConfig, teacher: Teacher, tokenizer, out: JsonlAppender,
-                 rejected: JsonlAppender, counts: RunCounts):  # fmt: skip
-        self.stage, self.teacher, self.tokenizer = stage, teacher, tokenizer
+                 rejected: JsonlAppender, counts: RunCounts, counted: bool = False):  # fmt: skip
+        self.stage, self.teacher, self.tokenizer, self.counted = stage, teacher, tokenizer, counted
         self.out, self.rejected, self.counts = out, rejected, counts
         self.keep_unannotated = stage.on_reject == OnReject.keep_unannotated
         self.queue: deque[_Pending] = deque()
@@ -198,7 +204,8 @@ class _InputOrderWriter:
     def _record(self, source: Record, **kwargs: Any) -> dict[str, Any]:
         return make_record(
             source=source, teacher=self.teacher.name, teacher_model=self.teacher.model,
-            tokenizer=self.tokenizer, keep_teacher_output_chars=self.stage.keep_teacher_output_chars, **kwargs,
+            tokenizer=self.tokenizer, keep_teacher_output_chars=self.stage.keep_teacher_output_chars,
+            counted=self.counted, **kwargs,
         )  # fmt: skip
 
     def _requests(self, todo: list[Record]) -> Iterator[TeacherRequest]:

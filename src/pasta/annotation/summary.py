@@ -52,6 +52,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "acceptance_rate": round(num_accepted / len(mine), 4),
         }
     speedups = [r["theoretical_speedup"] for r in accepted]
+    tagged_speedups = [r["theoretical_speedup"] for r in tagged]
     return {
         "num_records": len(records),
         "num_accepted": len(accepted),
@@ -69,7 +70,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "chunk_tokens": distribution([n for r in accepted for n in r["chunk_tokens"]]),
         "theoretical_speedup": distribution(speedups),
         "theoretical_speedup_geomean": _geometric_mean(speedups),
-        "theoretical_speedup_with_promises": distribution([r["theoretical_speedup"] for r in tagged]),
+        "theoretical_speedup_with_promises": distribution(tagged_speedups),
+        "theoretical_speedup_with_promises_geomean": _geometric_mean(tagged_speedups),
+        # Records written before these were measured lack them: left out of the distributions.
+        "tag_steps_per_fork": distribution([r["num_tag_steps"] for r in tagged if r.get("num_tag_steps") is not None]),
+        "cross_thread_repetition": distribution([r["repetition"] for r in tagged if r.get("repetition") is not None]),
     }
 
 
@@ -114,6 +119,13 @@ def format_table(summary: dict[str, Any]) -> str:
             if summary["theoretical_speedup_geomean"]
             else ""
         ),
-        f"speedup (with tags):   {_fmt(summary['theoretical_speedup_with_promises'])}",
+        f"speedup (with tags):   {_fmt(summary['theoretical_speedup_with_promises'])}"
+        + (
+            f"  (geomean {summary['theoretical_speedup_with_promises_geomean']})"
+            if summary.get("theoretical_speedup_with_promises_geomean")
+            else ""
+        ),
+        f"tag steps per fork:    {_fmt(summary.get('tag_steps_per_fork'))}",
+        f"cross-thread repeats:  {_fmt(summary.get('cross_thread_repetition'))}",
     ]
     return "\n".join(lines)

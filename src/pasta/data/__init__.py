@@ -2,9 +2,18 @@
 
     from pasta.data import load_instructions, JsonlAppender
     records = load_instructions(cfg.data)          # [Record(instruction, output, input, annotated, ...)]
+    records, report = load_training_records(cfg.data)   # the same, less the held-out evaluation pool's prompts
 """
 
-from pasta.data.instructions import DataConfig, Record, load_alpaca_eval, load_instructions
+from pasta.data.instructions import (
+    DataConfig,
+    DataFormat,
+    LoadReport,
+    Record,
+    load_alpaca_eval,
+    load_instructions,
+    load_training_records,
+)
 from pasta.data.jsonl import (
     JsonlAppender,
     append_jsonl,
@@ -22,7 +31,9 @@ from pasta.data.paths import check_output_dir, check_output_file
 
 __all__ = [
     "DataConfig",
+    "DataFormat",
     "JsonlAppender",
+    "LoadReport",
     "Record",
     "append_jsonl",
     "check_output_dir",
@@ -32,6 +43,7 @@ __all__ = [
     "iter_numbered_jsonl",
     "load_alpaca_eval",
     "load_instructions",
+    "load_training_records",
     "read_json_file",
     "read_jsonl",
     "read_text_file",

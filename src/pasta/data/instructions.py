@@ -6,6 +6,11 @@ configured `path` is null or absent and a `hub_id` is set, the hub dataset is us
 files exist beside the checkout in CI, not on a user's machine). A record that lacks a required field, or whose
 field is not a string, is an error naming the file, line (or record number) and field; `on_error: skip` logs and
 drops such records instead. Extra fields (such as `annotated`) are kept.
+
+`data.format=sharegpt` reads ShareGPT conversations (pasta.data.sharegpt); `data.answer_paths`, `data.pick` and
+`data.max_output_chars` keep one answer per prompt from several files that answer the same prompts
+(pasta.data.answers). Training stages and annotation read data through `load_training_records`, which also leaves
+out every record whose prompt is in the held-out evaluation pool (pasta.data.heldout) and reports how many.
 """
 
 from __future__ import annotations
@@ -24,11 +29,22 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from pasta.choice import Choice
 from pasta.config import schema_from
+from pasta.data.answers import Pick, pick_answers
+from pasta.data.heldout import leave_out_heldout
 from pasta.data.jsonl import OnError, invalid_unicode, iter_numbered_jsonl, read_json_file
+from pasta.data.sharegpt import SystemPrompt, conversation_record
 from pasta.errors import PastaError
 
 log = logging.getLogger(__name__)
+
+
+class DataFormat(Choice):
+    """How a data set's records are written."""
+
+    alpaca = "alpaca"
+    sharegpt = "sharegpt"
 
 
 @dataclass(frozen=True)
@@ -51,12 +67,38 @@ class DataConfig:
                           "whole (shuffle, offset and limit apply to `path` only), e.g. a preference run's "
                           "`round-*/forking.jsonl`: its students' own well-formed forking answers, as SFT data"},
     )
+    format: DataFormat = field(
+        default=DataFormat.alpaca,
+        metadata={"help": "alpaca: `instruction`, `input`, `output` records | sharegpt: `conversations` of "
+                          "system/human/gpt turns, one exchange a record (a malformed one is skipped and counted)"},
+    )
+    system_prompt: SystemPrompt = field(
+        default=SystemPrompt.prepend,
+        metadata={"help": "format=sharegpt: a system turn goes in front of the instruction (prepend) or is dropped"},
+    )
+    answer_paths: list[str] = field(
+        default_factory=list,
+        metadata={"help": "more local files answering the same prompts as `path` (matched by normalised prompt "
+                          "text); one answer per prompt is kept, by `pick`"},
+    )
+    pick: Pick = field(
+        default=Pick.first,
+        metadata={"help": "with answer_paths: first (path's answer, then the next file's), shortest, or "
+                          "shortest_with_list (the shortest laid out as a list or in sections, else the shortest)"},
+    )
+    max_output_chars: int | None = field(
+        default=None,
+        metadata={"help": "answers longer than this many characters are not used (null = any length); a prompt "
+                          "left without an answer is dropped and counted"},
+    )
 
     def validate(self, where: str) -> None:
         for key in ("offset", "limit"):
             value = getattr(self, key)
             if value is not None and value < 0:
                 raise PastaError(f"{where}.{key}: must be an integer >= 0, got {value!r}")
+        if self.max_output_chars is not None and self.max_output_chars < 1:
+            raise PastaError(f"{where}.max_output_chars: must be an integer >= 1 or null, got {self.max_output_chars}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +130,19 @@ class Record:
         return cls(**typed, extra={k: v for k, v in raw.items() if k not in typed})
 
 
+@dataclass
+class LoadReport:
+    """What loading left out and why: train_info.json and the annotation summary keep it."""
+
+    num_heldout_left_out: int = 0  # records whose prompt is in the held-out evaluation pool
+    num_malformed: int = 0  # format=sharegpt records that are not one system/human/gpt exchange
+    num_too_long: int = 0  # prompts without an answer within max_output_chars
+    answer_sources: dict[str, int] = field(default_factory=dict)  # with answer_paths: answers kept per file
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield (where, record) pairs, `where` naming the record for error messages; `group` is the config key."""
     if cfg.path is not None and Path(cfg.path).is_file():
@@ -99,6 +154,22 @@ def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[t
         log.info("data %s: %s not found, loading %s from the hub", cfg.name, cfg.path, cfg.hub_id)
     for index, record in enumerate(_hub_records(cfg, group), start=1):
         yield f"{cfg.hub_id}[{cfg.split}] record {index}", record
+
+
+def _converted(records: Iterator[tuple[str, Any]], cfg: DataConfig, report: LoadReport
+               ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The records as instruction records: ShareGPT conversations converted, malformed ones skipped and counted."""
+    if cfg.format != DataFormat.sharegpt:
+        yield from records
+        return
+    for where, raw in records:
+        converted = conversation_record(raw, cfg.system_prompt)
+        if isinstance(converted, str):
+            report.num_malformed += 1
+            if report.num_malformed <= 3:  # the count says the rest
+                log.warning("skipping %s: malformed ShareGPT record (%s)", where, converted)
+            continue
+        yield where, converted
 
 
 def _file_records(path: Path, on_error: OnError, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -141,11 +212,21 @@ def _hub_records(cfg: DataConfig, group: str) -> Iterator[dict[str, Any]]:
         dataset = datasets.load_dataset(cfg.hub_id, cfg.hub_config, split=cfg.split)
     except Exception as exc:  # datasets raises many types (offline, not found, gated); all mean "not available"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        local = f"{cfg.path} is absent" if cfg.path else f"{group}.path is not set"
         raise PastaError(
-            f"data {cfg.name}: {cfg.path or 'no local path'} is absent and hub dataset {cfg.hub_id} could not be "
-            f"loaded ({first}); set {group}.path=/path/to/file.jsonl"
+            f"data {cfg.name}: {local} and hub dataset {cfg.hub_id} could not be loaded ({first}); "
+            f"set {group}.path=/path/to/file.jsonl"
         ) from None
     yield from dataset
+
+
+def _answer_files(cfg: DataConfig, group: str) -> list[Path]:
+    """The files of `answer_paths`; a missing one is an error naming it and the key."""
+    for index, path in enumerate(cfg.answer_paths):
+        if not Path(path).is_file():
+            raise PastaError(f"data {cfg.name}: file not found: {path}; set {group}.answer_paths[{index}]="
+                             "/path/to/file.json")
+    return [Path(path) for path in cfg.answer_paths]
 
 
 def _checked(
@@ -195,24 +276,72 @@ def _select(records: list, cfg: DataConfig) -> list:
 def load_instructions(data_cfg: DataConfig | DictConfig | dict[str, Any], check_unicode: bool = True) -> list[Record]:
     """The data's records (`input` "" when absent, extra fields kept in `Record.extra`).
 
-    `check_unicode=False` keeps records whose text is not valid Unicode, for a stage that rejects them itself.
+    `check_unicode=False` keeps records whose text is not valid Unicode, for a stage that rejects them itself. A
+    stage that trains on the records reads them with `load_training_records` instead.
     """
     cfg = schema_from(data_cfg, DataConfig, "data", only_known=True)
-    records = _selected_records(cfg, "data", ("instruction", "output"), ("input",), check_unicode)
+    records, _ = _selected_records(cfg, "data", ("instruction", "output"), ("input",), check_unicode)
     return [Record.from_dict(record) for record in records]
 
 
+def load_training_records(data_cfg: DataConfig | DictConfig | dict[str, Any], check_unicode: bool = True
+                          ) -> tuple[list[Record], LoadReport]:
+    """The data's records as `load_instructions` gives them, less every record whose prompt is in the held-out
+    evaluation pool (whatever the data config says: pasta.data.heldout), and the report of what was left out.
+
+    Every stage that trains on records, or annotates them for training, reads them here: SFT and Baseline-SFT,
+    the preference stage's prompts, `extra_paths` (a round's forking.jsonl) and pasta.annotate.
+    """
+    cfg = schema_from(data_cfg, DataConfig, "data", only_known=True)
+    records, report = _selected_records(cfg, "data", ("instruction", "output"), ("input",), check_unicode,
+                                        leave_out=True)
+    if report.num_heldout_left_out:
+        log.warning("data %s: left out %d records whose prompt is in the held-out evaluation pool (eval.subset=300 "
+                    "eval.subset_seed=0 of AlpacaEval)", cfg.name, report.num_heldout_left_out)
+    return [Record.from_dict(record) for record in records], report
+
+
 def _selected_records(
-    cfg: DataConfig, group: str, required: tuple[str, ...], optional: tuple[str, ...], check_unicode: bool
-) -> list[dict[str, Any]]:
-    """The checked records of `path` (or the hub) after shuffle, offset and limit, then every `extra_paths` file's."""
+    cfg: DataConfig, group: str, required: tuple[str, ...], optional: tuple[str, ...], check_unicode: bool,
+    leave_out: bool = False,
+) -> tuple[list[dict[str, Any]], LoadReport]:
+    """The checked records of `path` (or the hub), one answer per prompt with `answer_paths`, those within
+    `max_output_chars`, without the held-out pool's when `leave_out`, after shuffle, offset and limit; then every
+    `extra_paths` file's (Alpaca format, whole but for the held-out pool's)."""
+    report = LoadReport()
     extras = extra_files(cfg, group)  # before the main file is read: a typo fails at once
-    records = _select(_checked(_raw_records(cfg, group, check_unicode), required, optional, cfg.on_error,
-                               check_unicode), cfg)
+
+    def checked(records: Iterator[tuple[str, Any]]) -> list[dict[str, Any]]:
+        return _checked(_converted(records, cfg, report), required, optional, cfg.on_error, check_unicode)
+
+    records = checked(_raw_records(cfg, group, check_unicode))
+    if report.num_malformed:
+        log.warning("data %s: skipped %d malformed ShareGPT records", cfg.name, report.num_malformed)
+    if leave_out:
+        records, report.num_heldout_left_out = leave_out_heldout(records)
+    answer_files = _answer_files(cfg, group)
+    if answer_files:
+        files = [records]
+        for path in answer_files:  # their held-out prompts are `path`'s too: counted once, above
+            files.append(leave_out_heldout(checked(_file_records(path, cfg.on_error, check_unicode)))[0]
+                         if leave_out else checked(_file_records(path, cfg.on_error, check_unicode)))
+        answers, report.num_too_long = pick_answers(files, cfg.pick, cfg.max_output_chars)
+        records = [answer.record for answer in answers]
+        names = [Path(cfg.path).name if cfg.path else str(cfg.hub_id)] + [path.name for path in answer_files]
+        report.answer_sources = {name: sum(a.source == i for a in answers) for i, name in enumerate(names)}
+    elif cfg.max_output_chars is not None:
+        fitting = [record for record in records if len(record["output"]) <= cfg.max_output_chars]
+        report.num_too_long = len(records) - len(fitting)
+        records = fitting
+    records = _select(records, cfg)
     for path in extras:
-        records.extend(_checked(_file_records(path, cfg.on_error, check_unicode), required, optional, cfg.on_error,
-                                check_unicode))
-    return records
+        extra = _checked(_file_records(path, cfg.on_error, check_unicode), required, optional, cfg.on_error,
+                         check_unicode)
+        if leave_out:
+            extra, num_left_out = leave_out_heldout(extra)
+            report.num_heldout_left_out += num_left_out
+        records.extend(extra)
+    return records, report
 
 
 def load_alpaca_eval(eval_data_cfg: DataConfig | DictConfig | dict[str, Any]) -> list[dict[str, Any]]:
@@ -221,7 +350,7 @@ def load_alpaca_eval(eval_data_cfg: DataConfig | DictConfig | dict[str, Any]) ->
     `generator` defaults to "reference" and `dataset` to the config's name when a file leaves them out.
     """
     cfg = schema_from(eval_data_cfg, DataConfig, "eval_data", only_known=True)
-    records = _selected_records(cfg, "eval_data", ("instruction", "output"), ("generator", "dataset"), True)
+    records, _ = _selected_records(cfg, "eval_data", ("instruction", "output"), ("generator", "dataset"), True)
     for record in records:
         record.setdefault("generator", "reference")
         record.setdefault("dataset", cfg.name)

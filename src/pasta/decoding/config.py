@@ -72,7 +72,20 @@ class DecodeConfig:
     )
     max_total_tokens: int | None = field(
         default=None,
-        metadata={"help": "async: tokens all threads of a request may sample together; null = only the two caps above"},
+        metadata={"help": "async: tokens all threads of a request may sample together; null = max_new_tokens, the "
+                          "budget a sequential answer gets (a larger number lets a forked answer hold more)"},
+    )
+    max_promises: int | None = field(
+        default=16,
+        metadata={"help": "async, with decode.constrain: promises one answer may make; past it the main thread writes "
+                          "on without forking (a runaway promise list whose topics loop otherwise spends the budget "
+                          "on tags; masked choices counted in stats.masked.promise_cap); null = no cap"},
+    )
+    max_topic_chars: int = field(
+        default=64,
+        metadata={"help": "async, with decode.constrain: characters a promise's topic may hold (at most the "
+                          "language's 100): a topic is a short label, and one that runs on loops ('a timeline and a "
+                          "budget and a timeline and ...'); the structural teacher's topics are under 60"},
     )
     constrain: bool = field(
         default=True,
@@ -115,7 +128,18 @@ class DecodeConfig:
             raise PastaError(f"max_chunk_tokens: must be >= 1, got {self.max_chunk_tokens}")
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
             raise PastaError(f"max_total_tokens: must be >= 1 or null, got {self.max_total_tokens}")
+        if self.max_topic_chars < 1:
+            raise PastaError(f"max_topic_chars: must be >= 1, got {self.max_topic_chars}")
+        if self.max_promises is not None and self.max_promises < 1:
+            raise PastaError(f"max_promises: must be >= 1 or null, got {self.max_promises}")
         if any(not s for s in self.stop_strings):
             raise PastaError("stop_strings: may not contain an empty string")
         if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
             raise PastaError(f"compile_mode: one of {', '.join(COMPILE_MODES)} or null, got {self.compile_mode}")
+
+    @property
+    def total_token_budget(self) -> int:
+        """Tokens all threads of an async request may sample together. By default a sequential answer's budget:
+        otherwise a forked answer could run its main thread to max_new_tokens and as many again in each chunk, and
+        a comparison with the sequential decoder would give it more text to write."""
+        return self.max_new_tokens if self.max_total_tokens is None else self.max_total_tokens

@@ -4,15 +4,18 @@ Unconstrained, the interpreter turns every malformed tag into text and counts it
 the sampler asks the interpreter for its thread's `Constraint` before taking a token: a list of rules, each the
 malformed event it prevents (named as the interpreter counts it) and the [V] bool mask of the tokens that would
 cause it. The rules, from `pasta.lang.syntax.parse`, the token grammar of `pasta.lang.tokens` and the interpreter's
-fall-backs (`budget`: tokens the main thread may still sample under `max_new_tokens`):
+fall-backs (`budget`: tokens the main thread may still sample under `max_new_tokens` and what all threads together
+have left of `max_total_tokens`):
 
     main, in text       <|async|> <|async_body|> <|async_end|> (the decoder supplies them)      async_tag_in_main
                         <|promise_tokens|> <|promise_end|> outside a promise                    stray_promise_tag
                         <|promise|> with budget < 3 (promise, topic, <|promise_end|>: it could   unclosed_promise
                         not close)
+                        <|promise|> once the answer holds `max_promises` promises (a runaway     promise_cap
+                        promise list: not malformed, but never an answer)
     main, topic         eos, <|sync|> or a tag other than <|promise_tokens|> / <|promise_end|>   unclosed_promise
                         a token with `"`, `<`, `>`, a control character or no character; a      bad_topic
-                        blank first token; one that takes the topic past MAX_TOPIC_CHARS;
+                        blank first token; one that takes the topic past `max_topic_chars`;
                         <|promise_tokens|> or <|promise_end|> after an empty or invalid topic
                         <|promise_tokens|> or <|promise_end|> after a topic this group already   duplicate_topic
                         promised; a token that would complete such a topic where it could no
@@ -122,6 +125,7 @@ class Grammar:
         self._main_text = Constraint.of(async_tags, stray)
         self._main_text_short = Constraint.of(async_tags, stray,
                                               Rule("unclosed_promise", self._ids_mask([tags.promise])))
+        self._main_text_capped = Constraint.of(async_tags, stray, Rule("promise_cap", self._ids_mask([tags.promise])))
         close = self._ids_mask([tags.async_end])
         chunk_rules = (Rule("tag_in_chunk", tag_mask & ~close), Rule("eos_in_chunk", eos))
         self._chunk = Constraint.of(*chunk_rules)
@@ -134,14 +138,18 @@ class Grammar:
         flags[list(ids)] = True
         return flags
 
-    def main_text(self, budget: int) -> Constraint:
+    def main_text(self, budget: int, can_promise: bool = True) -> Constraint:
+        if not can_promise:
+            return self._main_text_capped
         return self._main_text if budget >= PROMISE_MIN_TOKENS else self._main_text_short
 
-    def topic(self, topic_ids: list[int], topic: str, group_topics: set[str], budget: int) -> Constraint:
-        """In a promise's topic: `topic` is `topic_ids` decoded; `group_topics` the topics this group promised."""
+    def topic(self, topic_ids: list[int], topic: str, group_topics: set[str], budget: int,
+              max_chars: int = MAX_TOPIC_CHARS) -> Constraint:
+        """In a promise's topic: `topic` is `topic_ids` decoded; `group_topics` the topics this group promised;
+        `max_chars` the longest topic allowed (at most the language's MAX_TOPIC_CHARS)."""
         tags = self.tags
         num_chars = sum(self.num_chars[i] for i in topic_ids)
-        too_long = self._num_chars > MAX_TOPIC_CHARS - num_chars
+        too_long = self._num_chars > min(max_chars, MAX_TOPIC_CHARS) - num_chars
         bad = self._bad_topic_token | too_long | (self._blank if not topic_ids else torch.zeros_like(too_long))
         rules = [self._in_topic_escape, Rule("bad_topic", bad & self._text)]
         closing_kind = ("bad_topic" if not topic_ids or validate_topic(topic) else
@@ -157,7 +165,7 @@ class Grammar:
         stuck = [
             token_id
             for other in group_topics
-            if other.startswith(topic) and (budget <= 2 or len(other) >= MAX_TOPIC_CHARS)
+            if other.startswith(topic) and (budget <= 2 or len(other) >= min(max_chars, MAX_TOPIC_CHARS))
             for token_id in self._ids_by_text.get(other[len(topic) :], [])
         ]
         if stuck:

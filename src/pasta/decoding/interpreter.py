@@ -141,13 +141,18 @@ class Interpreter:
         if thread != MAIN_THREAD:
             chunk = self.chunks[thread - 1]
             return grammar.chunk(chunk.has_text, self.config.max_chunk_tokens - chunk.num_sampled)
-        budget = self.config.max_new_tokens - len(self.main_ids)
+        # What the main thread may still sample: its own cap, or what all threads together have left (chunks
+        # spend that budget too, so a promise opened on the last tokens could not close).
+        budget = min(self.config.max_new_tokens - len(self.main_ids),
+                     self.config.total_token_budget - self.num_sampled)
         parser = self.parser
         if parser.mode == PromiseMode.TOPIC:
-            return grammar.topic(parser.topic_ids, self.decode(parser.topic_ids), parser.group_topics, budget)
+            return grammar.topic(parser.topic_ids, self.decode(parser.topic_ids), parser.group_topics, budget,
+                                 self.config.max_topic_chars)
         if parser.mode == PromiseMode.COUNT:
             return grammar.count(parser.count_ids, self.decode(parser.count_ids), budget)
-        return grammar.main_text(budget)
+        return grammar.main_text(budget, can_promise=self.config.max_promises is None
+                                 or len(self.chunks) < self.config.max_promises)
 
     def plan(self) -> StepPlan:
         """The tokens this request feeds into the next forward; sets their slots in the visibility table."""
@@ -160,16 +165,16 @@ class Interpreter:
 
     def commit(self, plan: StepPlan, token_ids: list[int]) -> None:
         """Take the tokens chosen at `plan.sample_feeds`, in order."""
-        cap = self.config.max_total_tokens
+        cap = self.config.total_token_budget
         for thread, token_id in zip(plan.sample_threads, token_ids, strict=True):
-            if cap is not None and self.num_sampled >= cap:
+            if self.num_sampled >= cap:
                 break  # the rest of this step's tokens are over the budget
             self.num_sampled += 1
             if thread == MAIN_THREAD:
                 self._commit_main(token_id)
             else:
                 self._commit_chunk(self.chunks[thread - 1], token_id)
-        if cap is not None and self.num_sampled >= cap:
+        if self.num_sampled >= cap:
             self._stop_all()
 
     def _commit_main(self, token_id: int) -> None:

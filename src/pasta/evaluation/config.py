@@ -80,6 +80,14 @@ class EvalConfig:
         metadata={"help": "timing=throughput: decode the first N prompts one at a time (after the warm-up), so "
                           "that per-prompt wall-clock speedups exist for them, then batch the rest; 0 = none"},
     )
+    parallelism: bool = field(
+        default=True,
+        metadata={"help": "decode=async: replay each forked answer timed alone as plain text (its own tokens without "
+                          "tags, teacher-forced, one per step, the same model, right after it) and time that too: "
+                          "the async over sequential wall clock of the same answer, the speedup that is parallelism "
+                          "and not a shorter answer (speed.json parallelism_*; an answer that forked nothing is its "
+                          "own plain decode and counts 1.0)"},
+    )
     warmup_prompts: int = field(
         default=1,
         metadata={"help": "prompts decoded (and discarded) before timing: allocations, kernel selection, torch.compile"},

@@ -1,8 +1,9 @@
 """The evaluated prompts: eval_data's records (a seeded eval.subset of them, then the first eval.limit), and where
 each sits in AlpacaEval.
 
-`eval.subset=N eval.subset_seed=S` picks the same N prompts for every model and decode mode, so that every model of
-a study is decoded on the same unseen prompts; `eval.limit` then keeps the first prompts of that subset (a quick
+`eval.subset=N eval.subset_seed=S` picks the same N prompts for every model and decode mode (`select_subset`, which
+also defines the held-out pool no training stage sees: pasta/data/heldout.py), so that every model of a study is
+decoded on the same unseen prompts; `eval.limit` then keeps the first prompts of that subset (a quick
 check on prompts of the study). run.json records the subset (`subset_meta`), and a run is neither resumed nor
 scored with another one.
 """
@@ -10,7 +11,6 @@ scored with another one.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from pasta.config import schema_from
 from pasta.data import DataConfig, load_alpaca_eval
+from pasta.data.heldout import select_subset
 from pasta.errors import PastaError
 
 ALPACA_EVAL_SIZE = 805
@@ -26,24 +27,6 @@ ALPACA_EVAL_SIZE = 805
 def subset_meta(subset: int | None, subset_seed: int) -> dict[str, int] | None:
     """What run.json records of the subset: {"size", "seed"}, or None for every prompt."""
     return None if subset is None else {"size": subset, "seed": subset_seed}
-
-
-def _subset_key(instruction: str, seed: int) -> str:
-    return hashlib.sha256(f"{seed}\n{instruction}".encode()).hexdigest()
-
-
-def select_subset(records: list[dict[str, Any]], size: int, seed: int) -> list[dict[str, Any]]:
-    """`size` of `records` chosen by `seed`, in their original order.
-
-    Each prompt is ranked by a hash of (seed, instruction) and the `size` lowest are kept. Written out rather than
-    with random.sample or numpy: a hash gives the same prompts on every Python and numpy version (their sampling
-    streams may change), whatever order or offset the data set is read in, and a larger subset with the same seed
-    holds every prompt of a smaller one.
-    """
-    if size > len(records):
-        raise PastaError(f"eval.subset={size} but eval_data selects only {len(records)} prompts")
-    chosen = set(sorted(range(len(records)), key=lambda i: _subset_key(records[i]["instruction"], seed))[:size])
-    return [record for index, record in enumerate(records) if index in chosen]
 
 
 def eval_prompts(

@@ -109,6 +109,11 @@ def _speed_lines(speed: SpeedSummary | None) -> list[str]:
     else:
         lines.append(f"- latency per token (median): {_fmt(speed.ms_per_token_median, 1)} ms "
                      "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
+    if speed.parallelism_geomean is not None:
+        lines.append(f"- parallelism (geomean): async over the same answer's plain text decoded sequentially by "
+                     f"this model, {speed.parallelism_forked_geomean:.2f}x on the {speed.num_replayed} forked "
+                     f"answers timed alone; {_with_ci(speed.parallelism_geomean)} over every answer timed alone "
+                     "(one that forked nothing counts 1.0)")
     return lines
 
 
@@ -176,15 +181,17 @@ def _timed_wall(row: dict[str, Any]) -> str:
 def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The structure table and what its columns mean."""
     header = ["run", "decode", "answers", "forked", "promises/answer", "malformed/answer", "dup-topic/answer",
-              "chunks", "length Spearman", "length MAE", "overruns", "theor. speedup", "step speedup",
-              "cost-model speedup [95% CI]", "wall speedup [95% CI] (timed prompts; cost model on them)"]
+              "chunks", "length Spearman", "length MAE", "overruns", "cross-thread repetition",
+              "loops / budget cuts / topic loops", "theor. speedup", "step speedup", "cost-model speedup [95% CI]",
+              "wall speedup [95% CI] (timed prompts; cost model on them)", "parallelism [95% CI] (forked)"]
     body = [
         [row["name"], row["decode"] or "-", row["num_answers"],
          f"{row['num_forked']} ({100 * row['fork_share']:.0f}%)", _fmt(row["promises_per_answer"]),
          _fmt(row["malformed_per_answer"]), _fmt(row["duplicate_topics_per_answer"]), row["num_chunks"],
          _fmt(row["length_spearman"]), _fmt(row["length_mae"], 1), row["num_overruns"],
+         _fmt(row.get("cross_thread_repetition")), _degenerate_cell(row.get("degenerate")),
          _fmt(row["theoretical_speedup"], suffix="x"), _fmt(row.get("step_speedup"), suffix="x"),
-         _with_ci(row.get("cost_speedup")), _timed_wall(row)]
+         _with_ci(row.get("cost_speedup")), _timed_wall(row), _parallelism_cell(row)]
         for row in rows
     ]
     policies = sorted({", ".join(f"{k}={v}" for k, v in row["reservation"].items())
@@ -193,13 +200,32 @@ def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
              "Length: each promise's `tokens=` against the tokens its chunk took (student's tokenizer), Spearman and "
              "mean absolute error in tokens; '-' = undefined (under two chunks, or one length predicted for all). "
              f"Overruns: chunks longer than the positions reserved for them ({'; '.join(policies) or '-'}). "
+             "Cross-thread repetition: per forked answer, the share of its chunks' content words that another "
+             "thread of the answer also writes (main thread text and topics, sibling chunks), averaged. "
+             "Loops / budget cuts / topic loops: answers stopped by the token budget while repeating a word n-gram, "
+             "answers stopped by the budget, and promise lists whose topics loop (pasta.evaluation.degenerate). "
              f"Speedups: geometric means over prompts against {_names(rows, 'sequential_run')}: steps (its tokens "
              "over the run's steps), the cost model (both runs' steps priced on the sequential run's measured "
-             "cost per forward by rows fed), and wall-clock on the prompts both runs decoded one at a time."]
+             "cost per forward by rows fed), and wall-clock on the prompts both runs decoded one at a time. "
+             "Parallelism: each answer decoded alone against its own plain text replayed one token per step by the "
+             "same model (the speedup that is not a shorter answer), and over the answers that forked."]
     unparsed = [f"{row['name']} {row['num_unparsed']}" for row in rows if row.get("num_unparsed")]
     if unparsed:
         lines.append(f"Answers without a valid PASTA-LANG form (left out of the chunk columns): {', '.join(unparsed)}.")
     return "\n".join(lines) + "\n"
+
+
+def _degenerate_cell(counts: dict[str, Any] | None) -> str:
+    if not counts:
+        return "-"
+    return f"{counts['num_loops']} / {counts['num_budget_cuts']} / {counts['num_topic_loops']}"
+
+
+def _parallelism_cell(row: dict[str, Any]) -> str:
+    if not row.get("parallelism"):
+        return "-"
+    forked = row.get("parallelism_forked")
+    return _with_ci(row["parallelism"]) + (f" ({forked:.2f}x)" if forked is not None else "")
 
 
 def length_markdown(rows: Sequence[dict[str, Any]]) -> str:

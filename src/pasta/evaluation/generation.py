@@ -113,6 +113,27 @@ class Decoder:
         return decode(self.model, self.tokenizer, prompt_ids, self.config, mode=self.mode, policy=self.policy)
 
 
+    @property
+    def replays(self) -> bool:
+        """Answers decoded alone are replayed sequentially (eval.parallelism, async runs)."""
+        return self.mode == "async" and self.ecfg.parallelism
+
+    def replay(self, record: dict[str, Any], result: DecodeResult) -> dict[str, Any]:
+        """Time the answer's plain text decoded one token per step (its own tokens forced: the same answer without
+        the tags that made it parallel), right after its asynchronous decode, on the same model."""
+        from pasta.lang import encode_text
+        from pasta.models import encode_prompt
+
+        prompt_ids = encode_prompt(self.tokenizer, record["instruction"], record.get("input", ""))
+        plain_ids = encode_text(self.tokenizer, result.text)
+        if result.stats.finish_reason == "eos" or not plain_ids:
+            plain_ids.append(self.tokenizer.eos_token_id)
+        config = dataclasses.replace(self.config, max_new_tokens=len(plain_ids), max_total_tokens=None,
+                                     stop_strings=())
+        (replayed,) = decode(self.model, self.tokenizer, [prompt_ids], config, mode="sequential",
+                             forced_ids=[plain_ids])
+        return {"replay_wall_s": replayed.stats.wall_s, "replay_num_tokens": len(plain_ids)}
+
     def _sot(self, record: dict[str, Any]) -> DecodeResult:
         from pasta.evaluation.sot import decode_sot
 
@@ -205,7 +226,9 @@ def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: st
     batched = [r for r in todo if r["instruction"] not in timed]
     if one_at_a_time:
         for record in records[: ecfg.warmup_prompts]:
-            decoder([record])  # discarded: first-call allocations and kernel choices are not latency
+            (result,) = decoder([record])  # discarded: first-call allocations and kernel choices are not latency
+            if decoder.replays:  # the sequential path warms up too
+                decoder.replay(record, result)
     with tqdm(total=len(todo), desc=f"decode {generator}") as bar:
         for batch_size, group in ((1, one_at_a_time), (ecfg.batch_size, batched)):
             for start in range(0, len(group), batch_size):
@@ -226,7 +249,10 @@ def _decode_batch(out: JsonlAppender, decoder: Decoder, batch: list[dict[str, An
         instruction = batch[exc.failed_indices[0]]["instruction"]
         raise PastaError(f"decoding the prompt {instruction[:80]!r} failed: {exc}") from None
     for record, result in zip(batch, results, strict=True):
-        out.append(_stats_record(record, result, len(batch)))
+        # An answer that forked nothing is already its plain text decoded one token per step: nothing to replay.
+        forked = result.stats.num_threads > 0
+        replay = decoder.replay(record, result) if len(batch) == 1 and forked and decoder.replays else {}
+        out.append({**_stats_record(record, result, len(batch)), **replay})
 
 
 def _has_current_costs(path: Path) -> bool:

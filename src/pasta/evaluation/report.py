@@ -194,6 +194,9 @@ def structure_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "num_timed_prompts": None if speed is None else speed.num_timed_prompts,
             "cost_speedup_timed": None if speed is None else speed.cost_speedup_timed_geomean,
             "sequential_run": None if speed is None else speed.sequential_run,
+            "parallelism": None if speed is None else interval(speed.parallelism_geomean),
+            "parallelism_forked": None if speed is None else speed.parallelism_forked_geomean,
+            "degenerate": summary.get("degenerate"),
         })
     return rows
 

@@ -27,6 +27,7 @@ from pasta.data import write_json_atomic, write_text_atomic
 from pasta.errors import PastaError
 from pasta.evaluation import quality as quality_lib
 from pasta.evaluation.config import EvalConfig
+from pasta.evaluation.degenerate import DegenerateCounts, count_degenerate
 from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE, check_same_subset, eval_prompts, subset_meta
 from pasta.evaluation.proxies import QualityProxies, run_proxies
 from pasta.evaluation.report import write_run_summary
@@ -106,6 +107,14 @@ def checked_sequential(ecfg: EvalConfig, run_dir: Path, meta: dict[str, Any]) ->
     return sequential_dir, sequential_meta
 
 
+def _degenerate(run_dir: Path, instructions: list[str]) -> DegenerateCounts | None:
+    """Loops, budget cuts and looping promise lists among the run's answers (None without per-prompt stats)."""
+    if not (run_dir / STATS).is_file():
+        return None
+    wanted = set(instructions)
+    return count_degenerate(record for record in read_stats(run_dir) if record["instruction"] in wanted)
+
+
 def _speed(
     ecfg: EvalConfig, run_dir: Path, instructions: list[str], sequential_run: tuple[Path, dict[str, Any]] | None
 ) -> SpeedSummary | None:
@@ -182,6 +191,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
     if speed is not None:
         write_json_atomic(run_dir / SPEED, speed.to_dict())
     structure = run_dir_structure(run_dir, meta, scored.instructions, cfg.model, cfg.lang)
+    degenerate = _degenerate(run_dir, scored.instructions)
     length = run_dir_length(run_dir, meta, scored.instructions, cfg.model, sequential_run)
     summary = {
         "generator": scored.generator,
@@ -196,6 +206,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         "speed": None if speed is None else speed.to_dict(),
         "structure": None if structure is None else structure.to_dict(),
         "length": length,
+        "degenerate": None if degenerate is None else degenerate.to_dict(),
         "proxies": None if scored.proxies is None else scored.proxies.to_dict(),
         "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

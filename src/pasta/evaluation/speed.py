@@ -16,7 +16,11 @@ gathers a `SpeedSummary` (speed.json):
   batch-1 wall-clock speedup as the model predicts it, for every prompt, batched or not, without timing noise
   between the runs;
 - `theoretical_speedup_geomean`: geometric mean of tokens / forward steps (what an ideal interpreter would gain);
-- `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted).
+- `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted);
+- `parallelism_forked_geomean`: an async run's forked answers timed alone, each against its plain text decoded one
+  token per step by the same model right after it (eval.parallelism: `replay_wall_s`): the part of the speedup
+  that is parallel decoding and not a shorter answer; `parallelism_geomean` the same over every answer timed alone,
+  an answer that forked nothing counting 1.0 (it was decoded as its own plain text, one token per step).
 
 Bootstrap intervals resample prompts with replacement (percentile method, seeded), so the same files always give
 the same interval. Formatting these for a person is pasta.evaluation.formatting's.
@@ -103,6 +107,7 @@ class AnswerSpeed:
     step_rows: tuple[int, ...] = ()
     num_threads: int = 0
     malformed: bool = False
+    replay_wall_s: float | None = None  # its plain text decoded sequentially, teacher-forced (eval.parallelism)
 
     @classmethod
     def from_record(cls, record: dict[str, Any], where: str) -> AnswerSpeed:
@@ -111,7 +116,7 @@ class AnswerSpeed:
                    num_steps=_positive(record.get("num_steps"), "num_steps", where),
                    wall_s=record.get("wall_s"), batch_size=record.get("batch_size", 1),
                    step_rows=tuple(record.get("step_rows") or ()), num_threads=record.get("num_threads", 0),
-                   malformed=bool(record.get("malformed")))
+                   malformed=bool(record.get("malformed")), replay_wall_s=record.get("replay_wall_s"))
 
     @property
     def timed_alone(self) -> bool:
@@ -153,6 +158,9 @@ class SpeedSummary:
     wall_speedup_max: float | None = None
     sequential_ms_per_token_median: float | None = None
     cost_speedup_timed_geomean: float | None = None  # the cost model on the timed prompts: how well it predicts
+    num_replayed: int | None = None  # forked answers timed alone, replayed sequentially
+    parallelism_geomean: Interval | None = None
+    parallelism_forked_geomean: float | None = None
 
     @property
     def headline(self) -> Interval | None:
@@ -219,6 +227,20 @@ def speed_metrics(
         num_malformed=sum(1 for answer in answers if answer.malformed),
         bootstrap=bootstrap,
     )
+    replayed = [answer for answer in answers if answer.timed_alone and answer.replay_wall_s is not None]
+    if replayed:
+        def parallelism(answer: AnswerSpeed) -> float:
+            if answer.replay_wall_s is None:
+                return 1.0
+            return _positive(answer.replay_wall_s, "replay_wall_s", "stats") / answer.wall("stats")
+
+        timed_alone = [answer for answer in answers if answer.timed_alone and
+                       (answer.num_threads == 0 or answer.replay_wall_s is not None)]
+        summary = dataclasses.replace(
+            summary, num_replayed=len(replayed),
+            parallelism_geomean=Interval.of(np.array([parallelism(a) for a in timed_alone]), geometric_mean,
+                                            bootstrap),
+            parallelism_forked_geomean=float(geometric_mean([parallelism(a) for a in replayed])))
     if sequential is None:
         return summary
     baseline = [AnswerSpeed.from_record(record, sequential_name) for record in sequential]

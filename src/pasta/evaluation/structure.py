@@ -11,7 +11,9 @@ written in training data, `pasta.lang.fill_token_counts`). Per run:
   tokens the chunk took (over the counted promises; an uncounted one, `lang.reservation.policy=uncounted`, predicts
   nothing);
 - reservation overruns: chunks longer than the positions the run's `lang.reservation` policy reserved for them
-  (recorded in run.json), where a chunk's positions run into the main thread's.
+  (recorded in run.json), where a chunk's positions run into the main thread's;
+- cross-thread repetition: per forked answer, the share of its chunks' content words that another thread of the
+  answer also writes (`pasta.lang.cross_thread_repetition`), averaged over the forked answers.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pasta.errors import PastaError
 from pasta.evaluation.run_files import STATS, read_stats
-from pasta.lang import LangError, ReservationPolicy, encode_text, parse
+from pasta.lang import LangError, ReservationPolicy, cross_thread_repetition, encode_text, parse
 
 DUPLICATE_TOPIC = "duplicate_topic"
 
@@ -51,6 +53,7 @@ class AnswerStructure:
     num_malformed: int  # the decoder's malformed-output events, duplicate topics excepted
     num_duplicate_topics: int
     parsed: bool  # False when the annotated form is missing or not valid PASTA-LANG (no chunks are counted then)
+    repetition: float | None = None  # share of the chunks' content words another thread writes; None: no chunk
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,9 @@ class StructureStats:
     num_overruns: int  # chunks longer than their reservation
     num_unparsed: int  # answers whose annotated form is missing or not valid PASTA-LANG
     reservation: dict[str, Any] | None  # the policy the overruns were counted under
+    # Mean over forked answers of the share of their chunks' content words that another thread also writes; None
+    # when no answer forked.
+    cross_thread_repetition: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,7 +95,8 @@ def answer_structure(
     for promise in doc.promises:
         chunks.append(ChunkLength(promise.num_tokens, count_tokens(promise.content),
                                   policy.num_reserved(promise.num_tokens)))
-    return AnswerStructure(tuple(chunks), num_malformed, num_duplicates, parsed=True)
+    return AnswerStructure(tuple(chunks), num_malformed, num_duplicates, parsed=True,
+                           repetition=cross_thread_repetition(doc).share if doc.promises else None)
 
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -111,6 +118,7 @@ def structure_stats(answers: Sequence[AnswerStructure], reservation: dict[str, A
     actual = [chunk.num_actual for chunk in counted]
     num = len(answers)
     num_forked = sum(1 for answer in answers if answer.chunks)
+    shares = [answer.repetition for answer in answers if answer.repetition is not None]
     return StructureStats(
         num_answers=num,
         num_forked=num_forked,
@@ -124,6 +132,7 @@ def structure_stats(answers: Sequence[AnswerStructure], reservation: dict[str, A
         num_overruns=sum(1 for chunk in chunks if chunk.overran),
         num_unparsed=sum(1 for answer in answers if not answer.parsed),
         reservation=reservation,
+        cross_thread_repetition=sum(shares) / len(shares) if shares else None,
     )
 
 

@@ -16,6 +16,7 @@ from pasta.lang.layout import (
     sequence_logprobs,
 )
 from pasta.lang.mask import additive_mask, windowed_mask, within_window
+from pasta.lang.repetition import Repetition, content_words, cross_thread_repetition
 from pasta.lang.schedule import Schedule, schedule
 from pasta.lang.syntax import (
     Document,
@@ -54,6 +55,7 @@ __all__ = [
     "LangError",
     "Layout",
     "Promise",
+    "Repetition",
     "ReservationPolicy",
     "Schedule",
     "Sync",
@@ -65,6 +67,8 @@ __all__ = [
     "additive_mask",
     "build_layout",
     "collate_layouts",
+    "content_words",
+    "cross_thread_repetition",
     "drop_token_counts",
     "encode_text",
     "fill_token_counts",

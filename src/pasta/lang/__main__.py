@@ -6,7 +6,10 @@
 
 `check` reads records with an `annotated` field (inline PASTA-LANG) and, where present, `output` (the original
 response, which must equal the plain text). It prints `line N: reason` for each invalid record and exits 1 if any
-is invalid. Token counts come from a model's tokenizer: `--tokenizer` takes a model config name (default: the
+is invalid, then statistics of the valid ones: the share with promises, promises and chunk lengths, theoretical
+speedup, the main thread's tag steps per forked response and cross-thread repetition (pasta.lang.repetition).
+Promises are measured in the uncounted form, as the default reservation policy trains them (`--counted`: with
+`tokens="N"`). Token counts come from a model's tokenizer: `--tokenizer` takes a model config name (default: the
 embedded smollm2-135m) or a local folder.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -21,9 +25,16 @@ from pathlib import Path
 from pasta.data.jsonl import check_text, read_text_file
 from pasta.errors import PastaError
 from pasta.lang.layout import MAIN_THREAD, PROMPT_THREAD, ReservationPolicy, build_layout
+from pasta.lang.repetition import cross_thread_repetition
 from pasta.lang.schedule import schedule
 from pasta.lang.syntax import Document, LangError, parse, plain_text
-from pasta.lang.tokens import add_tag_tokens, encode_text, fill_token_counts, tokenize_document
+from pasta.lang.tokens import (
+    add_tag_tokens,
+    drop_token_counts,
+    encode_text,
+    fill_token_counts,
+    tokenize_document,
+)
 
 
 def load_tokenizer(name_or_path: str):
@@ -67,18 +78,28 @@ def _first_difference(a: str, b: str) -> int:
 def _describe(values: list[float]) -> str:
     if not values:
         return "-"
+    p90 = sorted(values)[min(len(values) - 1, int(0.9 * len(values)))]
     return (
-        f"mean {statistics.mean(values):.2f}, median {statistics.median(values):.2f}, max {max(values):.2f}"
+        f"mean {statistics.mean(values):.2f}, median {statistics.median(values):.2f}, p90 {p90:.2f}, "
+        f"max {max(values):.2f}"
     )
 
 
-def run_check(path: Path, tokenizer) -> int:
+def _geomean(values: list[float]) -> str:
+    return f"{math.exp(statistics.fmean(math.log(v) for v in values)):.3f}x" if values else "-"
+
+
+def run_check(path: Path, tokenizer, counted: bool = False) -> int:
     from pasta.data import iter_numbered_jsonl
 
     num_invalid = 0
     promises_per_response: list[float] = []
+    response_tokens: list[float] = []  # of the plain text
     chunk_lengths: list[float] = []
     speedups: list[float] = []
+    forked_speedups: list[float] = []
+    tag_steps: list[float] = []  # per forked response
+    repetition: list[float] = []  # per forked response with content words in its chunks
     num_records = 0
     for line_number, record in iter_numbered_jsonl(path, on_error="fail"):
         num_records += 1
@@ -88,12 +109,26 @@ def run_check(path: Path, tokenizer) -> int:
             print(f"line {line_number}: {reason}")
             continue
         promises_per_response.append(len(doc.promises))
+        response_tokens.append(len(encode_text(tokenizer, plain_text(doc))))
         chunk_lengths += [p.num_tokens for p in doc.promises]
-        speedups.append(schedule(tokenize_document(doc, tokenizer)).theoretical_speedup)
-    print(f"{num_records} records, {num_records - num_invalid} valid, {num_invalid} invalid")
+        plan = schedule(tokenize_document(doc if counted else drop_token_counts(doc), tokenizer))
+        speedups.append(plan.theoretical_speedup)
+        if doc.promises:
+            forked_speedups.append(plan.theoretical_speedup)
+            tag_steps.append(plan.num_tag_steps)
+            share = cross_thread_repetition(doc).share
+            if share is not None:
+                repetition.append(share)
+    num_valid = num_records - num_invalid
+    print(f"{num_records} records, {num_valid} valid, {num_invalid} invalid")
+    print(f"with promises: {len(forked_speedups)} of {num_valid} valid ({len(forked_speedups) / max(num_valid, 1):.1%})")
+    print(f"response tokens (plain text): {_describe(response_tokens)}")
     print(f"promises per response: {_describe(promises_per_response)}")
     print(f"chunk length (tokens): {_describe(chunk_lengths)}")
-    print(f"theoretical speedup:   {_describe(speedups)}")
+    print(f"theoretical speedup:   {_describe(speedups)}; geomean {_geomean(speedups)}, of those with promises "
+          f"{_geomean(forked_speedups)} ({'counted' if counted else 'uncounted'} promises)")
+    print(f"tag steps per forked response: {_describe(tag_steps)}")
+    print(f"cross-thread repetition per forked response: {_describe(repetition)}")
     return 1 if num_invalid else 0
 
 
@@ -171,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="validate a JSONL file of annotated records")
     check.add_argument("path", type=Path)
+    check.add_argument("--counted", action="store_true", help='measure promises with tokens="N" (default: uncounted)')
     show = commands.add_parser("explain", help="threads, plain text and per-token layout of one response")
     show.add_argument("text", nargs="?", help="inline PASTA-LANG (or use --file; - reads stdin)")
     show.add_argument("--file", type=Path)
@@ -185,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             if not args.path.is_file():
                 raise PastaError(f"file not found: {args.path}")
-            return run_check(args.path, load_tokenizer(args.tokenizer))
+            return run_check(args.path, load_tokenizer(args.tokenizer), counted=args.counted)
         if args.file is not None:
             text = read_text_file(args.file)
         elif args.text in (None, "-"):

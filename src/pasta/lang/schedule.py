@@ -7,7 +7,8 @@ token at step max(t, last step of every outstanding chunk) + 1. The response is 
 chunk are. Theoretical speedup = tokens sampled by all threads / steps; a sequential decode has speedup 1.
 
 The asynchronous decoder counts its steps the same way, so its stats equal `schedule(token_doc)` for the same
-structure (tested in tests/test_decoding*).
+structure (tested in tests/test_decoding*). `num_tag_steps` counts the main thread's steps that sample the language
+rather than the answer: the promise skeleton, topics, counts and syncs (what a fork costs the main thread).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Schedule:
     num_steps: int  # forward passes, prefill included
     main_steps: list[int]  # the step at which each main-thread token is sampled
     chunk_spans: list[tuple[int, int]]  # (first, last) step of each chunk's sampled tokens
+    num_tag_steps: int = 0  # main-thread steps on <|promise|> topic [<|promise_tokens|> N] <|promise_end|> and <|sync|>
 
     @property
     def theoretical_speedup(self) -> float:
@@ -35,10 +37,16 @@ def schedule(doc: TokenDoc) -> Schedule:
     chunk_spans: list[tuple[int, int]] = []
     outstanding_ends: list[int] = []
     forks = iter(doc.chunks)
+    num_tag_steps = 0
+    in_promise = False  # between <|promise|> and <|promise_end|>: topic and count tokens
     for token_id in doc.main_ids:
         step += 1
         main_steps.append(step)
+        if token_id == doc.tag_ids.promise:
+            in_promise = True
+        num_tag_steps += in_promise or token_id == doc.tag_ids.sync
         if token_id == doc.tag_ids.promise_end:
+            in_promise = False
             num_body = len(next(forks).body_ids)
             chunk_spans.append((step + 1, step + num_body))
             outstanding_ends.append(step + num_body)
@@ -46,4 +54,4 @@ def schedule(doc: TokenDoc) -> Schedule:
             step = max([step, *outstanding_ends])
             outstanding_ends.clear()
     num_steps = max([step, *outstanding_ends])
-    return Schedule(doc.num_tokens, num_steps, main_steps, chunk_spans)
+    return Schedule(doc.num_tokens, num_steps, main_steps, chunk_spans, num_tag_steps)

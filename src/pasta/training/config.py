@@ -250,7 +250,7 @@ class PrefSettings(OptimSettings):
         metadata={"help": "the paper's lambda: score = speed + lambda * quality; inf = quality only"},
     )
     speed_reward: SpeedReward = field(
-        default=SpeedReward.latency,
+        default=SpeedReward.latency_capped,
         metadata={"help": "latency: the reference answer's tokens (what a sequential decode of it takes in steps) "
                           "over the candidate's decoding steps, the unit the evaluation's wall-clock speedup "
                           "measures | theoretical: the candidate's own tokens over its steps (the paper's; a longer "

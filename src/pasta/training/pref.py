@@ -38,7 +38,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pasta.config import resolve_device
-from pasta.data import Record, load_instructions, write_json_atomic, write_jsonl_atomic
+from pasta.data import Record, load_training_records, write_json_atomic, write_jsonl_atomic
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import load_model
@@ -234,7 +234,8 @@ def run_pref(cfg: DictConfig) -> Path:
     output_dir = resolve_output_dir(cfg)
     policy = decoding_policy(cfg.lang.reservation, cfg.model)  # the starting policy's, checked
     min_promises = int(cfg.data.get("min_promises", 0))
-    records = with_min_promises(load_instructions(loader_config(cfg.data)), min_promises)
+    records, loaded = load_training_records(loader_config(cfg.data))  # never a held-out pool prompt
+    records = with_min_promises(records, min_promises)
     if not records:
         raise PastaError(
             "stage=pref needs prompts: the data is empty"
@@ -252,7 +253,7 @@ def run_pref(cfg: DictConfig) -> Path:
     check_latency_references(settings, used, references)
     judge = build_judge(cfg.judge)
     if processes.is_main:
-        write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name)
+        write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name, loaded=loaded.as_dict())
     heldout = HeldoutCheck(cfg, settings, judge, policy, processes)
     start = heldout.run(None, output_dir / "round-0")
     rounds = []
@@ -281,6 +282,7 @@ def run_pref(cfg: DictConfig) -> Path:
             stage="pref",
             status="done",
             judge=judge.name,
+            loaded=loaded.as_dict(),
             final_dir=str(policy_path),
             rounds=rounds,
             **({"heldout_start": asdict(start)} if start is not None else {}),

@@ -5,7 +5,8 @@ with the mask, positions and targets the decoder will reproduce) through TRL's S
 `data.strip_annotations=true` the same records without tags give Baseline-SFT, the sequential model that speed
 and quality are compared against. Writes `<output_dir>/final` and `<output_dir>/train_info.json`.
 
-Before training it keeps only the promise-bearing records when they are scarce (`data.min_promise_share`, a
+Before training it leaves out every record whose prompt is held out for evaluation (pasta.data.heldout; counted
+in train_info.json's `loaded`), keeps only the promise-bearing records when they are scarce (`data.min_promise_share`, a
 logged decision), refuses PASTA-SFT on data without a single promise, and counts what `stage.max_length` cuts; batches are grouped by length.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pasta.data import Record, load_instructions
+from pasta.data import LoadReport, Record, load_training_records
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens
 from pasta.models import load_model
@@ -76,6 +77,7 @@ class SFTData:
     baseline: bool  # data.strip_annotations: the records without tags, for Baseline-SFT
     data_path: str | None
     sha256: str  # of the examples: a resumed run must train on the same ones
+    loaded: LoadReport  # what loading left out: the held-out pool's prompts, malformed records, long answers
 
     def info(self) -> dict[str, Any]:
         """train_info.json's fields about the data, written with every status."""
@@ -85,6 +87,7 @@ class SFTData:
             "data_path": self.data_path,
             "examples": self.stats.as_dict(),
             "promise_balance": self.balance.as_dict() if self.balance else None,
+            "loaded": self.loaded.as_dict(),
         }
 
 
@@ -95,10 +98,10 @@ def run_sft(cfg: DictConfig) -> Path:
     run = SFTRun(cfg, settings, resolve_output_dir(cfg))
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
     min_promises = int(cfg.data.get("min_promises", 0))
-    records, balance = balanced_records(cfg, min_promises)
+    records, balance, loaded = balanced_records(cfg, min_promises)
     model, tokenizer = load_model(cfg.model, device="cpu")  # the trainer moves it to its device
     tag_ids = add_tag_tokens(tokenizer, model)
-    data = sft_data(run, records, balance, tokenizer, min_promises, policy)
+    data = sft_data(run, records, balance, tokenizer, min_promises, policy, loaded)
     resume_from = checkpoint_to_resume(run.checkpoint_dir, bool(cfg.get("resume", False)))
     check_same_data(run.output_dir, data.sha256)
     trainer = sft_trainer(run, model, tokenizer, tag_ids, policy, data.examples)
@@ -107,23 +110,23 @@ def run_sft(cfg: DictConfig) -> Path:
     return train_and_save(run, trainer, tokenizer, resume_from, {"stage": "sft", **data.info()}, trained_policy)
 
 
-def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], PromiseBalance | None]:
-    """The data's records, the promise-bearing ones only when they are scarce (data.min_promise_share, a logged
-    decision)."""
+def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], PromiseBalance | None, LoadReport]:
+    """The data's records less the held-out pool's (pasta.data.load_training_records), the promise-bearing ones
+    only when they are scarce (data.min_promise_share, a logged decision), and what loading left out."""
     min_promise_share = min_promise_share_setting(cfg.data)
-    records = load_instructions(loader_config(cfg.data))
+    records, loaded = load_training_records(loader_config(cfg.data))
     if min_promises > 0:  # with min_promises every record used carries promises: nothing to balance
-        return records, None
+        return records, None, loaded
     records, balance = balance_promises(records, min_promise_share=min_promise_share,
                                         plain_per_promise=plain_per_promise_setting(cfg.data),
                                         seed=int(cfg.get("seed") or 0))
     log.info("sft: %s", balance.message())
-    return records, balance
+    return records, balance, loaded
 
 
 def sft_data(
     run: SFTRun, records: list[Record], balance: PromiseBalance | None, tokenizer, min_promises: int,
-    policy: ReservationPolicy,
+    policy: ReservationPolicy, loaded: LoadReport | None = None,
 ) -> SFTData:
     """The records as training examples, with what stage.max_length cut logged; refuses PASTA-SFT on data without
     a single promise."""
@@ -146,7 +149,8 @@ def sft_data(
             "(python -m pasta.annotate data.path=... output=annotated.jsonl) and train on that, or set "
             "data.strip_annotations=true for Baseline-SFT"
         )
-    data = SFTData(examples, stats, balance, strip, cfg.data.get("path"), examples_sha256(examples))
+    data = SFTData(examples, stats, balance, strip, cfg.data.get("path"), examples_sha256(examples),
+                   loaded or LoadReport())
     log.info("sft: %d of %d records used (%s)", stats.num_used, stats.num_records, stats.as_dict())
     if stats.truncation_message():
         log.warning("sft: %s", stats.truncation_message())

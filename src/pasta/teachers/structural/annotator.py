@@ -4,20 +4,31 @@ and write the annotation from character spans of the response."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from pasta.errors import PastaError
 from pasta.lang import Document, LangError, Promise, Sync, Text, parse, plain_text, serialize
 from pasta.teachers.base import Teacher, TeacherReply, TeacherRequest
 from pasta.teachers.structural.config import StructuralConfig
+from pasta.teachers.structural.leads import Lead, group_leads
 from pasta.teachers.structural.lists import find_lists
 from pasta.teachers.structural.paragraphs import find_paragraph_runs
-from pasta.teachers.structural.rules import is_joining_heading, parallel_chunks, saves_steps
-from pasta.teachers.structural.segments import Block, Chunk, split_lines, word_count
+from pasta.teachers.structural.rules import (
+    can_join,
+    estimated_steps,
+    parallel_chunks,
+    parallel_sections,
+    saves_steps,
+)
+from pasta.teachers.structural.sections import find_sections
+from pasta.teachers.structural.segments import Block, Chunk, Line, split_lines, word_count
 from pasta.teachers.structural.sentences import find_sentence_runs
-from pasta.teachers.structural.topics import make_topic
+from pasta.teachers.structural.topics import topic_of
 
-RULES_VERSION = "rules-v2"  # v2: runs of points inside a paragraph
+# v2: runs of points inside a paragraph. v3: leads (markers, numbers, bold leads, headings, openers) stay in the
+# main thread; sections under headings; groups join across heading lines.
+RULES_VERSION = "rules-v3"
 
 
 class StructuralAnnotator:
@@ -54,34 +65,49 @@ class StructuralAnnotator:
         return doc
 
     def _groups(self, instruction: str, response: str) -> list[list[Chunk]]:
+        lines = split_lines(response)
         groups: list[list[Chunk]] = []
-        for block in _candidate_blocks(instruction, response):
-            chunks = parallel_chunks(block, response, self.cfg.min_item_words)
+        for block in _candidate_blocks(instruction, response, lines):
+            chunks = parallel_chunks(block, response, self.cfg.min_item_words, instruction)
             if chunks is None:
                 continue
-            if groups and is_joining_heading(response[groups[-1][-1].end : chunks[0].start]):
+            if groups and can_join(response, groups[-1], chunks):
                 groups[-1].extend(chunks)
             else:
                 groups.append(chunks)
-        return [
-            g for g in groups if len(g) >= self.cfg.min_items and saves_steps(response, g, self.cfg.topic_words)
-        ]
+        groups = [g for g in groups if self._worth_forking(response, g)]
+        for block in find_sections(lines):
+            sections = parallel_sections(block, response, self.cfg.min_item_words, instruction)
+            if sections is not None and self._worth_forking(response, sections):
+                groups = self._better_of(response, groups, sections)
+        return groups
+
+    def _worth_forking(self, response: str, group: list[Chunk]) -> bool:
+        return len(group) >= self.cfg.min_items and saves_steps(response, group, self.cfg.topic_words,
+                                                                 self.cfg.lead_topic_words, self.cfg.leads_in_main)
+
+    def _better_of(self, response: str, groups: list[list[Chunk]], sections: list[Chunk]) -> list[list[Chunk]]:
+        """`groups` with the run of sections in place of the groups it overlaps, when that takes fewer estimated
+        steps over the span they cover (a section per chunk, or the lists and paragraphs inside them)."""
+        inside = [g for g in groups if g[0].start < sections[-1].end and g[-1].end > sections[0].start]
+        start = min([sections[0].start, *(g[0].start for g in inside)])
+        end = max([sections[-1].end, *(g[-1].end for g in inside)])
+        options = (self.cfg.topic_words, start, end, self.cfg.lead_topic_words, self.cfg.leads_in_main)
+        if estimated_steps(response, [sections], *options) >= estimated_steps(response, inside, *options):
+            return groups
+        return sorted([g for g in groups if g not in inside] + [sections], key=lambda g: g[0].start)
 
     def _build(self, response: str, groups: list[list[Chunk]]) -> Document:
         items: list[Text | Promise | Sync] = []
         position = 0
         for group_index, group in enumerate(groups):
-            topics: set[str] = set()
-            for chunk in group:
-                if chunk.start > position:
-                    items.append(Text(response[position : chunk.start]))
-                topic = make_topic(chunk.text(response), self.cfg.topic_words) or f"part {len(topics) + 1}"
-                base, suffix = topic, 2
-                while topic in topics:
-                    topic = f"{base[:95]} ({suffix})"
-                    suffix += 1
-                topics.add(topic)
-                items.append(Promise(topic=topic, content=chunk.text(response)))
+            texts = [chunk.text(response) for chunk in group]
+            leads = group_leads(texts, self.cfg.leads_in_main)  # marker, number, lead, heading: the main thread's
+            for chunk, lead, topic in zip(group, leads, self._topics(texts, leads), strict=True):
+                body_start = chunk.start + lead.length
+                if body_start > position:
+                    items.append(Text(response[position:body_start]))
+                items.append(Promise(topic=topic, content=response[body_start : chunk.end]))
                 position = chunk.end
             next_start = groups[group_index + 1][0].start if group_index + 1 < len(groups) else len(response)
             if response[position:next_start].strip():
@@ -90,10 +116,36 @@ class StructuralAnnotator:
             items.append(Text(response[position:]))
         return Document(tuple(items))
 
+    def _topics(self, texts: list[str], leads: list[Lead]) -> list[str]:
+        """One distinct topic per chunk of a group: a lead's first `lead_topic_words` words (more where two would be
+        equal), else the body's first words; a topic still taken gets a number."""
+        def topic(index: int, num_lead_words: int) -> str:
+            lead = leads[index]
+            words = num_lead_words if lead.label else self.cfg.topic_words
+            return topic_of(lead.label, texts[index][lead.length :], words) or f"part {index + 1}"
 
-def _candidate_blocks(instruction: str, response: str) -> list[Block]:
+        num_words = [self.cfg.lead_topic_words] * len(texts)
+        topics = [topic(i, n) for i, n in enumerate(num_words)]
+        for _ in range(4):  # lengthen the topics that collide, a word at a time
+            taken = Counter(topics)
+            clashing = [i for i, t in enumerate(topics) if taken[t] > 1 and leads[i].label]
+            if not clashing:
+                break
+            for i in clashing:
+                num_words[i] += 1
+                topics[i] = topic(i, num_words[i])
+        seen: set[str] = set()
+        for i, base in enumerate(topics):
+            suffix = 2
+            while topics[i] in seen:
+                topics[i] = f"{base[:95]} ({suffix})"
+                suffix += 1
+            seen.add(topics[i])
+        return topics
+
+
+def _candidate_blocks(instruction: str, response: str, lines: list[Line]) -> list[Block]:
     """Lists, then paragraph runs outside them, then sentence runs outside both, in the order of the response."""
-    lines = split_lines(response)
     lists = find_lists(lines)
     taken = {i for _, first, last in lists for i in range(first, last + 1)}
     runs = find_paragraph_runs(response, lines, taken)

@@ -11,6 +11,7 @@ _DEFAULT_SEQUENTIAL_PATTERNS = [
     r"\bin order\b(?! to\b)", r"\bsequence\b",  # "in order to" states a purpose, not an order
     r"\b(calculate|compute|solve|derive|prove|simplify)\b",
     r"\bevaluate\b[^.?!]*[\d=+*/^]",  # evaluate an expression, not "evaluate the candidates"
+    r"(?s)^(?=.*\d).*\bhow (much|many|long|far|old|fast)\b",  # a word problem: "... two $50 combos. How much ..."
     # "Write a short story", "compose a Python function": the thing asked for is at most three words after the verb
     # ("story ideas", "song titles" are lists of separate things).
     r"\b(write|compose|create|generate|tell|draft)(\W+\w+){0,3}?\W+(story|poem|song|rap|lyrics|haiku|dialogue|"
@@ -22,9 +23,10 @@ _DEFAULT_SEQUENTIAL_PATTERNS = [
 @dataclass(frozen=True)
 class StructuralConfig:
     """Settings of the rule-based teacher (conf/teacher/structural.yaml), in the style of Skeleton-of-Thought / APAR
-    heuristics: list items, labelled or announced paragraphs, pros/cons sections and runs of points inside a
-    paragraph ("First, ... Second, ...", "Additionally, ...") become chunks; steps, code, stories and short answers
-    stay sequential. Needs no model and never changes a character."""
+    heuristics: list items, sections under headings, labelled or announced paragraphs, pros/cons sections and runs
+    of points inside a paragraph ("First, ... Second, ...", "Additionally, ...") become chunks, their markers, leads
+    and headings written by the main thread; steps, code, stories and short answers stay sequential. Needs no model
+    and never changes a character."""
 
     kind: str = field(default="structural", metadata={"help": "teacher type: structural | hf | openai"})
     min_words: int = field(default=40, metadata={"help": "responses with fewer words get no tags"})
@@ -34,8 +36,19 @@ class StructuralConfig:
         metadata={"help": "a list or paragraph run whose items are shorter on average stays sequential"},
     )
     topic_words: int = field(
-        default=4,
-        metadata={"help": "a topic is the item's label, or its first N words (fewer for short items)"},
+        default=3,
+        metadata={"help": "an unlabelled part's topic is its first N words (fewer for short parts)"},
+    )
+    leads_in_main: bool = field(
+        default=True,
+        metadata={"help": "a part's bold lead, label or heading is written by the main thread and the chunk writes "
+                          "only the body; false: only markers, numbers and openers stay there, and the chunk writes "
+                          "its lead (fewer main-thread steps, a lead the chunk must guess from its topic)"},
+    )
+    lead_topic_words: int = field(
+        default=1,
+        metadata={"help": "a part whose lead (bold lead, label, heading) stays in the main thread gets the lead's "
+                          "first N words as its topic, more only to tell two apart"},
     )
     sequential_patterns: list[str] = field(
         default_factory=lambda: list(_DEFAULT_SEQUENTIAL_PATTERNS),

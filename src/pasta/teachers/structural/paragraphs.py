@@ -15,8 +15,17 @@ _COUNT_WORDS = {
 }  # fmt: skip
 
 
+_COUNTED = re.compile(
+    r"(?<![\w.,])(?P<count>" + "|".join(_COUNT_WORDS) + r")(?![\w.,])[ \t]+(?:[\w-]+[ \t]+){0,2}?[a-z]+s\b",
+    re.IGNORECASE,
+)
+
+
 def _announced_count(text: str) -> set[int]:
-    return {_COUNT_WORDS[w] for w in re.findall(r"[A-Za-z]+|\d+", text.lower()) if w in _COUNT_WORDS}
+    """The counts the paragraph's last sentence gives of a plural noun ("three popular ways", "2 main types"): the
+    paragraphs it announces. A count elsewhere ("the two soon parted", "13.2 degrees") announces nothing."""
+    last = re.split(r"(?<=[.!?])\s+", text.strip())[-1]
+    return {_COUNT_WORDS[m.group("count").lower()] for m in _COUNTED.finditer(last)}
 
 
 def find_paragraph_runs(response: str, lines: list[Line], taken: set[int]) -> list[Block]:

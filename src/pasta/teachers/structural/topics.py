@@ -78,3 +78,24 @@ def make_topic(chunk_text: str, topic_words: int) -> str:
     topic = " ".join(w for w in cleaned if w).replace('"', "").replace("<", "").replace(">", "")
     topic = "".join(ch for ch in topic if ord(ch) >= 32)[:100].strip()
     return topic if validate_topic(topic) is None else ""
+
+
+def topic_of(label: str | None, body: str, topic_words: int) -> str:
+    """The topic of a chunk whose lead (pasta.teachers.structural.leads) carries `label` and whose body is `body`.
+
+    The lead already stands in the main thread right before the promise, so the topic only has to name the chunk:
+    the label's first `topic_words` words (a leading article dropped, never ending on a function word). A label that
+    only numbers its part ("Step 2", "Q1"), or none, gives the body's first words (`make_topic`).
+    """
+    cleaned = "" if label is None else MARKDOWN.sub("", label).strip()
+    if not cleaned or _ENUMERATOR.fullmatch(cleaned):
+        return make_topic(body, topic_words)
+    words = [w for w in cleaned.split() if w.strip(_TOPIC_WORD_EDGES)]
+    while len(words) > 1 and _bare(words[0]) in {"a", "an", "the"}:
+        words.pop(0)
+    words = words[:topic_words]
+    while len(words) > 1 and _bare(words[-1]) in _STOPWORDS:
+        words.pop()
+    topic = " ".join(w.strip(_TOPIC_WORD_EDGES) for w in words).replace('"', "").replace("<", "").replace(">", "")
+    topic = "".join(ch for ch in topic if ord(ch) >= 32)[:100].strip()
+    return topic if validate_topic(topic) is None else make_topic(body, topic_words)

@@ -1,0 +1,41 @@
+"""Write the held-out pool's prompt hashes (src/pasta/data/heldout_pool.txt) from the AlpacaEval file.
+
+The pool is `eval.subset=300 eval.subset_seed=0` of AlpacaEval's 805 prompts, chosen by the evaluation's own
+`select_subset`; no training stage may see those prompts (pasta/data/heldout.py). Run it only if the selection or
+the normalisation ever changes; tests/test_data_heldout.py checks the shipped file against the AlpacaEval file.
+
+    python scripts/heldout_pool.py                       # reads ../shared/data/alpaca_eval.jsonl
+    python scripts/heldout_pool.py --alpaca-eval path/to/alpaca_eval.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pasta.config import compose
+from pasta.data import load_alpaca_eval
+from pasta.data.heldout import POOL_FILE, pool_hashes
+from pasta.errors import PastaError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--alpaca-eval", help="AlpacaEval .jsonl/.json (default: eval_data=alpaca_eval's path)")
+    parser.add_argument("--out", type=Path, default=POOL_FILE)
+    args = parser.parse_args(argv)
+    overrides = ["eval_data=alpaca_eval"] + ([f"eval_data.path={args.alpaca_eval}"] if args.alpaca_eval else [])
+    try:
+        records = load_alpaca_eval(compose("eval", overrides).eval_data)
+    except PastaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    hashes = pool_hashes(records)
+    args.out.write_text("".join(h + "\n" for h in hashes), encoding="utf-8")
+    print(f"wrote {len(hashes)} prompt hashes of {len(records)} AlpacaEval prompts to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The measurement scripts of the data and teacher work: the SFT subset, the audit sample, the held-out pool file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers.scripts import load_script
+from pasta.data import read_jsonl
+from pasta.data.heldout import POOL_FILE
+
+ROOT = Path(__file__).resolve().parents[1]
+ANNOTATED = ROOT / "data" / "annotated_examples.jsonl"
+
+
+def test_sft_subset_keeps_every_promise_bearing_record_and_as_many_plain_ones(tmp_path):
+    plain = [{"instruction": f"Say hi {n}.", "input": "", "output": "Hi.", "annotated": "Hi."} for n in range(30)]
+    source = tmp_path / "a.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in read_jsonl(ANNOTATED) + plain))
+    assert load_script("sft_subset").main([str(source), str(tmp_path / "sft.jsonl")]) == 0
+    kept = read_jsonl(tmp_path / "sft.jsonl")
+    with_promises = [r for r in kept if "<promise" in r["annotated"]]
+    assert len(with_promises) == 10 and len(kept) == 20  # 10 of 42 carry promises: those and 10 plain ones
+
+
+def test_audit_sample_prints_forked_records_with_their_main_thread_and_chunks(capsys):
+    assert load_script("teacher_audit_sample").main([str(ANNOTATED), "--num", "2", "--seed", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("=== ") == 2 and "<P:" in printed and "  [" in printed
+
+
+def test_heldout_pool_script_rewrites_the_shipped_file_unchanged(shared_data_dir, tmp_path, capsys):
+    out = tmp_path / "pool.txt"
+    assert load_script("heldout_pool").main(["--alpaca-eval", str(shared_data_dir / "alpaca_eval.jsonl"),
+                                              "--out", str(out)]) == 0
+    assert out.read_text() == POOL_FILE.read_text()
