@@ -472,6 +472,9 @@ def test_sequential_steps_attend_as_generate_does_without_a_mask(lively, monkeyp
     def spy(*args, **kwargs):
         packed = pack(*args, **kwargs)
         seen.append([(g.mask is None, g.causal, g.query_index is None) for g in packed.ragged.groups])
+        # A model without a sliding window packs no window mask and reads no slot positions: today's path.
+        assert kwargs["window"] is None and kwargs["slot_positions"] is None
+        assert packed.ragged.window is None and all(g.window_mask is None for g in packed.ragged.groups)
         return packed
 
     monkeypatch.setattr(runner, "pack_step", spy)
