@@ -201,7 +201,7 @@ def fork_parity(smoke: Smoke) -> None:
     import torch
 
     from pasta.config import compose
-    from pasta.decoding import teacher_forced_logprobs
+    from pasta.decoding import layout_attention, teacher_forced_logprobs
     from pasta.lang import (
         ReservationPolicy,
         add_tag_tokens,
@@ -226,7 +226,7 @@ def fork_parity(smoke: Smoke) -> None:
             typed = model.to(device=smoke.device, dtype=dtype).eval()
             layout = collate_layouts([build_layout(prompt_ids, doc, policy)], pad_id=0, dtype=dtype)
             batch = {k: v.to(smoke.device) for k, v in layout.items()}
-            with torch.no_grad():
+            with torch.no_grad(), layout_attention(typed):  # as training runs it: each layer's window applied
                 logits = typed(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
                                attention_mask=batch["attention_mask"]).logits
             expected = sequence_logprobs(logits, batch["target_ids"]).sum().item()

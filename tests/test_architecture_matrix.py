@@ -12,9 +12,8 @@ tokens, longer than any twin's window:
 - a one-step SFT and a one-step preference round run through the stages' loading, which refuses what
   pasta.models.architecture refuses.
 
-What fails on today's code is marked `xfail(strict=True)` with the measured cause, so that the fix flips it (a strict
-xfail that passes fails the suite). Measured (transformers 5.24): with the twins' window widened to 4096 every
-check passes for every family but Gemma 2's asynchronous decoder, whose ragged attention has no soft-capping.
+Every family passes every check: pasta's masks apply each layer's own sliding window (over positions, in the
+training layout and in the decoder alike) and the decoder's attention applies Gemma 2's soft-capping.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from helpers.models import lively_twin
 from helpers.training import hand_pairs
 from pasta.config import compose
 from pasta.decoding import DecodeConfig, decode_async, decode_sequential, teacher_forced_logprobs
-from pasta.errors import PastaError
 from pasta.lang import IGNORE_INDEX, ReservationPolicy, parse, plain_text
 from pasta.models import load_model
 from pasta.models.tiny import FAMILIES
@@ -49,37 +47,6 @@ TWO_GROUPS = (
     '<sync/> Middle.\n<promise topic="only one"/> tail<async topic="only one">A lone chunk here.</async>'
 )
 WINDOWED = ("gemma2", "gemma3_text", "mistral", "phi3")  # a window on some layer: shorter than the prompt
-
-# The measured causes of today's failures.
-DECODE_STEPS_IGNORE_WINDOWS = (
-    "the prefill runs transformers' own masks (its token agrees), but decode steps pass a 4-D mask, which "
-    "transformers takes as it is: no layer's window applies (the 2nd or 3rd token differs; with a window of 4096 "
-    "all 24 agree)"
-)
-RAGGED_IGNORES_WINDOWS = (
-    "the step runner's ragged attention, prefill included, ignores the sliding_window its layers pass (the first "
-    "token differs already)"
-)
-RAGGED_IGNORES_SOFTCAP = (
-    "the step runner's ragged attention runs SDPA, which has no attention logit soft-capping (Gemma 2's 50); the "
-    "layout's forward runs the model's eager attention, which applies it (0.13 nats apart over the answer)"
-)
-LAYOUT_IGNORES_WINDOWS = "the layout's 4-D mask replaces transformers' sliding-window mask: rows see past the window"
-REFUSED = "pasta.models.architecture refuses it until windows (and Gemma 2's soft-capping) are honoured"
-
-
-def xfail_for(reasons: dict[str, str], **kwargs):
-    """Every family as a parameter, those of `reasons` marked as failing for their reason."""
-    return [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=reasons[f], **kwargs)) if f in reasons else f
-            for f in FAMILIES]
-
-
-def windowed(reason: str, gemma2: str | None = None) -> dict[str, str]:
-    """`reason` for every family with a window; Gemma 2's with its own second cause."""
-    reasons = dict.fromkeys(WINDOWED, reason)
-    if gemma2:
-        reasons["gemma2"] = f"{reason}; and {gemma2}"
-    return reasons
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +76,7 @@ def test_every_family_has_a_twin_of_its_own_config_class(twins):
 # --- decoding ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", xfail_for(windowed(DECODE_STEPS_IGNORE_WINDOWS)))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_sequential_greedy_equals_generate_past_the_window(twins, family):
     model, tokenizer = twins(family)
     ids = prompt(tokenizer, TEXT)
@@ -119,7 +86,7 @@ def test_sequential_greedy_equals_generate_past_the_window(twins, family):
     assert result.token_ids == expected
 
 
-@pytest.mark.parametrize("family", xfail_for(windowed(RAGGED_IGNORES_WINDOWS, RAGGED_IGNORES_SOFTCAP)))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_async_greedy_without_a_fork_equals_generate_past_the_window(twins, family):
     model, tokenizer = twins(family)
     ids = prompt(tokenizer, TEXT)
@@ -131,7 +98,7 @@ def test_async_greedy_without_a_fork_equals_generate_past_the_window(twins, fami
     assert result.token_ids == generate_ids(model, ids, max_new_tokens=NUM_TOKENS)
 
 
-@pytest.mark.parametrize("family", xfail_for(windowed(LAYOUT_IGNORES_WINDOWS)))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_the_layout_sees_what_the_models_own_attention_sees(twins, family):
     """The first chunk sees the prompt, the main thread up to its promise and itself, at positions 0, 1, ...: a plain
     causal sequence, which the model's own forward (its own masks, windows included) reads alone."""
@@ -147,7 +114,7 @@ def test_the_layout_sees_what_the_models_own_attention_sees(twins, family):
     torch.testing.assert_close(logits[view], alone, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("family", xfail_for({"gemma2": RAGGED_IGNORES_SOFTCAP}))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_teacher_forced_logprobs_equal_the_layout_forward(twins, family):
     model, tokenizer = twins(family)
     policy = ReservationPolicy()
@@ -156,7 +123,7 @@ def test_teacher_forced_logprobs_equal_the_layout_forward(twins, family):
     assert stats.num_threads == 3
 
 
-@pytest.mark.parametrize("family", xfail_for({"gemma2": RAGGED_IGNORES_SOFTCAP}))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_an_async_decode_with_a_forced_fork_equals_its_teacher_forced_replay(twins, family):
     """The main thread is scripted to fork one chunk, which writes what the model likes until its cap."""
     model, tokenizer = twins(family)
@@ -181,6 +148,42 @@ def test_an_async_decode_with_a_forced_fork_equals_its_teacher_forced_replay(twi
     assert len(set(chosen)) > 1
 
 
+def forking_batch(model, tokenizer):
+    """The scripted speaker and three prompts for one batch, the first and last of which it forks."""
+    speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
+    return speaker, [prompt(tokenizer, "Tips", go), prompt(tokenizer, TEXT), prompt(tokenizer, "More tips here", go)]
+
+
+@pytest.mark.parametrize("family", WINDOWED)
+def test_a_batch_past_the_window_gives_each_request_its_answer_alone(twins, family):
+    """Each prompt alone in its group, the decode rows of every request in the narrow and wide groups: the window
+    (and Gemma 2's soft-capping) apply there as in a lone request's steps."""
+    model, tokenizer = twins(family)
+    speaker, prompts = forking_batch(model, tokenizer)
+    config = DecodeConfig(max_new_tokens=16, max_chunk_tokens=6, constrain=False)
+    batch = decode_async(speaker, tokenizer, prompts, config, ReservationPolicy())
+    assert [r.stats.num_threads for r in batch] == [1, 0, 1]
+    sequential = decode_sequential(model, tokenizer, prompts, config)
+    for ids, answer, tokens in zip(prompts, batch, sequential, strict=True):
+        alone = decode_async(speaker, tokenizer, [ids], config, ReservationPolicy())[0]
+        assert (alone.token_ids, alone.token_doc) == (answer.token_ids, answer.token_doc)
+        assert tokens.token_ids == generate_ids(model, ids, max_new_tokens=16)
+
+
+@pytest.mark.slow
+def test_compiled_async_decoder_gives_the_eager_answers_past_the_window(twins):
+    """The compiled step's bucketed groups carry the window mask beside the mask (Gemma 2: one layer of two slides,
+    and soft-caps). One family: each compiles its own graphs, a minute of the suite's time."""
+    model, tokenizer = twins("gemma2")
+    speaker, prompts = forking_batch(model, tokenizer)
+    answers = []
+    for compile in (False, True):
+        config = DecodeConfig(max_new_tokens=12, max_chunk_tokens=6, constrain=False, compile=compile)
+        answers.append([(r.token_ids, r.token_doc) for r in decode_async(speaker, tokenizer, prompts, config,
+                                                                         ReservationPolicy())])
+    assert answers[1] == answers[0]
+
+
 # --- training -----------------------------------------------------------------------------------------------------
 
 
@@ -196,9 +199,28 @@ def twin_overrides(family: str, tmp_path, *overrides: str) -> list[str]:
             "stage.save_steps=100", f"output_dir={tmp_path}", *overrides]
 
 
+@pytest.fixture
+def layout_windows():
+    """The `sliding_window` of every layer call that pasta's layout attention served (it serves the training of a
+    model some layer of which slides, and nothing else)."""
+    from transformers import AttentionInterface
+
+    from pasta.decoding.attention import LAYOUT_NAME, layout_sdpa_attention
+
+    windows = []
+
+    def spy(module, *args, sliding_window=None, **kwargs):
+        windows.append(sliding_window)
+        return layout_sdpa_attention(module, *args, sliding_window=sliding_window, **kwargs)
+
+    AttentionInterface.register(LAYOUT_NAME, spy)
+    yield windows
+    AttentionInterface.register(LAYOUT_NAME, layout_sdpa_attention)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", xfail_for(windowed(REFUSED), raises=PastaError))
-def test_one_sft_step_and_one_preference_step_train_the_twin(family, tmp_path):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_one_sft_step_and_one_preference_step_train_the_twin(family, tmp_path, layout_windows):
     from pasta.training.config import settings_from_cfg
     from pasta.training.modeling import model_at
     from pasta.training.pref import train_round
@@ -214,11 +236,18 @@ def test_one_sft_step_and_one_preference_step_train_the_twin(family, tmp_path):
     assert info["status"] == "done" and info["metrics"]["train_loss"] > 0
     assert info["examples"]["num_used"] == 1 and not info["examples"]["num_truncated"]
     assert json.loads((final / "config.json").read_text())["model_type"] == family
+    # Each layer trained with its own window: the sliding ones through the layout attention's window (Gemma 2/3's
+    # global layers through it too, without one); a model without a window through its own attention.
+    expected = {"gemma2": {8, None}, "gemma3_text": {8, None}, "mistral": {8}, "phi3": {8}}.get(family, set())
+    assert set(layout_windows) == expected
 
     pref = compose("train", ["stage=pref", *twin_overrides(family, tmp_path / "pref")])
     model, tokenizer = load_model(model_at(pref.model, final))  # the SFT checkpoint, checked as every stage checks
+    attention = model.config._attn_implementation
+    layout_windows.clear()
     settings = settings_from_cfg(pref.stage)
     metrics = train_round(model, tokenizer, hand_pairs(tokenizer, num_pairs=1), settings, pref, tmp_path / "pref" / "round-1",
                           ReservationPolicy(), resume=False)
     assert len(metrics["loss_history"]) == 1 and torch.isfinite(torch.tensor(metrics["loss_history"])).all()
+    assert set(layout_windows) == expected and model.config._attn_implementation == attention  # restored after
     assert (tmp_path / "pref" / "round-1" / "final" / "config.json").is_file()

@@ -47,6 +47,7 @@ from pasta.lang import (
     parse,
     plain_text,
     schedule,
+    within_window,
 )
 from pasta.models import build_tiny_model
 
@@ -149,9 +150,11 @@ def test_teacher_forced_logprobs_equal_the_layout_forward(lively, text, policy):
     assert stats.num_threads == len(doc.chunks)
 
 
+@pytest.mark.parametrize("window", [None, 6], ids=["full", "window-6"])
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.policy)
-def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
-    """Replay a structure through the interpreter and the runner's mask builder; compare token by token."""
+def test_decoder_positions_and_visibility_equal_the_layout(lively, policy, window):
+    """Replay a structure through the interpreter and the runner's mask builder; compare token by token. With a
+    sliding window, what a sliding layer sees: the layout's visibility narrowed to the window over its positions."""
     _, tokenizer = lively
     doc = token_doc(tokenizer, STRUCTURES[0], policy)
     prompt_ids = encode_text(tokenizer, "Tips please:")
@@ -167,9 +170,9 @@ def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
         used = plan.start_slot + len(plan.token_ids)
         interpreter.ensure_capacity(used)
         packed = pack_step([plan], [interpreter.vis], 0, capacity=used, bucketed=False, dtype=torch.float32,
-                           device=torch.device("cpu"))
+                           device=torch.device("cpu"), window=window, slot_positions=[interpreter.slot_positions()])
         (group,) = packed.ragged.groups  # one request: its rows attend in one group
-        visible = group_visible(group, len(plan.token_ids))  # [q, used]
+        visible = group_visible(group, len(plan.token_ids), sliding=window is not None)  # [q, used]
         for i, (token_id, position, thread) in enumerate(zip(plan.token_ids, plan.positions, plan.threads,
                                                              strict=True)):
             n = counts[thread] = counts.get(thread, 0) + 1
@@ -183,6 +186,11 @@ def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
         interpreter.commit(plan, [scripts[t].pop(0) for t in plan.sample_threads])
 
     layout = build_layout(prompt_ids, doc, policy)
+    layout_visible = layout.visible
+    if window is not None:
+        positions = torch.tensor(layout.position_ids)
+        layout_visible = layout_visible & within_window(positions, positions, window)
+        assert not torch.equal(layout_visible, layout.visible)  # the window hides something
     counts = {}
     identities = []
     for thread in layout.thread_ids:
@@ -196,7 +204,7 @@ def test_decoder_positions_and_visibility_equal_the_layout(lively, policy):
     for row, identity in enumerate(identities):
         if identity not in decoded:
             continue
-        seen = {identities[c] for c in range(len(identities)) if layout.visible[row, c]}
+        seen = {identities[c] for c in range(len(identities)) if layout_visible[row, c]}
         assert decoded[identity] == (layout.input_ids[row], layout.position_ids[row], seen), identity
 
 
@@ -464,6 +472,9 @@ def test_sequential_steps_attend_as_generate_does_without_a_mask(lively, monkeyp
     def spy(*args, **kwargs):
         packed = pack(*args, **kwargs)
         seen.append([(g.mask is None, g.causal, g.query_index is None) for g in packed.ragged.groups])
+        # A model without a sliding window packs no window mask and reads no slot positions: today's path.
+        assert kwargs["window"] is None and kwargs["slot_positions"] is None
+        assert packed.ragged.window is None and all(g.window_mask is None for g in packed.ragged.groups)
         return packed
 
     monkeypatch.setattr(runner, "pack_step", spy)

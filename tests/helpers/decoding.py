@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from helpers.models import Scripted
-from pasta.decoding import teacher_forced_logprobs
+from pasta.decoding import layout_attention, teacher_forced_logprobs
 from pasta.lang import (
     IGNORE_INDEX,
     ReservationPolicy,
@@ -65,11 +65,11 @@ def token_doc(tokenizer, text, policy=ReservationPolicy()):
 
 
 def layout_forward(model, prompt_ids, doc, policy):
-    """One forward over the training layout of `doc`: (the layout, its logits [S, V], each row's log-probability
-    of its target [S], 0 where it has none)."""
+    """One forward over the training layout of `doc`, as training runs it (each layer's window applied): (the layout,
+    its logits [S, V], each row's log-probability of its target [S], 0 where it has none)."""
     layout = build_layout(prompt_ids, doc, policy)
     batch = collate_layouts([layout], pad_id=0)
-    with torch.no_grad():
+    with torch.no_grad(), layout_attention(model):
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                        position_ids=batch["position_ids"]).logits  # [1, S, V]
     return layout, logits[0], sequence_logprobs(logits, batch["target_ids"])[0]

@@ -8,9 +8,12 @@ import torch
 from pasta.decoding.attention import AttentionGroup
 
 
-def group_visible(group: AttentionGroup, num_rows: int) -> torch.Tensor:
-    """[w, kv] bool for a group of one request: its mask's visible slots, or, without a mask, every slot (one row)
+def group_visible(group: AttentionGroup, num_rows: int, *, sliding: bool = False) -> torch.Tensor:
+    """[w, kv] bool for a group of one request, as a layer attends with it (`sliding`: one that slides, which takes
+    the group's window mask where it has one): its mask's visible slots, or, without a mask, every slot (one row)
     or the causal order from slot 0 (a prompt)."""
+    if sliding and group.window_mask is not None:
+        return group.window_mask[0, 0] == 0
     if group.mask is not None:
         return group.mask[0, 0] == 0
     if group.causal:

@@ -20,7 +20,9 @@ Modules, one job each:
     timing       StepTiming (one record per step) and RequestClock (a request's sums of them)
     packing      one ragged step: every request's rows packed into one [1, N] forward, the attention groups that
                  unpack them, the compiled step's buckets
-    attention    the ragged attention of packed steps
+    attention    the attention functions pasta installs: the ragged attention of packed steps, and the training
+                 layout's (`layout_attention`) for a model whose layers slide; both honour each layer's sliding
+                 window and soft-capping
     step         a packed step's forward, eager or compiled (StepForward)
     cache        slot-indexed KV cache, a row per request
     linears      linear layers of multi-row CPU steps over every thread
@@ -35,6 +37,7 @@ Modules, one job each:
 first decode pays the compilation, later ones reuse it (pasta/decoding/step.py).
 """
 
+from pasta.decoding.attention import layout_attention
 from pasta.decoding.config import DECODE_MODES, DecodeConfig, SamplingConfig
 from pasta.decoding.decode import (
     decode,
@@ -57,6 +60,7 @@ __all__ = [
     "decode",
     "decode_async",
     "decode_sequential",
+    "layout_attention",
     "stream_async",
     "teacher_forced_logprobs",
 ]

@@ -132,6 +132,10 @@ class Interpreter:
     def ensure_capacity(self, capacity: int) -> None:
         self.visibility.ensure_capacity(capacity)
 
+    def slot_positions(self) -> torch.Tensor:
+        """The position of each cache slot [C] (what a sliding window reads)."""
+        return self.visibility.slot_positions()
+
     def constraint(self, thread: int, grammar: Grammar) -> Constraint:
         """The tokens `thread` may choose next without writing malformed PASTA-LANG."""
         if thread != MAIN_THREAD:

@@ -28,9 +28,14 @@ groups (`AttentionGroup`), one SDPA call each:
 
 A step of one request is one group of its rows as they lie (no gathering); when it feeds one row that sees every
 slot of its request (`StepPlan.causal`: the sequential baseline, an answer that has not forked) it needs no mask
-either. So the sequential baseline steps as `generate` attends. Every mask is `_mask`'s: what each row sees, as a
-bool table, through pasta/lang/mask.py's one conversion; a restriction that depends on the layer (a sliding window)
-narrows that table there, and gives the mask-free groups a mask on the layers it applies to.
+either. So the sequential baseline steps as `generate` attends. Every mask is `_visible`'s table (what each row
+sees) through pasta/lang/mask.py's one conversion.
+
+A model whose layers slide (`window`, pasta/decoding/attention.py's `attention_window`) gets one more mask per group
+beside it, of the same shape: that table narrowed to the window over positions (`within_window`: a query's position
+against each slot's, the request's `slot_positions`), which the sliding layers attend with, the mask-free groups
+included. It is built only where the window hides something (some query of the group at a position >= the window);
+elsewhere, and on every step of a model without a window, the groups are exactly the ones above.
 
 `w` is chosen per step to minimise the padded query rows, counting each gathered cache row as GATHER_COST_ROWS query
 rows: when one request feeds 8 rows and fifteen feed 1, the queries are 16 * 1 + 7 instead of 16 * 8.
@@ -49,7 +54,7 @@ import torch
 from pasta.decoding.attention import AttentionGroup, RaggedAttention
 from pasta.decoding.scheduler import StepPlan
 from pasta.decoding.visibility import PAD_ROW
-from pasta.lang import additive_mask
+from pasta.lang import additive_mask, within_window
 
 MAX_EXACT_ROWS = 8
 SLOT_BUCKET = 256
@@ -112,6 +117,7 @@ class _Request:
     plan: StepPlan
     visible: torch.Tensor  # [R, C] its visibility table
     first_row: int  # its first packed row
+    positions: torch.Tensor | None  # [C] the position of each of its slots (a model whose layers slide), or None
 
     @property
     def num_rows(self) -> int:
@@ -134,11 +140,11 @@ def narrow_width(row_counts: list[int], num_cache_rows: int) -> int:
     return min(sorted({count for count in row_counts if count > 0}) or [1], key=cost)
 
 
-def _mask(requests: list[tuple[_Request, list[int]]], width: int, kv_length: int, dtype: torch.dtype,
-          device: torch.device) -> torch.Tensor:
-    """The additive mask [G, 1, w, kv] of a group: request g's query j is its row rows_g[j] (padding beyond them).
-    A row sees its thread's slots up to its own (the causal order among one step's rows of a thread); a padding
-    row sees slot 0 only (PAD_ROW)."""
+def _visible(requests: list[tuple[_Request, list[int]]], width: int, kv_length: int,
+             device: torch.device) -> torch.Tensor:
+    """What each query of a group sees, bool [G, w, kv]: request g's query j is its row rows_g[j] (padding beyond
+    them). A row sees its thread's slots up to its own (the causal order among one step's rows of a thread); a
+    padding row sees slot 0 only (PAD_ROW)."""
     blocks = []
     for request, rows in requests:
         plan = request.plan
@@ -148,14 +154,54 @@ def _mask(requests: list[tuple[_Request, list[int]]], width: int, kv_length: int
         limits = torch.tensor([plan.start_slot + i for i in rows] + [kv_length] * num_pad, device=device)
         blocks.append(request.visible[table_rows, :kv_length]
                       & (torch.arange(kv_length, device=device) <= limits[:, None]))  # [w, kv]
-    return additive_mask(torch.stack(blocks), dtype).unsqueeze(1)  # [G, 1, w, kv]
+    return torch.stack(blocks)
+
+
+def _window_cuts(requests: list[tuple[_Request, list[int]]], window: int | None) -> bool:
+    """Whether the window hides any slot from a query of the group: only a query at a position >= the window can
+    lose one (positions start at 0)."""
+    return window is not None and any(r.plan.positions[i] >= window for r, rows in requests for i in rows)
+
+
+def _within(requests: list[tuple[_Request, list[int]]], width: int, kv_length: int, window: int,
+            device: torch.device) -> torch.Tensor:
+    """Which slots each query of a group keeps under the window, bool [G, w, kv] (pasta/lang/mask.py's rule over
+    the queries' positions and the slots'); a padding query sits at position 0, keeping its slot 0."""
+    blocks = []
+    for request, rows in requests:
+        query_positions = [request.plan.positions[i] for i in rows] + [0] * (width - len(rows))
+        blocks.append(within_window(torch.tensor(query_positions, device=device), request.positions[:kv_length],
+                                    window))  # [w, kv]
+    return torch.stack(blocks)
+
+
+def _mask(requests: list[tuple[_Request, list[int]]], width: int, kv_length: int, dtype: torch.dtype,
+          device: torch.device, window: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The additive mask [G, 1, w, kv] of a group (`_visible`), and its window mask (None where the window hides
+    nothing)."""
+    visible = _visible(requests, width, kv_length, device)
+    mask = additive_mask(visible, dtype).unsqueeze(1)  # [G, 1, w, kv]
+    if not _window_cuts(requests, window):
+        return mask, None
+    return mask, additive_mask(visible & _within(requests, width, kv_length, window, device), dtype).unsqueeze(1)
+
+
+def _window_mask(requests: list[tuple[_Request, list[int]]], width: int, kv_length: int, dtype: torch.dtype,
+                 device: torch.device, window: int | None) -> torch.Tensor | None:
+    """The window mask [G, 1, w, kv] of a group that needs no mask otherwise (a prompt, a lone row that sees every
+    slot), or None where the window hides nothing (always, without a window)."""
+    if not _window_cuts(requests, window):
+        return None
+    visible = _visible(requests, width, kv_length, device) & _within(requests, width, kv_length, window, device)
+    return additive_mask(visible, dtype).unsqueeze(1)
 
 
 class _Groups:
     """The groups of one step, built one after another, and each packed row's place in their outputs."""
 
-    def __init__(self, num_packed_rows: int, device: torch.device):
+    def __init__(self, num_packed_rows: int, device: torch.device, window: int | None):
         self.device = device
+        self.window = window
         self.groups: list[AttentionGroup] = []
         self.output_index = [0] * num_packed_rows  # padding rows of a bucketed step keep 0: never read
         self.num_outputs = 0
@@ -169,53 +215,63 @@ class _Groups:
             for j, row in enumerate(packed):
                 self.output_index[row] = self.num_outputs + g * width + j
             query_index.append(packed + [0] * (width - len(packed)))
+        mask, window_mask = _mask(requests, width, kv_length, dtype, self.device, self.window)  # [G, 1, w, kv]
         self.groups.append(AttentionGroup(
             query_index=torch.tensor(query_index, device=self.device),  # [G, w]
-            mask=_mask(requests, width, kv_length, dtype, self.device),  # [G, 1, w, kv]
+            mask=mask,
             num_slots=kv_length,
             cache_rows=cache_rows,
+            window_mask=window_mask,
         ))
         self.num_outputs += len(requests) * width
 
-    def add_prompt(self, request: _Request) -> None:
-        """A prompt's rows, alone against its own cache row: causal from its first slot, no mask."""
+    def add_prompt(self, request: _Request, dtype: torch.dtype) -> None:
+        """A prompt's rows, alone against its own cache row: causal from its first slot, no mask (but the window's)."""
         assert request.plan.causal and request.plan.start_slot == 0, "a prompt is fed from its request's first slot"
         packed = list(range(request.first_row, request.first_row + request.num_rows))
         for j, row in enumerate(packed):
             self.output_index[row] = self.num_outputs + j
+        rows = list(range(request.num_rows))
         self.groups.append(AttentionGroup(
             query_index=torch.tensor([packed], device=self.device),  # [1, S]
             mask=None, num_slots=request.used_slots, cache_rows=request.index, causal=request.num_rows > 1,
+            window_mask=_window_mask([(request, rows)], request.num_rows, request.used_slots, dtype, self.device,
+                                     self.window),
         ))
         self.num_outputs += request.num_rows
 
     def ragged(self) -> RaggedAttention:
-        return RaggedAttention(self.groups, torch.tensor(self.output_index, device=self.device))
+        return RaggedAttention(self.groups, torch.tensor(self.output_index, device=self.device), self.window)
 
 
-def _alone(request: _Request, dtype: torch.dtype, device: torch.device) -> RaggedAttention:
+def _alone(request: _Request, dtype: torch.dtype, device: torch.device, window: int | None) -> RaggedAttention:
     """The attention of a step with one request (not compiled): its rows as they lie, one group, no gathering; no
-    mask when its rows are causal from slot 0 (a prompt) or are one row that sees every slot."""
+    mask when its rows are causal from slot 0 (a prompt) or are one row that sees every slot (but the window's)."""
     plan = request.plan
-    if plan.causal and plan.start_slot == 0:
-        group = AttentionGroup(None, None, request.used_slots, causal=request.num_rows > 1)
-    elif plan.causal and request.num_rows == 1:
-        group = AttentionGroup(None, None, request.used_slots)
+    rows = list(range(request.num_rows))
+    used = request.used_slots
+    if plan.causal and (plan.start_slot == 0 or request.num_rows == 1):
+        group = AttentionGroup(None, None, used, causal=plan.start_slot == 0 and request.num_rows > 1,
+                               window_mask=_window_mask([(request, rows)], request.num_rows, used, dtype, device,
+                                                        window))
     else:
-        rows = list(range(request.num_rows))
-        group = AttentionGroup(None, _mask([(request, rows)], request.num_rows, request.used_slots, dtype, device),
-                               request.used_slots)
-    return RaggedAttention([group], None)
+        mask, window_mask = _mask([(request, rows)], request.num_rows, used, dtype, device, window)
+        group = AttentionGroup(None, mask, used, window_mask=window_mask)
+    return RaggedAttention([group], None, window)
 
 
 def pack_step(plans: list[StepPlan], visibility: list[torch.Tensor], pad_id: int, *, capacity: int, bucketed: bool,
-              dtype: torch.dtype, device: torch.device) -> PackedStep:
+              dtype: torch.dtype, device: torch.device, window: int | None = None,
+              slot_positions: list[torch.Tensor] | None = None) -> PackedStep:
     """Request b's plan (its cache row b, its visibility table `visibility[b]`) packed with the others'. `bucketed`
     (a compiled decode step, no prompt in it): one group, sizes in step.py's buckets, padding rows written at slot
-    `capacity` (the cache's spare one)."""
+    `capacity` (the cache's spare one). `window`: the model's sliding window (None: no layer slides), applied over
+    request b's `slot_positions[b]` [C]."""
+    if window is not None and slot_positions is None:
+        raise ValueError("a step packed for a sliding window needs each request's slot positions")
     requests, first_row = [], 0
     for b, (plan, visible) in enumerate(zip(plans, visibility, strict=True)):
-        requests.append(_Request(b, plan, visible, first_row))
+        requests.append(_Request(b, plan, visible, first_row, None if window is None else slot_positions[b]))
         first_row += len(plan.token_ids)
     num_rows = bucket_rows(first_row) if bucketed else first_row
     num_pad = num_rows - first_row
@@ -228,9 +284,9 @@ def pack_step(plans: list[StepPlan], visibility: list[torch.Tensor], pad_id: int
     others = [r for r in requests if not r.plan.prefill]
     kv_length = max(r.used_slots for r in requests)
     if len(requests) == 1 and not bucketed:
-        ragged = _alone(requests[0], dtype, device)
+        ragged = _alone(requests[0], dtype, device, window)
     else:
-        ragged = _grouped(requests, prompts, others, num_rows, kv_length, bucketed, dtype, device)
+        ragged = _grouped(requests, prompts, others, num_rows, kv_length, bucketed, dtype, device, window)
         if bucketed:
             kv_length = bucket_slots(kv_length)
 
@@ -252,10 +308,11 @@ def pack_step(plans: list[StepPlan], visibility: list[torch.Tensor], pad_id: int
 
 
 def _grouped(requests: list[_Request], prompts: list[_Request], others: list[_Request], num_rows: int,
-             kv_length: int, bucketed: bool, dtype: torch.dtype, device: torch.device) -> RaggedAttention:
+             kv_length: int, bucketed: bool, dtype: torch.dtype, device: torch.device,
+             window: int | None) -> RaggedAttention:
     """The groups of a step with several requests, or of a compiled one: the narrow and wide groups of the decode
     rows, each prompt alone."""
-    groups = _Groups(num_rows, device)
+    groups = _Groups(num_rows, device, window)
     if others:
         counts = [r.num_rows for r in others]
         if bucketed:
@@ -272,5 +329,5 @@ def _grouped(requests: list[_Request], prompts: list[_Request], others: list[_Re
             cache_rows = torch.tensor([r.index for r, _ in wide], device=device)
             groups.add(wide, max(len(rows) for _, rows in wide), slots, cache_rows, dtype)
     for r in prompts:
-        groups.add_prompt(r)
+        groups.add_prompt(r, dtype)
     return groups.ragged()

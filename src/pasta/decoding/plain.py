@@ -78,6 +78,10 @@ class PlainInterpreter:
     def ensure_capacity(self, capacity: int) -> None:
         self.visibility.ensure_capacity(capacity)
 
+    def slot_positions(self) -> torch.Tensor:
+        """The position of each cache slot [C] (what a sliding window reads)."""
+        return self.visibility.slot_positions()
+
     def plan(self) -> StepPlan:
         """The prompt at the first step, then the last chosen token; the last fed row chooses the next one."""
         self.num_steps += 1

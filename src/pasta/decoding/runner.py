@@ -38,7 +38,7 @@ from typing import Protocol
 
 import torch
 
-from pasta.decoding.attention import ragged_attention
+from pasta.decoding.attention import attention_window, ragged_attention
 from pasta.decoding.cache import SlotCache
 from pasta.decoding.linears import MultirowLinears
 from pasta.decoding.packing import PackedStep, bucket_slots, pack_step
@@ -61,6 +61,8 @@ class Request(Protocol):
 
     @property
     def vis(self) -> torch.Tensor: ...
+
+    def slot_positions(self) -> torch.Tensor: ...
 
     def ensure_capacity(self, capacity: int) -> None: ...
 
@@ -120,6 +122,7 @@ class StepBatch:
         self.forward = forward or StepForward(model)
         self.device = model.device
         self.dtype = model.dtype if model.dtype.is_floating_point else torch.float32
+        self.window = attention_window(model)  # the sliding window packing applies (None: no layer slides)
         self.multirow = multirow
         self.members: list[Member] = []
         self.cache: SlotCache | None = None
@@ -237,8 +240,10 @@ class StepBatch:
         self.cache.reserve(bucket_slots(used) if bucketed else used)
         for member in self.members:
             member.request.ensure_capacity(self.cache.capacity)
+        positions = None if self.window is None else [m.request.slot_positions() for m in self.members]
         packed = pack_step(plans, [m.request.vis for m in self.members], self.pad_id, capacity=self.cache.capacity,
-                           bucketed=bucketed, dtype=self.dtype, device=self.device)
+                           bucketed=bucketed, dtype=self.dtype, device=self.device, window=self.window,
+                           slot_positions=positions)
         self.cache.place(packed.row_ids, packed.slot_ids, packed.kv_length, packed.seq_length)
         return packed
 

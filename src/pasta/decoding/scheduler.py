@@ -88,7 +88,7 @@ class Scheduler:
         return [c for c in self.chunks if not c.joined and c.state != ChunkState.DROPPED]
 
     def _feed(self, plan: StepPlan, token_id: int, position: int, row: int, thread: int) -> None:
-        self.visibility.take_slot(row)
+        self.visibility.take_slot(row, position)
         plan.feed(token_id, position, row, thread)
 
     def _feed_main(self, plan: StepPlan) -> None:

@@ -147,6 +147,10 @@ class _Probe:
             self.visibility.ensure_capacity(capacity)
             self.visibility.rows[MAIN_ROW] = True
 
+    def slot_positions(self) -> torch.Tensor:
+        """The position of each cache slot [C] (what a sliding window reads)."""
+        return self.visibility.slot_positions()
+
     def plan(self) -> StepPlan:
         if not self.prefilled:
             self.prefilled = True

@@ -8,6 +8,11 @@ The packed step cuts each fed token's row at its own slot, which gives the causa
 The table also counts, in Python, the slots the main row sees: while it sees every slot (nothing forked, or every
 chunk joined) a main-thread row needs no mask at all (`main_sees_all`), which the sequential baseline's steps and
 an answer that never forks always are.
+
+It records each slot's position too (`slot_positions`), which a layer's sliding window reads (pasta/lang/mask.py:
+the window is a rule over positions, and after a fork a slot's position is not its index). Kept as a Python list
+and copied to a tensor only when a windowed model's step asks, so a model without a window pays one append per
+fed token.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ class VisibilityTable:
         self.num_slots = 0  # cache slots used
         self._num_main_slots = 0  # of them, the slots the main row sees
         self._num_own_slots: dict[int, int] = {}  # a chunk row's slots since its fork (the main row sees none)
+        self._positions: list[int] = []  # the position of each slot taken
+        self._position_store: torch.Tensor | None = None  # [C'] the same, as a tensor, up to `_num_stored`
+        self._num_stored = 0
 
     @property
     def main_sees_all(self) -> bool:
@@ -40,10 +48,12 @@ class VisibilityTable:
             grown[:, : self.rows.shape[1]] = self.rows
             self.rows = grown
 
-    def take_slot(self, row: int) -> int:
-        """The next cache slot, now seen by `row`."""
+    def take_slot(self, row: int, position: int | None = None) -> int:
+        """The next cache slot, now seen by `row`, for a token at `position` (None: the slot's index, as on a plain
+        sequence)."""
         slot = self.num_slots
         self.num_slots += 1
+        self._positions.append(slot if position is None else position)
         if slot >= self.rows.shape[1]:
             self.ensure_capacity(2 * self.rows.shape[1])
         self.rows[row, slot] = True
@@ -52,6 +62,21 @@ class VisibilityTable:
         else:
             self._num_own_slots[row] = self._num_own_slots.get(row, 0) + 1
         return slot
+
+    def slot_positions(self) -> torch.Tensor:
+        """The position of every slot [C] (C at least the table's capacity): a taken slot's token's, and a slot not
+        taken yet its index (what a request that writes its cache by hand, the cost model's probe, feeds there)."""
+        store = self._position_store
+        capacity = max(self.rows.shape[1], len(self._positions))
+        if store is None or store.shape[0] < capacity:
+            grown = torch.arange(capacity, device=self.rows.device)
+            if store is not None:
+                grown[: self._num_stored] = store[: self._num_stored]
+            store = self._position_store = grown
+        if self._num_stored < len(self._positions):
+            store[self._num_stored : len(self._positions)] = torch.tensor(self._positions[self._num_stored :])
+            self._num_stored = len(self._positions)
+        return store
 
     def fork(self) -> int:
         """A free row that sees what the main thread sees now."""

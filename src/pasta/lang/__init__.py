@@ -15,7 +15,7 @@ from pasta.lang.layout import (
     row_targets,
     sequence_logprobs,
 )
-from pasta.lang.mask import additive_mask
+from pasta.lang.mask import additive_mask, windowed_mask, within_window
 from pasta.lang.repetition import Repetition, content_words, cross_thread_repetition
 from pasta.lang.schedule import Schedule, schedule
 from pasta.lang.syntax import (
@@ -85,5 +85,7 @@ __all__ = [
     "strip_tags",
     "tokenize_document",
     "validate_topic",
+    "windowed_mask",
+    "within_window",
     "written_counts",
 ]

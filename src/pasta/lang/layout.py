@@ -16,6 +16,10 @@ right before the group's `<|sync|>` (or after the last main token). The rules, f
 
 Targets are already aligned to their rows: the usual "labels shifted by one" convention cannot express a layout
 whose threads interleave. Pass them to a transformers causal LM as `shift_labels` (or compute the loss directly).
+
+The mask is every layer's. A layer with a sliding window narrows it to the window over the layout's positions
+(pasta/lang/mask.py's `windowed_mask`), as the decoder does: training does it in the attention function it installs
+on a model some layer of which slides.
 """
 
 from __future__ import annotations

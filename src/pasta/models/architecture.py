@@ -6,16 +6,22 @@ transformers would add to a causal mask is pasta's to honour. Read from the mode
 loads (`check_architecture`, called by `load_model`):
 
 - full causal attention on every layer (Llama, Qwen2.5, Qwen3, Gemma, Phi-3 without a window, OLMo 2): honoured;
+- sliding-window attention on the model's own pattern of layers (Mistral 7B v0.1, Phi-3 mini 4k, Gemma 2, Gemma 3):
+  honoured. pasta's one mask narrows to the window over positions on each layer that slides, in the training layout
+  (pasta.decoding.layout_attention) and in both decoders (pasta.decoding.packing), as transformers' own mask does
+  on a plain sequence (pasta/lang/mask.py);
+- attention logit soft-capping (Gemma 2): honoured. Training runs the model's eager attention, or pasta's layout
+  attention on a windowed model, and the decoders their ragged attention, all of which apply it;
 - final-logit soft-capping (Gemma 2): honoured, the model's own forward applies it after the LM head;
-- a sliding window shorter than the positions the model reads (Mistral 7B v0.1, Phi-3 mini 4k, Gemma 2, Gemma 3):
-  refused. pasta's masks ignore it: training and both decoders agree with each other and are wrong once a
-  sequence outgrows the window (tests/test_architecture_matrix.py measures it on tiny twins);
-- attention logit soft-capping (Gemma 2): refused. Training and the sequential decoder run the model's eager
-  attention, which applies it, but the asynchronous decoder's ragged attention runs SDPA, which has none;
-- any other kind of layer in `config.layer_types` (chunked or linear attention...): refused, pasta's masks know
-  full and sliding-window attention only.
+- any other kind of layer in `config.layer_types` (chunked, linear or compressed attention...): refused, pasta's
+  masks know full and sliding-window attention only.
 
 A refusal is one PastaError naming the model, its model_type and every feature, before training or decoding starts.
+(Attention sinks, which some sliding-window families add in their attention, are refused when pasta installs its
+attention: pasta.decoding.attention.)
+
+`attention_implementation` picks the attention a model loads with: the configured one (sdpa by default), or eager
+for a model whose transformers class has no SDPA (Gemma 2: SDPA has no soft-capping).
 """
 
 from __future__ import annotations
@@ -70,24 +76,10 @@ class AttentionFeatures:
 
     def unsupported(self) -> list[str]:
         """What pasta cannot honour, each said in a phrase; empty when it trains and decodes the model correctly."""
-        problems = []
         others = sorted({kind for kind in self.layer_types if kind not in (FULL, SLIDING)})
         if others:
-            problems.append(f"{', '.join(others)} layers (pasta's masks know full and sliding-window attention only)")
-        layers = self.window_layers
-        if layers:
-            within = f"its {self.max_positions} positions" if self.max_positions else "its positions"
-            problems.append(
-                f"sliding-window attention (a window of {self.sliding_window} tokens on {len(layers)} of "
-                f"{len(self.layer_types)} layers, shorter than {within}; pasta's training layout and decoders "
-                "ignore windows)"
-            )
-        if self.attn_logit_softcapping is not None:
-            problems.append(
-                f"attention logit soft-capping (at {self.attn_logit_softcapping:g}; the asynchronous decoder's "
-                "attention does not apply it)"
-            )
-        return problems
+            return [f"{', '.join(others)} layers (pasta's masks know full and sliding-window attention only)"]
+        return []
 
 
 def check_architecture(config, name: str) -> None:
@@ -99,3 +91,14 @@ def check_architecture(config, name: str) -> None:
             f"model {name} (model_type {features.model_type}): pasta cannot train or decode its attention correctly "
             f"yet: {'; '.join(problems)}. Refused rather than run silently wrong"
         )
+
+
+def attention_implementation(config, requested: str) -> str:
+    """The attention implementation to load `config`'s model with: `requested`, or eager when it is sdpa and the
+    model's transformers class has no SDPA (Gemma 2, whose soft-capping SDPA cannot apply: transformers refuses it)."""
+    if requested != "sdpa":
+        return requested
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    return "eager" if model_class is not None and not getattr(model_class, "_supports_sdpa", True) else requested

@@ -289,7 +289,7 @@ def load_model(
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
-    from pasta.models.architecture import check_architecture
+    from pasta.models.architecture import attention_implementation, check_architecture
     from pasta.models.tiny import build_tiny_model
 
     cfg = schema_from(model_cfg, ModelConfig, "model")
@@ -309,8 +309,9 @@ def load_model(
     try:
         # On an accelerator, device_map puts the weights straight there: a 7B model never sits in CPU memory.
         placement = {} if device == "cpu" else {"device_map": device}
+        attention = attention_implementation(model_config(cfg, tokenizer), cfg.attn_implementation)
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, attn_implementation=cfg.attn_implementation, **placement, **_hub_kwargs(cfg, source)
+            source, dtype=dtype, attn_implementation=attention, **placement, **_hub_kwargs(cfg, source)
         )
     # What from_pretrained raises for a missing or unusable source; safetensors' own error for a damaged file
     # that the header check above let through; torch.load's for a damaged pytorch_model.bin, and a state dict that

@@ -7,15 +7,27 @@ unchanged. What differs:
   (a sum of finfo.min); the collator reports each example's row count as `num_rows` and the count uses that.
 - DPOTrainer tokenizes text `prompt`/`chosen`/`rejected` columns itself; our pairs arrive already tokenized as
   PASTA-LANG threads, so its dataset preparation is skipped (SFTTrainer has `skip_prepare_dataset` for this).
+- Sliding windows: the layout's one mask would replace the window transformers builds for a sliding layer, so while
+  a model some layer of which slides (Gemma 2/3, Mistral, Phi-3...) trains, it attends through pasta's layout
+  attention, which narrows the mask to each sliding layer's window over the layout's positions
+  (pasta.decoding.layout_attention); every other model trains through its own attention, untouched.
 """
 
 from __future__ import annotations
 
 from trl import DPOTrainer, SFTTrainer
 
+from pasta.decoding import layout_attention
 
-class _LayoutTokenCount:
-    """Counts trained-on tokens from the collator's `num_rows` [B] (see the module docstring)."""
+
+class _LayoutTraining:
+    """Counts trained-on tokens from the collator's `num_rows` [B], and trains a windowed model through the layout
+    attention (see the module docstring)."""
+
+    def train(self, *args, **kwargs):
+        # The reference model of full finetuning is a copy with a config of its own; under LoRA it is None.
+        with layout_attention(self.model, getattr(self, "ref_model", None)):
+            return super().train(*args, **kwargs)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         num_rows = inputs.pop("num_rows")  # [B]
@@ -31,11 +43,11 @@ class _LayoutTokenCount:
         return result
 
 
-class LayoutSFTTrainer(_LayoutTokenCount, SFTTrainer):
+class LayoutSFTTrainer(_LayoutTraining, SFTTrainer):
     """SFTTrainer on PASTA-LANG layout batches (`pasta.training.collator.LayoutCollator`)."""
 
 
-class LayoutDPOTrainer(_LayoutTokenCount, DPOTrainer):
+class LayoutDPOTrainer(_LayoutTraining, DPOTrainer):
     """DPOTrainer on PASTA-LANG layout pairs (`pasta.training.collator.PairCollator`)."""
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
