@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from pasta.data import LoadReport
 from pasta.errors import PastaError
 from pasta.training.config import PrefSettings, SFTSettings
 from pasta.training.examples import ExampleStats, PromiseBalance
@@ -21,11 +22,15 @@ from pasta.training.sft import SFTData
 def test_sft_data_info_is_what_train_info_json_records_about_the_data():
     stats = ExampleStats(max_length=96, num_records=3, num_used=2, skipped=Counter(empty=1))
     balance = PromiseBalance(num_with_promises=1, num_plain=2, min_promise_share=0.5, promise_only=True)
-    data = SFTData(examples=[], stats=stats, balance=balance, baseline=False, data_path="a.jsonl", sha256="abc")
+    loaded = LoadReport(num_heldout_left_out=4)
+    data = SFTData(examples=[], stats=stats, balance=balance, baseline=False, data_path="a.jsonl", sha256="abc",
+                   loaded=loaded)
     info = data.info()
-    assert list(info) == ["baseline", "data_sha256", "data_path", "examples", "promise_balance"]
+    assert list(info) == ["baseline", "data_sha256", "data_path", "examples", "promise_balance", "loaded"]
     assert info["examples"]["skipped"] == {"empty": 1} and info["promise_balance"]["promise_only"]
-    unbalanced = SFTData(examples=[], stats=stats, balance=None, baseline=True, data_path=None, sha256="abc")
+    assert info["loaded"]["num_heldout_left_out"] == 4  # the held-out pool's prompts it was given and left out
+    unbalanced = SFTData(examples=[], stats=stats, balance=None, baseline=True, data_path=None, sha256="abc",
+                         loaded=LoadReport())
     assert unbalanced.info()["promise_balance"] is None
 
 
