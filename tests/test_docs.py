@@ -50,8 +50,11 @@ def test_docs_build_strict_offline(tmp_path):
 def test_every_make_target_uses_the_venv_pasta_venv_names(tmp_path, target):
     """Issue 36: `make docs` built a second .venv where the scripts used PASTA_VENV."""
     venv = tmp_path / "venv"
+    # Under `make test` the suite inherits make's own variables: a nested make would print its directory and take
+    # the outer command line's VENV=..., so this one starts as a user's would.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "VENV")}
     done = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PASTA_VENV": str(venv)})
+                          env={**env, "PASTA_VENV": str(venv)})
     assert done.returncode == 0, done.stderr
     commands = done.stdout.splitlines()
     assert commands[0] == f"PASTA_VENV={venv} bash scripts/setup.sh"  # every target sets up that venv first
