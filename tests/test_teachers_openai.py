@@ -99,7 +99,7 @@ def test_good_and_bad_answers_are_accepted_or_rejected_with_reasons(tmp_path, ca
         assert (record["teacher"], record["teacher_model"]) == ("openai", "test-teacher")
     assert [r["reject_reason"].split(":")[0] for r in rejected] == ["parse_error", "refused", "extra_text", "truncated"]
     assert rejected[0]["teacher_output"] == "asdf qwer <promise zxcv"
-    assert summary["prompt"]["name"] == "teacher_v1"
+    assert summary["prompt"]["name"] == "teacher_v2"
     # The key reaches neither a file nor a log line.
     for path in tmp_path.rglob("*"):
         if path.is_file():

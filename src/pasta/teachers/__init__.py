@@ -8,7 +8,8 @@
 - `hf`: a local transformers model with the teacher prompt (pasta/teachers/hf.py);
 - `openai`: any OpenAI-compatible endpoint with the teacher prompt (pasta/teachers/openai_teacher.py).
 
-The configs are the `teacher/` group (conf/teacher/*.yaml); the prompt is conf/prompts/teacher_v1.md.
+The configs are the `teacher/` group (conf/teacher/*.yaml); the prompt is conf/prompts/teacher_v2.md
+(teacher_v1.md, the convention before rules-v3, stays so that runs recorded with it can be repeated).
 """
 
 from __future__ import annotations

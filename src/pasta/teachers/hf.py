@@ -1,7 +1,7 @@
 """The `hf` teacher: a local transformers model annotates responses with the teacher prompt, batched and greedy.
 
 Each request becomes the model's chat prompt (system part and filled user template of the teacher prompt), a batch
-is padded and decoded greedily with `generate`. The system part (the language description and its examples, ~5K
+is padded and decoded greedily with `generate`. The system part (the language description and its examples, ~5.5K
 tokens) is the same for every record, so its KV cache is computed once and reused by every batch. The token budget of each batch is `max_new_tokens_factor`
 times the longest response's length in tokens plus `max_new_tokens_extra` (room for the tags); an answer that
 reaches it without the end-of-turn token is rejected as truncated.
@@ -41,7 +41,7 @@ class HFTeacherConfig:
     )
     kind: str = field(default="hf", metadata={"help": "teacher type: structural | hf | openai"})
     prompt: str = field(
-        default="teacher_v1", metadata={"help": "prompt name in conf/prompts/ or a file path"}
+        default="teacher_v2", metadata={"help": "prompt name in conf/prompts/ or a file path"}
     )
     batch_size: int = field(default=2, metadata={"help": "records generated together (left-padded)"})
     max_new_tokens_factor: float = field(

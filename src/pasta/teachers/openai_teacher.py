@@ -54,7 +54,7 @@ class OpenAITeacherConfig:
         metadata={"help": "environment variable holding the API key; null for a server that needs none"},
     )
     prompt: str = field(
-        default="teacher_v1", metadata={"help": "prompt name in conf/prompts/ or a file path"}
+        default="teacher_v2", metadata={"help": "prompt name in conf/prompts/ or a file path"}
     )
     concurrency: int = field(default=8, metadata={"help": "requests in flight at once"})
     max_retries: int = field(

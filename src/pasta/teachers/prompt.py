@@ -1,8 +1,11 @@
 """The teacher prompt: a Markdown template file with a system part and a user part.
 
-The file (conf/prompts/teacher_v1.md by default) holds the system message, then a line `<!-- user -->`, then the
+The file (conf/prompts/teacher_v2.md by default) holds the system message, then a line `<!-- user -->`, then the
 user message template in which `{{instruction}}`, `{{input}}` and `{{response}}` are replaced by the record's text.
 Swap it with `teacher.prompt=my_prompt` (a name under conf/prompts/) or `teacher.prompt=/path/to/prompt.md`.
+teacher_v2 teaches the rules-v3 convention of the structural teacher (markers and leads in the main thread, short
+topics); teacher_v1, the older one (chunks hold their whole item), stays so that a run's recorded prompt name can
+be used again.
 """
 
 from __future__ import annotations
