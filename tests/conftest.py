@@ -91,6 +91,12 @@ def pytest_runtest_teardown(item):
     return (yield from _fail_on_own_deprecations())
 
 
+def pytest_collection_modifyitems(items):
+    """Slow tests first, in their collection order: pytest-xdist hands tests out from the front, so a minutes-long
+    test collected late (tests/test_study.py) would start when the other workers are nearly done and run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def torch_threads(request):
     """Run the test on `request.param` torch threads (2 unless parametrized with indirect=True), then go back.
