@@ -100,6 +100,32 @@ def test_an_answer_makes_no_more_promises_than_max_promises_and_the_masked_ones_
     assert capped["promise_cap"] > 0 and uncapped > 1  # the cap bit where the model wanted more
 
 
+def test_a_topic_that_extends_an_earlier_one_word_by_word_ends_the_promise_list(tagged):
+    """The study's looping student: it wants topic "alpha" again, the grammar masks the duplicate, and it writes
+    "alpha beta", then would go on to "alpha beta gamma", ...; after the first extension no promise is opened."""
+    from helpers.models import Scripted
+
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    (alpha,), (beta,), (gamma,), (newline,), (text,) = (encode_text(tokenizer, w)
+                                                          for w in ("alpha", " beta", " gamma", "\n", " ok"))
+    loop = Scripted(model, {tags.promise: alpha, alpha: (tags.promise_end, beta), beta: (tags.promise_end, gamma),
+                            gamma: tags.promise_end, tags.promise_end: newline, newline: (tags.promise, text),
+                            tags.async_body: text, text: (tags.async_end, tokenizer.eos_token_id)})
+    prompt = [encode_prompt(tokenizer, "Tips")]
+
+    def topics(stop_topic_loops: bool) -> tuple[list[str], dict[str, int]]:
+        config = DecodeConfig(max_new_tokens=40, max_chunk_tokens=4, stop_topic_loops=stop_topic_loops)
+        result = decode_async(loop, tokenizer, prompt, config, ReservationPolicy())[0]
+        assert_well_formed(result, tokenizer)
+        return [tokenizer.decode(c.opener_ids[1:-1]).strip() for c in result.token_doc.chunks], result.stats.masked
+
+    stopped, masked = topics(True)
+    assert stopped == ["alpha", "alpha beta"] and masked["promise_cap"] > 0
+    grown, _ = topics(False)
+    assert grown[:3] == ["alpha", "alpha beta", "alpha beta gamma"]
+
+
 def test_a_topic_stops_growing_at_max_topic_chars_and_can_still_close(tagged):
     from pasta.decoding.grammar import grammar_for
 

@@ -77,9 +77,12 @@ class Scripted(WrappedModel):
     stays running while a test looks at it). The bias is tensor arithmetic, so the decoders' compiled step
     (decode.compile) compiles this forward too."""
 
-    def __init__(self, model, transitions: dict[int, int], delay_s: float = 0.0):
+    def __init__(self, model, transitions: dict[int, int | tuple[int, ...]], delay_s: float = 0.0):
         super().__init__(model)
-        self.transitions, self.delay_s = transitions, delay_s
+        self.delay_s = delay_s
+        # A tuple ranks its targets: the second is the choice where the constrained decoder masks the first.
+        self.edges = [(source, target, 1e4 - rank) for source, targets in transitions.items()
+                      for rank, target in enumerate(targets if isinstance(targets, tuple) else (targets,))]
 
     def forward(self, input_ids, logits_to_keep=0, **kwargs):
         if self.delay_s:
@@ -90,10 +93,11 @@ class Scripted(WrappedModel):
             fed_ids = input_ids[logits_to_keep]  # [N]
         else:  # generate keeps the last row (logits_to_keep=1); the decoders' decode steps keep every row
             fed_ids = input_ids[:, -logits.shape[1] :]  # [B, q]
-        sources = torch.tensor(list(self.transitions), device=input_ids.device)  # [T]
-        targets = torch.tensor(list(self.transitions.values()), device=input_ids.device)  # [T]
-        hits = (fed_ids[..., None] == sources).to(logits.dtype)  # [..., T]
-        logits += 1e4 * (hits @ torch.nn.functional.one_hot(targets, logits.shape[-1]).to(logits.dtype))
+        sources = torch.tensor([e[0] for e in self.edges], device=input_ids.device)  # [T]
+        targets = torch.tensor([e[1] for e in self.edges], device=input_ids.device)  # [T]
+        biases = torch.tensor([e[2] for e in self.edges], device=input_ids.device, dtype=logits.dtype)  # [T]
+        hits = (fed_ids[..., None] == sources).to(logits.dtype) * biases  # [..., T]
+        logits += hits @ torch.nn.functional.one_hot(targets, logits.shape[-1]).to(logits.dtype)
         return out
 
 

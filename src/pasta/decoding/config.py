@@ -81,6 +81,13 @@ class DecodeConfig:
                           "on without forking (a runaway promise list whose topics loop otherwise spends the budget "
                           "on tags; masked choices counted in stats.masked.promise_cap); null = no cap"},
     )
+    stop_topic_loops: bool = field(
+        default=True,
+        metadata={"help": "async, with decode.constrain: once a topic extends an earlier one of the answer word by word "
+                          "('The most likely', 'The most likely to', ...: a student repeating a topic the grammar will "
+                          "not let it repeat), the main thread writes on without forking (masked choices counted in "
+                          "stats.masked.promise_cap); false = such a list runs to max_promises"},
+    )
     max_topic_chars: int = field(
         default=64,
         metadata={"help": "async, with decode.constrain: characters a promise's topic may hold (at most the "

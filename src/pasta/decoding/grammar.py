@@ -11,8 +11,9 @@ have left of `max_total_tokens`):
                         <|promise_tokens|> <|promise_end|> outside a promise                    stray_promise_tag
                         <|promise|> with budget < 3 (promise, topic, <|promise_end|>: it could   unclosed_promise
                         not close)
-                        <|promise|> once the answer holds `max_promises` promises (a runaway     promise_cap
-                        promise list: not malformed, but never an answer)
+                        <|promise|> once the answer holds `max_promises` promises, or once one   promise_cap
+                        topic extended an earlier one word by word (`stop_topic_loops`): a
+                        runaway promise list, not malformed, but never an answer
     main, topic         eos, <|sync|> or a tag other than <|promise_tokens|> / <|promise_end|>   unclosed_promise
                         a token with `"`, `<`, `>`, a control character or no character; a      bad_topic
                         blank first token; one that takes the topic past `max_topic_chars`;

@@ -100,6 +100,7 @@ class Interpreter:
         self.masked: Counter[str] = Counter()  # constrained choices replaced, by the malformed event they would cause
         self.num_forced = 0  # constrained choices with one legal token (what jump-forward would skip a step for)
         self.finish_reason: str | None = None
+        self.topic_loop = False  # a topic extended an earlier one word by word: no more promises (stop_topic_loops)
         self.main_ids: list[int] = []  # everything the main thread sampled, as sampled
         self.items: list[MainItem] = []
         self._stop_checked_len = 0
@@ -151,8 +152,8 @@ class Interpreter:
                                  self.config.max_topic_chars)
         if parser.mode == PromiseMode.COUNT:
             return grammar.count(parser.count_ids, self.decode(parser.count_ids), budget)
-        return grammar.main_text(budget, can_promise=self.config.max_promises is None
-                                 or len(self.chunks) < self.config.max_promises)
+        capped = self.config.max_promises is not None and len(self.chunks) >= self.config.max_promises
+        return grammar.main_text(budget, can_promise=not capped and not self.topic_loop)
 
     def plan(self) -> StepPlan:
         """The tokens this request feeds into the next forward; sets their slots in the visibility table."""
@@ -216,6 +217,9 @@ class Interpreter:
             num_predicted=promise.num_predicted,
             opener_ids=[tags.async_start, *promise.topic_ids, tags.async_body],
         )
+        if self.config.stop_topic_loops and not self.topic_loop:
+            topic = self.decode(promise.topic_ids).strip()
+            self.topic_loop = any(topic.startswith(self.decode(c.topic_ids).strip() + " ") for c in self.chunks)
         self.chunks.append(chunk)
         self.items.append(PromiseItem(chunk, promise.count_ids))
 
