@@ -4,7 +4,7 @@
 # no key that an endpoint echoed back (in an error body or an answer) in any output or file. Prints PASS/FAIL per
 # case and "passed N of M".
 #
-#   scripts/check_user_errors.sh              # 83 checks on the tiny model, offline
+#   scripts/check_user_errors.sh              # 85 checks on the tiny model, offline
 #   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -158,12 +158,17 @@ model.save_pretrained(f"{R}/ckpt"); tokenizer.save_pretrained(f"{R}/ckpt")
 for name, size in (("cut1000", 1000), ("cut0", 0), ("cuthalf", os.path.getsize(f"{R}/ckpt/model.safetensors") // 2)):
     shutil.copytree(f"{R}/ckpt", f"{R}/{name}")
     os.truncate(f"{R}/{name}/model.safetensors", size)
+for name, file, text in (("config_list", "config.json", "[1, 2]"), ("tokenizer_empty", "tokenizer.json", "{}")):
+    shutil.copytree(f"{R}/ckpt", f"{R}/{name}")  # JSON, but not what the file holds
+    open(f"{R}/{name}/{file}", "w").write(text)
 PY
 printf '{"instruction": "a", "output": "b", "annotated": "<async topic=\\"x\\">b</async>"}\n' > $R/forking_bad.jsonl
 check "generate model.safetensors cut to 1000 bytes" err $P -m pasta.generate model.path=$R/cut1000 prompt=hi max_new_tokens=4 paths.output_root=$O
 check "generate model.safetensors cut to 0 bytes" err $P -m pasta.generate model.path=$R/cut0 prompt=hi max_new_tokens=4 paths.output_root=$O
 check "eval model.safetensors cut in half" err $P -m pasta.eval model.path=$R/cuthalf paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=embedding output_dir=$O/eval_cut
 [ -e $O/eval_cut ] && echo "   ^ left $O/eval_cut behind" && fail=$((fail+1))
+check "generate config.json a JSON list" err $P -m pasta.generate model.path=$R/config_list prompt=hi max_new_tokens=4 paths.output_root=$O
+check "serve tokenizer.json an empty JSON object" err timeout 120 $P -m pasta.serve model.path=$R/tokenizer_empty paths.output_root=$O port=0
 check "serve model.safetensors cut to 0 bytes" err timeout 120 $P -m pasta.serve model.path=$R/cut0 paths.output_root=$O port=0
 PREF="$P -m pasta.train stage=pref model.path=$R/ckpt model.dtype=float32 data.path=$PWD/data/annotated_examples.jsonl paths.output_root=$O stage.prompts_per_round=2 stage.num_samples=2 stage.max_new_tokens=8 stage.max_steps=1 stage.per_device_train_batch_size=1 judge=embedding"
 check "pref stage.baseline_model=/nonexistent" err $PREF output_dir=$O/pref_base1 stage.reference=baseline stage.baseline_model=/nonexistent

@@ -119,7 +119,8 @@ def test_a_weights_file_that_is_not_safetensors_is_named(saved_checkpoint, tmp_p
 
 
 @pytest.mark.parametrize("damage", ["garbled pytorch_model.bin", "config.json cut short", "tokenizer.json cut short",
-                                    "a folder named model.safetensors"])
+                                    "a folder named model.safetensors", "config.json a JSON list",
+                                    "tokenizer.json an empty JSON object"])
 def test_other_damage_to_a_checkpoint_is_one_line_naming_the_folder(saved_checkpoint, tmp_path, damage):
     folder = tmp_path / "damaged"
     shutil.copytree(saved_checkpoint, folder)
@@ -129,10 +130,16 @@ def test_other_damage_to_a_checkpoint_is_one_line_naming_the_folder(saved_checkp
     elif damage == "a folder named model.safetensors":
         (folder / "model.safetensors").unlink()
         (folder / "model.safetensors").mkdir()
+    elif damage == "config.json a JSON list":
+        (folder / "config.json").write_text("[1, 2]")
+    elif damage == "tokenizer.json an empty JSON object":
+        (folder / "tokenizer.json").write_text("{}")
     else:
         os.truncate(folder / damage.split()[0], 100)
     with pytest.raises(PastaError, match=rf"^model\.path={folder}: cannot load \("):
         load_model({"name": "ckpt", "path": str(folder)})
+
+
 
 
 def test_tiny_model_is_seeded_and_matches_the_tokenizer(tiny_model_and_tokenizer):

@@ -140,6 +140,8 @@ def _nothing_found_message(cfg: ModelConfig, cause: BaseException | None = None)
 
 
 def _first_line(exc: BaseException | None) -> str:
+    if isinstance(exc, KeyError):  # its text is the key alone
+        return f"a file lacks the key {exc}"
     text = str(exc).strip().splitlines() if exc else []
     return text[0] if text else type(exc).__name__
 
@@ -216,7 +218,9 @@ def load_tokenizer(
     source = resolve_source(cfg, path_key)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **_hub_kwargs(cfg, source))
-    except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
+    # What from_pretrained raises for a missing or unusable source; KeyError and TypeError for a tokenizer.json or
+    # tokenizer_config.json that is JSON but not a tokenizer's (`{}`, a list).
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise _load_error(cfg, source, exc, path_key) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -243,7 +247,9 @@ def model_config(model_cfg: ModelConfig | DictConfig | dict[str, Any], tokenizer
     source = resolve_source(cfg, path_key)
     try:
         config = AutoConfig.from_pretrained(source, **_hub_kwargs(cfg, source))
-    except (OSError, ValueError) as exc:  # what from_pretrained raises for a missing or unusable source
+    # What from_pretrained raises for a missing or unusable source; TypeError and KeyError for a config.json that is
+    # JSON but not an object of a config's keys (a list, a number).
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise _load_error(cfg, source, exc, path_key) from None
     types = {config.model_type, config.get_text_config().model_type}
     if cfg.architecture is not None and cfg.architecture not in types:
@@ -309,7 +315,7 @@ def load_model(
     try:
         # On an accelerator, device_map puts the weights straight there: a 7B model never sits in CPU memory.
         placement = {} if device == "cpu" else {"device_map": device}
-        attention = attention_implementation(model_config(cfg, tokenizer), cfg.attn_implementation)
+        attention = attention_implementation(model_config(cfg, tokenizer, path_key), cfg.attn_implementation)
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, attn_implementation=attention, **placement, **_hub_kwargs(cfg, source)
         )
