@@ -79,10 +79,7 @@ class Scripted(WrappedModel):
 
     def __init__(self, model, transitions: dict[int, int | tuple[int, ...]], delay_s: float = 0.0):
         super().__init__(model)
-        self.delay_s = delay_s
-        # A tuple ranks its targets: the second is the choice where the constrained decoder masks the first.
-        self.edges = [(source, target, 1e4 - rank) for source, targets in transitions.items()
-                      for rank, target in enumerate(targets if isinstance(targets, tuple) else (targets,))]
+        self.transitions, self.delay_s = transitions, delay_s  # tests may extend the transitions later
 
     def forward(self, input_ids, logits_to_keep=0, **kwargs):
         if self.delay_s:
@@ -93,9 +90,12 @@ class Scripted(WrappedModel):
             fed_ids = input_ids[logits_to_keep]  # [N]
         else:  # generate keeps the last row (logits_to_keep=1); the decoders' decode steps keep every row
             fed_ids = input_ids[:, -logits.shape[1] :]  # [B, q]
-        sources = torch.tensor([e[0] for e in self.edges], device=input_ids.device)  # [T]
-        targets = torch.tensor([e[1] for e in self.edges], device=input_ids.device)  # [T]
-        biases = torch.tensor([e[2] for e in self.edges], device=input_ids.device, dtype=logits.dtype)  # [T]
+        # A tuple ranks its targets: the second is the choice where the constrained decoder masks the first.
+        edges = [(source, target, 1e4 - rank) for source, targets in self.transitions.items()
+                 for rank, target in enumerate(targets if isinstance(targets, tuple) else (targets,))]
+        sources = torch.tensor([e[0] for e in edges], device=input_ids.device)  # [T]
+        targets = torch.tensor([e[1] for e in edges], device=input_ids.device)  # [T]
+        biases = torch.tensor([e[2] for e in edges], device=input_ids.device, dtype=logits.dtype)  # [T]
         hits = (fed_ids[..., None] == sources).to(logits.dtype) * biases  # [..., T]
         logits += hits @ torch.nn.functional.one_hot(targets, logits.shape[-1]).to(logits.dtype)
         return out

@@ -82,11 +82,12 @@ class DecodeConfig:
                           "on tags; masked choices counted in stats.masked.promise_cap); null = no cap"},
     )
     stop_topic_loops: bool = field(
-        default=True,
+        default=False,
         metadata={"help": "async, with decode.constrain: once a topic extends an earlier one of the answer word by word "
                           "('The most likely', 'The most likely to', ...: a student repeating a topic the grammar will "
                           "not let it repeat), the main thread writes on without forking (masked choices counted in "
-                          "stats.masked.promise_cap); false = such a list runs to max_promises"},
+                          "stats.masked.promise_cap); off by default: a well-formed list may hold such topics "
+                          "('Python', 'Python libraries'), and it costs forks"},
     )
     max_topic_chars: int = field(
         default=64,
