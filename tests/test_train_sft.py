@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -511,6 +512,22 @@ def test_lora_sft_trains_the_tag_rows_and_both_final_forms_load_alike(tagged, tw
     ids = torch.tensor([tokenizer("Hello there, friend")["input_ids"] + rows])
     with torch.no_grad():
         torch.testing.assert_close(merged(ids).logits, with_adapter(ids).logits, rtol=1e-4, atol=1e-4)
+    # Every stage loads either folder through model.path, the adapter merged onto its base.
+    from pasta.models import load_model
+
+    through_pasta, _ = load_model({"name": "adapter", "path": str(adapter_dir)})
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, through_pasta(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_an_adapter_whose_base_folder_moved_is_one_line_naming_it(two_records, tmp_path):
+    from pasta.models import load_model
+
+    adapter_dir = run_sft(sft_cfg(tmp_path / "adapter", two_records, "stage.per_device_train_batch_size=2",
+                                  "stage.max_steps=1", "stage.save_steps=100", "stage.merge_lora=false"))
+    shutil.rmtree(adapter_dir.parent / "base")
+    with pytest.raises(PastaError, match=r"^model.path=.*: the LoRA adapter's base model .*base is not a model folder"):
+        load_model({"name": "adapter", "path": str(adapter_dir)})
 
 
 def kill_at_step(monkeypatch, step: int | None) -> list[int]:

@@ -162,6 +162,24 @@ def _load_error(cfg: ModelConfig, source: str, exc: Exception, path_key: str | N
     return PastaError(f"model {cfg.name}: cannot load {source} ({_first_line(exc)})")
 
 
+def adapter_base(source: str, cfg: ModelConfig, path_key: str | None) -> str | None:
+    """The base model folder of a LoRA adapter folder (a training run's `final/` under `stage.merge_lora=false`),
+    or None when `source` is a whole model. The adapter names its base by the absolute path the run saved it to,
+    so a moved run folder is one line naming that path."""
+    folder = Path(source)
+    if not (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
+        return None
+    try:
+        base = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PastaError(f"{_where(cfg, path_key)}: adapter_config.json does not name its base model "
+                         f"({_first_line(exc)})") from None
+    if not isinstance(base, str) or not (Path(base) / "config.json").is_file():
+        raise PastaError(f"{_where(cfg, path_key)}: the LoRA adapter's base model {base} is not a model folder "
+                         "(moved or deleted?); set base_model_name_or_path in its adapter_config.json")
+    return base
+
+
 def incomplete_weights(folder: str | Path) -> str | None:
     """What stops a load of `folder` before it starts: its first safetensors file that is cut short (a copy, a
     download or a save that did not finish) or is not one, named; None when every one is whole.
@@ -245,6 +263,7 @@ def model_config(model_cfg: ModelConfig | DictConfig | dict[str, Any], tokenizer
         return twin_config(tokenizer or load_tokenizer(cfg, path_key), cfg.architecture or "llama", sizes,
                            cfg.attn_implementation)
     source = resolve_source(cfg, path_key)
+    source = adapter_base(source, cfg, path_key) or source
     try:
         config = AutoConfig.from_pretrained(source, **_hub_kwargs(cfg, source))
     # What from_pretrained raises for a missing or unusable source; TypeError and KeyError for a config.json that is
@@ -302,7 +321,10 @@ def load_model(
     device = resolve_device(device)
     dtype = torch_dtype(cfg.dtype, device)
     if cfg.random_init is None:
-        _check_weights(cfg, resolve_source(cfg, path_key), path_key)
+        source = resolve_source(cfg, path_key)
+        for folder in (source, adapter_base(source, cfg, path_key)):
+            if folder is not None:
+                _check_weights(cfg, folder, path_key)
     tokenizer = load_tokenizer(cfg, path_key)
     if check:
         check_architecture(model_config(cfg, tokenizer, path_key), cfg.name)
@@ -316,9 +338,15 @@ def load_model(
         # On an accelerator, device_map puts the weights straight there: a 7B model never sits in CPU memory.
         placement = {} if device == "cpu" else {"device_map": device}
         attention = attention_implementation(model_config(cfg, tokenizer, path_key), cfg.attn_implementation)
+        base = adapter_base(source, cfg, path_key)
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, attn_implementation=attention, **placement, **_hub_kwargs(cfg, source)
+            base or source, dtype=dtype, attn_implementation=attention, **placement, **_hub_kwargs(cfg, source)
         )
+        if base is not None:
+            # Merged once here: the decoders then run plain linears, as with a merged final folder.
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, source).merge_and_unload()
     # What from_pretrained raises for a missing or unusable source; safetensors' own error for a damaged file
     # that the header check above let through; torch.load's for a damaged pytorch_model.bin, and a state dict that
     # does not fit the config (RuntimeError).
