@@ -140,8 +140,6 @@ def test_other_damage_to_a_checkpoint_is_one_line_naming_the_folder(saved_checkp
         load_model({"name": "ckpt", "path": str(folder)})
 
 
-
-
 def test_tiny_model_is_seeded_and_matches_the_tokenizer(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64

@@ -526,7 +526,7 @@ def test_an_adapter_whose_base_folder_moved_is_one_line_naming_it(two_records, t
     adapter_dir = run_sft(sft_cfg(tmp_path / "adapter", two_records, "stage.per_device_train_batch_size=2",
                                   "stage.max_steps=1", "stage.save_steps=100", "stage.merge_lora=false"))
     shutil.rmtree(adapter_dir.parent / "base")
-    with pytest.raises(PastaError, match=r"^model.path=.*: the LoRA adapter's base model .*base is not a model folder"):
+    with pytest.raises(PastaError, match=r"^model\.path=.*: the LoRA adapter's base model .*base is not a model folder"):
         load_model({"name": "adapter", "path": str(adapter_dir)})
 
 

@@ -320,25 +320,26 @@ def load_model(
     cfg = schema_from(model_cfg, ModelConfig, "model")
     device = resolve_device(device)
     dtype = torch_dtype(cfg.dtype, device)
+    source = base = None
     if cfg.random_init is None:
         source = resolve_source(cfg, path_key)
-        for folder in (source, adapter_base(source, cfg, path_key)):
+        base = adapter_base(source, cfg, path_key)  # None unless `source` is a LoRA adapter folder
+        for folder in (source, base):
             if folder is not None:
                 _check_weights(cfg, folder, path_key)
     tokenizer = load_tokenizer(cfg, path_key)
+    config = model_config(cfg, tokenizer, path_key)
     if check:
-        check_architecture(model_config(cfg, tokenizer, path_key), cfg.name)
+        check_architecture(config, cfg.name)
     if cfg.random_init is not None:
         sizes = dataclasses.asdict(cfg.random_init)
         model = build_tiny_model(tokenizer, family=cfg.architecture or "llama",
                                  attn_implementation=cfg.attn_implementation, **sizes).to(dtype)
         return model.to(device).eval(), tokenizer
-    source = resolve_source(cfg, path_key)
     try:
         # On an accelerator, device_map puts the weights straight there: a 7B model never sits in CPU memory.
         placement = {} if device == "cpu" else {"device_map": device}
-        attention = attention_implementation(model_config(cfg, tokenizer, path_key), cfg.attn_implementation)
-        base = adapter_base(source, cfg, path_key)
+        attention = attention_implementation(config, cfg.attn_implementation)
         model = AutoModelForCausalLM.from_pretrained(
             base or source, dtype=dtype, attn_implementation=attention, **placement, **_hub_kwargs(cfg, source)
         )
