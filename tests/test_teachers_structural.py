@@ -396,6 +396,17 @@ def test_equal_first_words_of_leads_get_longer_topics_not_numbers():
     assert [p.topic for p in doc.promises] == ["Heat stress", "Heat loss", "Dehydration"]
 
 
+def test_topic_words_below_three_give_shorter_unlabelled_topics_and_equal_ones_grow_a_word():
+    response = TIPS.replace("Close apps", "Turn off apps")  # two items now open with "Turn off"
+    short = StructuralAnnotator(StructuralConfig(topic_words=1))
+    doc = parse(short.annotate("How do I save battery?", response))
+    assert plain_text(doc) == response
+    assert [p.topic for p in doc.promises] == ["Lower", "Turn off Bluetooth", "Turn off apps"]
+    # The default keeps three content words (function words count half).
+    assert [p.topic for p in doc_of("How do I save battery?", TIPS).promises] == [
+        "Lower the screen brightness", "Turn off Bluetooth", "Close apps that refresh"]
+
+
 SECTIONS = (
     "A healthy routine rests on a few habits.\n\n"
     "## Sleep\n\nMost adults need seven to nine hours a night, and a fixed bedtime makes them easier to get.\n\n"

@@ -117,18 +117,17 @@ class StructuralAnnotator:
         return Document(tuple(items))
 
     def _topics(self, texts: list[str], leads: list[Lead]) -> list[str]:
-        """One distinct topic per chunk of a group: a lead's first `lead_topic_words` words (more where two would be
-        equal), else the body's first words; a topic still taken gets a number."""
-        def topic(index: int, num_lead_words: int) -> str:
+        """One distinct topic per chunk of a group: a lead's first `lead_topic_words` words, else the body's first
+        `topic_words` words (either more where two would be equal); a topic still taken gets a number."""
+        def topic(index: int, num_words: int) -> str:
             lead = leads[index]
-            words = num_lead_words if lead.label else self.cfg.topic_words
-            return topic_of(lead.label, texts[index][lead.length :], words) or f"part {index + 1}"
+            return topic_of(lead.label, texts[index][lead.length :], num_words) or f"part {index + 1}"
 
-        num_words = [self.cfg.lead_topic_words] * len(texts)
+        num_words = [self.cfg.lead_topic_words if lead.label else self.cfg.topic_words for lead in leads]
         topics = [topic(i, n) for i, n in enumerate(num_words)]
         for _ in range(4):  # lengthen the topics that collide, a word at a time
             taken = Counter(topics)
-            clashing = [i for i, t in enumerate(topics) if taken[t] > 1 and leads[i].label]
+            clashing = [i for i, t in enumerate(topics) if taken[t] > 1]
             if not clashing:
                 break
             for i in clashing:

@@ -37,7 +37,8 @@ class StructuralConfig:
     )
     topic_words: int = field(
         default=3,
-        metadata={"help": "an unlabelled part's topic is its first N words (fewer for short parts)"},
+        metadata={"help": "an unlabelled part's topic is its first N content words (function words inside count "
+                          "half), at most 3 for a part under 12 words; more where two topics would be equal"},
     )
     leads_in_main: bool = field(
         default=True,

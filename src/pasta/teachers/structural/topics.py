@@ -61,8 +61,9 @@ def make_topic(chunk_text: str, topic_words: int) -> str:
         words = label.split()
     else:
         words = []
-        # A short item gets a short topic: the promise must cost less than the chunk it stands for.
-        num_words = max(3, min(topic_words, word_count(chunk_text) // 3))
+        # A short item gets a short topic: the promise must cost less than the chunk it stands for. Three words
+        # leave a short item's topic enough to name it; fewer only where the user asks for them.
+        num_words = min(topic_words, max(3, word_count(chunk_text) // 3))
         candidates = first_line.split()
         while len(candidates) > 2 and _bare(candidates[0]) in _STOPWORDS:  # "What is the capital" -> "capital"
             candidates.pop(0)
