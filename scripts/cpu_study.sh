@@ -38,6 +38,7 @@ model=${PASTA_STUDY_MODEL:-smollm2-135m}
 data=${PASTA_STUDY_DATA:-alpaca_eval_gpt4_mix}        # conf/data/: the records the teacher annotates (alpaca_5k: the old study)
 eval_data=${PASTA_STUDY_EVAL_DATA:-alpaca_eval}       # conf/eval_data/: the held-out prompts
 num_records=${PASTA_STUDY_RECORDS:-null}              # records annotated (null = all)
+teacher_args=${PASTA_STUDY_TEACHER_ARGS:-}            # extra teacher overrides, e.g. "teacher.topic_words=1"
 sft_args=${PASTA_STUDY_SFT_ARGS:-}                    # extra SFT overrides, e.g. "stage.max_steps=200"
 lambdas=${PASTA_STUDY_LAMBDAS:-1 4 inf}               # stage.quality_weight of each sweep line
 # One round per lambda: three lambdas x two rounds took 2 h 52 min here, past the study's 2.5 h on 2 cores.
@@ -58,7 +59,8 @@ stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and 
 # so an override in PASTA_STUDY_SFT_ARGS / PASTA_STUDY_PREF_ARGS is checked too. A new setting: pass it here and
 # check it in the Python below.
 "$python" - "PASTA_STUDY_DIR=$out" "PASTA_STUDY_MODEL=$model" "PASTA_STUDY_DATA=$data" \
-    "PASTA_STUDY_EVAL_DATA=$eval_data" "PASTA_STUDY_RECORDS=$num_records" "PASTA_STUDY_SFT_ARGS=$sft_args" \
+    "PASTA_STUDY_EVAL_DATA=$eval_data" "PASTA_STUDY_RECORDS=$num_records" "PASTA_STUDY_TEACHER_ARGS=$teacher_args" \
+    "PASTA_STUDY_SFT_ARGS=$sft_args" \
     "PASTA_STUDY_LAMBDAS=$lambdas" "PASTA_STUDY_ROUNDS=$num_rounds" "PASTA_STUDY_PREF_PROMPTS=$num_prompts" \
     "PASTA_STUDY_SAMPLES=$num_samples" "PASTA_STUDY_PREF_ARGS=$pref_args" "PASTA_STUDY_EVAL_PROMPTS=$num_eval" \
     "PASTA_STUDY_TIMED_PROMPTS=$num_timed" "PASTA_STUDY_MAX_NEW_TOKENS=$max_new_tokens" \
@@ -111,9 +113,10 @@ if settings["PASTA_STUDY_RECORDS"] != "null":
 
 out, model = settings["PASTA_STUDY_DIR"], settings["PASTA_STUDY_MODEL"]
 common = [f"paths.output_root={out}", "device=cpu", f"model={model}"]
-checked("PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS", "annotate",
+checked("PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS / PASTA_STUDY_TEACHER_ARGS", "annotate",
         [*common, "teacher=structural", f"data={settings['PASTA_STUDY_DATA']}",
-         f"data.limit={settings['PASTA_STUDY_RECORDS']}", "on_reject=keep_unannotated", f"output={out}/annotated.jsonl"])
+         f"data.limit={settings['PASTA_STUDY_RECORDS']}", "on_reject=keep_unannotated", f"output={out}/annotated.jsonl",
+         *settings["PASTA_STUDY_TEACHER_ARGS"].split()])
 train = [*common, f"data.path={out}/annotated.jsonl", "resume=true"]
 checked("PASTA_STUDY_SFT_ARGS", "train", ["stage=sft", *train, f"output_dir={out}/sft",
                                           *settings["PASTA_STUDY_SFT_ARGS"].split()], stage="sft")
@@ -160,8 +163,9 @@ step "1/7 prepare the model (converted once into the cache)"
 "$python" -m pasta.models prepare
 
 step "2/7 annotate $data with the structural teacher (rule-based, no model)"
+# shellcheck disable=SC2086
 "$python" -m pasta.annotate "${common[@]}" teacher=structural "data=$data" "data.limit=$num_records" \
-    on_reject=keep_unannotated output="$out/annotated.jsonl"
+    on_reject=keep_unannotated output="$out/annotated.jsonl" $teacher_args
 
 step "3/7 SFT with the stage defaults (only the promise-bearing records when they are scarce, as the stage logs)"
 # shellcheck disable=SC2086

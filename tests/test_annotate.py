@@ -143,6 +143,15 @@ def test_an_output_made_by_another_teacher_is_not_extended(tmp_path):
         run_annotate(tmp_path)
 
 
+def test_an_output_of_the_structural_teacher_is_not_extended_under_other_settings(tmp_path):
+    run_annotate(tmp_path, "data.limit=5")
+    with pytest.raises(PastaError, match=r"written by teacher structural \(rules-v3\), not structural \(rules-v3 "
+                                         r"topic_words=1\)"):
+        run_annotate(tmp_path, "teacher.topic_words=1")
+    summary = run_annotate(tmp_path, "teacher.topic_words=1", name="short.jsonl")
+    assert list(summary["by_teacher"]) == ["structural (rules-v3 topic_words=1)"]
+
+
 def test_non_utf8_input_is_a_one_line_error(tmp_path):
     data = tmp_path / "latin1.jsonl"
     data.write_bytes(json.dumps({"instruction": "x", "output": "caf"}).encode()[:-2] + b"\xe9\"}\n")
@@ -157,6 +166,7 @@ def test_non_utf8_input_is_a_one_line_error(tmp_path):
         ("on_reject=ignore", "on_reject: 'ignore' is not one of drop, keep_unannotated"),
         ("max_response_chars=0", "max_response_chars: must be >= 1 or null, got 0"),
         ("+teacher.min_wrds=3", "unknown key.*min_wrds"),
+        ("teacher.topic_words=0", "teacher.topic_words: must be >= 1"),
     ],
 )
 def test_bad_stage_settings_are_user_errors(tmp_path, override, message):

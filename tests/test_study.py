@@ -87,6 +87,8 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     ("PASTA_STUDY_TIMED_PROMPTS", "3", "PASTA_STUDY_TIMED_PROMPTS=3 must be an integer in 0..2"),
     ("PASTA_STUDY_PREF_ARGS", "stage.alpha=2", "PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS: stage.alpha=2.0 must lie"),
     ("PASTA_STUDY_STOP_AFTER", "pref", "PASTA_STUDY_STOP_AFTER=pref: use sft"),
+    ("PASTA_STUDY_TEACHER_ARGS", "teacher.topic_words=0", "PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS / "
+                                                          "PASTA_STUDY_TEACHER_ARGS: teacher.topic_words: must be >= 1"),
 ])
 def test_the_study_checks_every_setting_before_its_first_step(tmp_path, setting, value, says):
     """Issue 36: a bad setting is one line and exit code 2 before step 1, not a failure hours in at its step."""

@@ -3,6 +3,7 @@ and write the annotation from character spans of the response."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,7 @@ from pasta.teachers.structural.topics import topic_of
 # v2: runs of points inside a paragraph. v3: leads (markers, numbers, bold leads, headings, openers) stay in the
 # main thread; sections under headings; groups join across heading lines.
 RULES_VERSION = "rules-v3"
+_DEFAULTS = StructuralConfig()
 
 
 class StructuralAnnotator:
@@ -157,10 +159,14 @@ def _candidate_blocks(instruction: str, response: str, lines: list[Line]) -> lis
 
 class StructuralTeacher(Teacher):
     name = "structural"
-    model = RULES_VERSION
 
     def __init__(self, cfg: StructuralConfig):
         self.annotator = StructuralAnnotator(cfg)
+        # The rules' version and every setting that differs from the defaults ("rules-v3 topic_words=1"): each record
+        # says what wrote it, and an output is never extended under other settings (pasta.annotation.stage).
+        changed = [f"{f.name}={value if isinstance(value, int | bool) else 'custom'}" for f in dataclasses.fields(cfg)
+                   if f.name != "kind" and (value := getattr(cfg, f.name)) != getattr(_DEFAULTS, f.name)]
+        self.model = " ".join([RULES_VERSION, *changed])
 
     def annotate(self, requests: Iterable[TeacherRequest]) -> Iterator[TeacherReply]:
         for request in requests:

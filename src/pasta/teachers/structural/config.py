@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pasta.errors import PastaError
+
 # An instruction matching one of these asks for an answer whose parts depend on each other.
 _DEFAULT_SEQUENTIAL_PATTERNS = [
     r"\bsteps?\b", r"\bstep-by-step\b", r"\bprocedure\b", r"\bprocess (of|for|to)\b", r"\brecipe\b",
@@ -57,3 +59,11 @@ class StructuralConfig:
             "help": "regexes (case-insensitive): an instruction matching one gets no tags (steps, code, ...)"
         },
     )
+
+    def __post_init__(self) -> None:
+        for name in ("topic_words", "lead_topic_words"):
+            if getattr(self, name) < 1:
+                raise PastaError(f"teacher.{name}: must be >= 1 (a topic names its chunk), got {getattr(self, name)}")
+        if self.min_items < 2:
+            raise PastaError(f"teacher.min_items: must be >= 2 (one chunk alone runs in parallel with nothing), "
+                             f"got {self.min_items}")
