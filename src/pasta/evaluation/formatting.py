@@ -9,6 +9,7 @@ stays off the plot, and the other speedups keep columns and lines of their own, 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -318,7 +319,7 @@ def plot_pareto(rows: Sequence[ReportRow], path: Path, title: str = "Speedup vs 
         ax.plot([plotted[i].speedup.value for i in frontier], [quality(plotted[i]) for i in frontier],
                 color="black", linewidth=1.5, alpha=0.6, drawstyle="steps-pre", label="Pareto frontier (runs)")
     ax.set_xlabel("wall-clock speedup (geometric mean over prompts)")
-    ax.set_ylabel(label)
+    ax.set_ylabel(textwrap.fill(label, 48))  # the proxy's full name runs past the axis on one line
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
