@@ -32,8 +32,18 @@ class SamplingConfig:
         metadata={"help": "request i of a batch samples with seed + i; null = the run's top-level `seed` (pasta.generate), "
                           "else drawn from torch's global RNG"},
     )
+    no_repeat_ngram_size: int = field(
+        default=0,
+        metadata={"help": "a thread never writes the same N tokens twice (transformers' no_repeat_ngram_size, applied "
+                          "to each thread's own tokens: the main thread's, tags included, and each chunk's): it "
+                          "breaks the loops a small model falls into, for the sequential and the asynchronous "
+                          "decoder alike; tags and eos are never banned, and a constrained thread whose legal "
+                          "tokens are all banned chooses among them unbanned; 0 = off"},
+    )
 
     def __post_init__(self) -> None:
+        if self.no_repeat_ngram_size < 0:
+            raise PastaError(f"sampling.no_repeat_ngram_size: must be >= 0 (0 = off), got {self.no_repeat_ngram_size}")
         if self.temperature < 0:
             raise PastaError(f"sampling.temperature: must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:

@@ -20,12 +20,12 @@ from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.plain import PlainInterpreter
 from pasta.decoding.result import DecodeResult, DecodeStats
 from pasta.decoding.runner import Chooser
-from pasta.decoding.sampling import choose_legal_tokens, choose_tokens
+from pasta.decoding.sampling import ban_repeated_ngrams, choose_legal_tokens, choose_tokens
 from pasta.decoding.scheduler import StepPlan
 from pasta.decoding.text import eos_token_ids, text_decoder
 from pasta.decoding.timing import RequestClock
 from pasta.errors import PastaError
-from pasta.lang import ReservationPolicy, TagIds
+from pasta.lang import MAIN_THREAD, ReservationPolicy, TagIds
 
 DecodeRequest = Interpreter | PlainInterpreter
 
@@ -70,15 +70,29 @@ def new_request(mode: str, model, tokenizer, prompt_ids: list[int], config: Deco
                        device=model.device)
 
 
+def thread_history(interpreter: Interpreter, thread: int) -> list[int]:
+    """The tokens `thread` has written: the main thread's (tags included), or a chunk's body."""
+    return interpreter.main_ids if thread == MAIN_THREAD else interpreter.chunks[thread - 1].body_ids
+
+
 def choose_request_tokens(interpreter: Interpreter, tokenizer, logits: torch.Tensor, threads: list[int],
                           config: DecodeConfig, generator: torch.Generator | None) -> list[int]:
     """One asynchronous request's tokens for one step, a row of `logits` [T, V] per thread of `threads`: the
-    sampler's choice, kept to well-formed PASTA-LANG when `config.constrain` (the replaced choices counted in
-    `interpreter.masked`)."""
+    sampler's choice, without repeating a thread's own n-grams when `sampling.no_repeat_ngram_size`, kept to
+    well-formed PASTA-LANG when `config.constrain` (the replaced choices counted in `interpreter.masked`)."""
+    n = config.sampling.no_repeat_ngram_size
+    unbanned = logits
+    if n:
+        exempt = interpreter.tag_ids.all | frozenset(interpreter.eos_ids)
+        logits = ban_repeated_ngrams(logits, [thread_history(interpreter, t) for t in threads], n, exempt)
     if not config.constrain:
         return choose_tokens(logits, config.sampling, generator).tolist()
     grammar = grammar_for(tokenizer, interpreter.tag_ids, interpreter.eos_ids, logits.shape[-1], logits.device)
     constraints = [interpreter.constraint(thread, grammar) for thread in threads]
+    if logits is not unbanned:  # a thread whose every legal token is banned chooses among them unbanned
+        allowed = torch.stack([c.allowed for c in constraints])  # [T, V]
+        stuck = ~(allowed & logits.isfinite()).any(dim=1)  # [T]
+        logits[stuck] = unbanned[stuck]
     token_ids, masked_kinds = choose_legal_tokens(logits, config.sampling, generator, constraints)
     interpreter.masked.update(masked_kinds)
     interpreter.num_forced += sum(constraint.forced for constraint in constraints)
@@ -93,7 +107,11 @@ def sampling_chooser(request: DecodeRequest, tokenizer, config: DecodeConfig,
         def choose(logits: torch.Tensor, plan: StepPlan) -> list[int]:
             return choose_request_tokens(request, tokenizer, logits, plan.sample_threads, config, generator)
     else:  # the sequential baseline writes plain text: nothing to constrain
+        n, exempt = config.sampling.no_repeat_ngram_size, frozenset(request.eos_ids)
+
         def choose(logits: torch.Tensor, plan: StepPlan) -> list[int]:
+            if n:
+                logits = ban_repeated_ngrams(logits, [request.main_ids], n, exempt)
             return choose_tokens(logits, config.sampling, generator).tolist()
     return choose
 

@@ -50,6 +50,28 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     return scores
 
 
+def repeated_ngram_tokens(history: list[int], n: int) -> set[int]:
+    """The tokens that would complete, after `history`, an n-gram `history` already holds."""
+    if n < 1 or len(history) < n - 1:
+        return set()
+    prefix = tuple(history[len(history) - n + 1 :]) if n > 1 else ()
+    return {history[i + n - 1] for i in range(len(history) - n + 1) if tuple(history[i : i + n - 1]) == prefix}
+
+
+def ban_repeated_ngrams(logits: torch.Tensor, histories: list[list[int]], n: int,
+                        exempt_ids: frozenset[int]) -> torch.Tensor:
+    """`logits` [N, V] with -inf where a token would repeat an n-gram of its row's history (`exempt_ids`, the tags
+    and eos, are never banned: a thread can always close, fork or end). A copy when anything is banned."""
+    banned = [(row, token_id) for row, history in enumerate(histories)
+              for token_id in repeated_ngram_tokens(history, n) - exempt_ids]
+    if not banned:
+        return logits
+    rows, token_ids = zip(*banned, strict=True)
+    logits = logits.clone()
+    logits[list(rows), list(token_ids)] = float("-inf")
+    return logits
+
+
 def choose_tokens(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
     """The next token of each row of `logits` [N, V] -> [N]; rows are drawn in order from `generator`."""
     if config.greedy:
