@@ -54,7 +54,7 @@ def repeated_ngram_tokens(history: list[int], n: int) -> set[int]:
     """The tokens that would complete, after `history`, an n-gram `history` already holds."""
     if n < 1 or len(history) < n - 1:
         return set()
-    prefix = tuple(history[len(history) - n + 1 :]) if n > 1 else ()
+    prefix = tuple(history[len(history) - n + 1 :])  # n = 1: the empty prefix, every token so far
     return {history[i + n - 1] for i in range(len(history) - n + 1) if tuple(history[i : i + n - 1]) == prefix}
 
 
