@@ -74,8 +74,11 @@ def test_the_shipped_sample_loads_through_data_slimorca_skipping_and_counting_it
 def test_the_structural_teacher_annotates_the_converted_sample(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "pasta.annotate", "data=slimorca", f"data.path={SAMPLE}",
-         f"output={tmp_path / 'a.jsonl'}", "progress=false"], capture_output=True, text=True, cwd=ROOT)
+         f"output={tmp_path / 'a.jsonl'}", f"paths.output_root={tmp_path}", "progress=false"],
+        capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
+    # The run folder is named after the entry point, as pasta.train's and pasta.eval's are.
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["annotate"]
     summary = json.loads((tmp_path / "a.summary.json").read_text())
     assert summary["data"]["num_records"] == 10 and summary["data"]["loaded"]["num_malformed"] == 5
     assert summary["num_accepted"] == 10 and summary["num_with_promises"] >= 3

@@ -10,11 +10,25 @@
 What it writes, how it resumes and validates: pasta.annotation.stage; tests call `annotate(compose("annotate"))`.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pasta.annotation import stage
 from pasta.annotation.config import AnnotateConfig, companion_paths
-from pasta.annotation.stage import annotate
 from pasta.cli import run_entry
 
 __all__ = ["AnnotateConfig", "annotate", "companion_paths", "cli"]
+
+
+# A function of this module, not the stage's own: Hydra names the job (and so the run folder, runs/annotate/)
+# after the file of the function it wraps.
+def annotate(cfg: DictConfig) -> dict[str, Any]:
+    """Annotate `cfg.data` with `cfg.teacher` into `cfg.output` (resuming); returns the summary it writes."""
+    return stage.annotate(cfg)
+
 
 cli = run_entry(annotate, "annotate")
 
