@@ -15,12 +15,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers.models import cut_checkpoint
+from helpers.models import Scripted, cut_checkpoint, lively_model
 from helpers.training import ANNOTATED, hand_pairs
 from pasta.config import compose
 from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
-from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
+from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, encode_text, sequence_logprobs
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
@@ -487,6 +487,34 @@ def test_baseline_reference_is_decoded_once_and_reused(sft_folder, tmp_path, mon
 
     monkeypatch.setattr(sampling, "load_model", no_model)
     assert sampling.reference_answers(records, settings, cfg, out) == answers
+
+
+def test_the_candidates_are_sampled_with_the_stage_repetition_guard(tiny_model_and_tokenizer, tmp_path):
+    """stage.no_repeat_ngram_size reaches the candidates' decoder: a model scripted to loop ("red green blue red
+    ...") samples looping candidates without it and none that repeats a 3-gram with it."""
+    from pasta.models import encode_prompt
+    from pasta.training import sampling
+
+    _, tokenizer = tiny_model_and_tokenizer
+    model, tokenizer = lively_model(tokenizer)
+    record = Record.from_dict({"instruction": "Say it again", "input": "", "output": "red"})
+    prompt_ids = encode_prompt(tokenizer, record.instruction)
+    a, b, c = (encode_text(tokenizer, word)[0] for word in (" red", " green", " blue"))
+    looping = Scripted(model, {prompt_ids[-1]: a, a: b, b: c, c: a})
+
+    def candidates(n: int) -> list[list[int]]:
+        settings = settings_from_cfg(pref_cfg(tmp_path, "stage.num_samples=2", "stage.max_new_tokens=20",
+                                              f"stage.no_repeat_ngram_size={n}").stage)
+        scored = sampling.sample_and_score(looping, tokenizer, [record], {record.id: "red"}, ConstantJudge(), settings,
+                                           ReservationPolicy(), tmp_path / f"scores-{n}.jsonl", seed=0)
+        return [cand.tokens["main_ids"] for cand in scored[0].candidates]
+
+    assert all(ids[:6] == [a, b, c, a, b, c] for ids in candidates(0))
+    for ids in candidates(3):
+        trigrams = [tuple(ids[i : i + 3]) for i in range(len(ids) - 2)]
+        assert ids[:3] == [a, b, c] and len(set(trigrams)) == len(trigrams)
+    with pytest.raises(PastaError, match="stage.no_repeat_ngram_size=-1 must be >= 0"):
+        settings_from_cfg(pref_cfg(tmp_path, "stage.no_repeat_ngram_size=-1").stage)
 
 
 # --- the stage optimises its reward ---------------------------------------------------------------------------

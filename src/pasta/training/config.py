@@ -281,6 +281,13 @@ class PrefSettings(OptimSettings):
         metadata={"help": "longest candidate, in tokens sampled by all its threads together (a sequential answer's "
                           "budget; the reference decode of stage.reference=baseline gets as many)"},
     )
+    no_repeat_ngram_size: int = field(
+        default=0,
+        metadata={"help": "the decoders' repetition guard (decode.sampling.no_repeat_ngram_size: a thread never "
+                          "writes the same N tokens twice) for every decode of the stage: the candidates, the "
+                          "stage.reference=baseline answers and the held-out check; set it to what the evaluation "
+                          "decodes with, so the rounds score the answers it will see; 0 = off"},
+    )
     sample_batch_size: int = field(default=8, metadata={"help": "prompts decoded together while sampling"})
     judge_retries: int = field(
         default=2,
@@ -314,6 +321,8 @@ class PrefSettings(OptimSettings):
             raise PastaError(f"{where}.alpha={self.alpha} must lie in [0, 1]")
         if self.quality_weight < 0 or math.isnan(self.quality_weight):
             raise PastaError(f"{where}.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
+        if self.no_repeat_ngram_size < 0:
+            raise PastaError(f"{where}.no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0 = off)")
         if self.heldout_limit < 1:
             raise PastaError(f"{where}.heldout_limit={self.heldout_limit} must be >= 1")
         if self.reference == Reference.baseline and not self.baseline_model:

@@ -78,8 +78,10 @@ def check_policy(
     batch_size: int,
     out_dir: Path,
     processes: Processes = Processes(),
+    no_repeat_ngram_size: int = 0,
 ) -> HeldoutSummary:
-    """Decode `records` greedily (resuming from `out_dir/heldout.jsonl`), judge them, write `heldout.json`."""
+    """Decode `records` greedily, with the stage's repetition guard (resuming from `out_dir/heldout.jsonl`), judge
+    them, write `heldout.json`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     answers_path = out_dir / ANSWERS
     store = ShardedJsonl(answers_path, processes, key="id")
@@ -87,7 +89,7 @@ def check_policy(
     done = store.keys()
     todo = processes.shard([r for r in records if r.id not in done])
     config = DecodeConfig(max_new_tokens=max_new_tokens, max_total_tokens=max_new_tokens,
-                          sampling=SamplingConfig(temperature=0.0))
+                          sampling=SamplingConfig(temperature=0.0, no_repeat_ngram_size=no_repeat_ngram_size))
     model.eval()
     with store.appender() as out:
         for start in range(0, len(todo), batch_size):
@@ -186,4 +188,5 @@ class HeldoutCheck:
             self.settings.sample_batch_size,
             out_dir,
             self.processes,
+            self.settings.no_repeat_ngram_size,
         )

@@ -78,7 +78,8 @@ def reference_answers(
         model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")),
                                       path_key="stage.baseline_model")
         config = DecodeConfig(
-            max_new_tokens=settings.max_new_tokens, sampling=SamplingConfig(temperature=0.0)
+            max_new_tokens=settings.max_new_tokens,
+            sampling=SamplingConfig(temperature=0.0, no_repeat_ngram_size=settings.no_repeat_ngram_size),
         )
         with store.appender() as out:
             for start in range(0, len(todo), settings.sample_batch_size):
@@ -133,7 +134,8 @@ def sample_and_score(
     store = ShardedJsonl(scores_path, processes, key="id")
     store.gather()
     done = store.keys()
-    sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p)
+    sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p,
+                              no_repeat_ngram_size=settings.no_repeat_ngram_size)
     config = DecodeConfig(max_new_tokens=settings.max_new_tokens, max_total_tokens=settings.max_new_tokens,
                           sampling=sampling)
     num = settings.num_samples
