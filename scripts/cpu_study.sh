@@ -23,6 +23,7 @@
 #   scripts/cpu_study.sh                                  # outputs/study/, the embedded SmolLM2-135M
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
 #   PASTA_STUDY_STOP_AFTER=sft scripts/cpu_study.sh          # stop after SFT and Baseline-SFT ($dir/sft/final, ...)
+#   PASTA_STUDY_NO_REPEAT=4 scripts/cpu_study.sh             # every decode with the repetition guard (n = 4)
 #
 # Sizes come from the environment (the test suite runs this script on a tiny random model); every PASTA_STUDY_* setting
 # is checked before step 1 (one `error:` line and exit code 2 for a bad one). The quality numbers are
@@ -51,6 +52,9 @@ num_timed=${PASTA_STUDY_TIMED_PROMPTS:-20}            # of them, decoded one at 
 # The answer budget: near the p90 of the answers the students learn (233 tokens in the default SFT set), so that it
 # cuts few of Baseline-SFT's answers (the study reports how many: the report's budget-cut column).
 max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-320}
+# The repetition guard of every decode (decode.sampling.no_repeat_ngram_size): both students' evaluations and the
+# preference rounds' candidates, so that the rounds score the answers the evaluation sees; 0 = off.
+no_repeat=${PASTA_STUDY_NO_REPEAT:-0}
 stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and Baseline-SFT
 
 # --- settings check: every PASTA_STUDY_* setting above, before step 1 -----------------------------------------------
@@ -64,7 +68,7 @@ stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and 
     "PASTA_STUDY_LAMBDAS=$lambdas" "PASTA_STUDY_ROUNDS=$num_rounds" "PASTA_STUDY_PREF_PROMPTS=$num_prompts" \
     "PASTA_STUDY_SAMPLES=$num_samples" "PASTA_STUDY_PREF_ARGS=$pref_args" "PASTA_STUDY_EVAL_PROMPTS=$num_eval" \
     "PASTA_STUDY_TIMED_PROMPTS=$num_timed" "PASTA_STUDY_MAX_NEW_TOKENS=$max_new_tokens" \
-    "PASTA_STUDY_STOP_AFTER=$stop_after" <<'PY'
+    "PASTA_STUDY_NO_REPEAT=$no_repeat" "PASTA_STUDY_STOP_AFTER=$stop_after" <<'PY'
 import re
 import sys
 
@@ -108,6 +112,7 @@ num_rounds = integer("PASTA_STUDY_ROUNDS", 1)
 integer("PASTA_STUDY_PREF_PROMPTS", 1)
 integer("PASTA_STUDY_SAMPLES", 2, why=" (a preference pair needs two candidates)")
 max_new_tokens = integer("PASTA_STUDY_MAX_NEW_TOKENS", 1)
+no_repeat = integer("PASTA_STUDY_NO_REPEAT", 0, why=" (0 = off)")
 if settings["PASTA_STUDY_RECORDS"] != "null":
     integer("PASTA_STUDY_RECORDS", 1, why=" or null (every record)")
 
@@ -125,7 +130,7 @@ for value in lambdas:
         "stage=pref", *train, f"model.path={out}/sft/final", f"stage.quality_weight={value}",
         f"stage.rounds={num_rounds}", f"stage.prompts_per_round={settings['PASTA_STUDY_PREF_PROMPTS']}",
         f"stage.num_samples={settings['PASTA_STUDY_SAMPLES']}", f"stage.max_new_tokens={max_new_tokens}",
-        "stage.reference=baseline", f"stage.baseline_model={out}/baseline-sft/final", f"output_dir={out}/pref",
+        f"stage.no_repeat_ngram_size={no_repeat}", "stage.reference=baseline", f"stage.baseline_model={out}/baseline-sft/final", f"output_dir={out}/pref",
         *settings["PASTA_STUDY_PREF_ARGS"].split()], stage="pref")
 
 positions = max_positions(compose("generate", common).model)
@@ -141,7 +146,8 @@ except PastaError as exc:
 num_eval = integer("PASTA_STUDY_EVAL_PROMPTS", 1, num_prompts, f" (eval_data={eval_data} has {num_prompts} prompts)")
 integer("PASTA_STUDY_TIMED_PROMPTS", 0, num_eval, " (at most PASTA_STUDY_EVAL_PROMPTS: they are decoded one at a time)")
 checked("PASTA_STUDY_EVAL_DATA", "eval", [*common, f"eval_data={eval_data}", f"eval.subset={num_eval}",
-                                          f"decode.max_new_tokens={max_new_tokens}"])
+                                          f"decode.max_new_tokens={max_new_tokens}",
+                                          f"decode.sampling.no_repeat_ngram_size={no_repeat}"])
 PY
 # --- end of the settings check ----------------------------------------------------------------------------------------
 
@@ -149,7 +155,7 @@ common=("paths.output_root=$out" device=cpu "model=$model")
 # shellcheck disable=SC2206  # the extra overrides are meant to split on spaces
 train=("${common[@]}" "data.path=$out/annotated.jsonl" resume=true)
 evaluate=("${common[@]}" "eval_data=$eval_data" "eval.subset=$num_eval" eval.subset_seed=0
-    "decode.max_new_tokens=$max_new_tokens" eval.timing=throughput \
+    "decode.max_new_tokens=$max_new_tokens" "decode.sampling.no_repeat_ngram_size=$no_repeat" eval.timing=throughput \
     eval.batch_size=8 "eval.timed_prompts=$num_timed"
     eval.win_rate=false)
 baseline_eval="$out/eval/baseline-sft"
@@ -200,7 +206,7 @@ for lambda in $lambdas; do
     # shellcheck disable=SC2086
     "$python" -m pasta.train stage=pref "${train[@]}" model.path="$out/sft/final" "stage.quality_weight=$lambda" \
         "stage.rounds=$num_rounds" "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" \
-        "stage.max_new_tokens=$max_new_tokens" stage.reference=baseline \
+        "stage.max_new_tokens=$max_new_tokens" "stage.no_repeat_ngram_size=$no_repeat" stage.reference=baseline \
         stage.baseline_model="$out/baseline-sft/final" output_dir="$dir" $pref_args
     first=${first:-$dir}
 done

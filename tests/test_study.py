@@ -33,6 +33,7 @@ def study_env(out: Path) -> dict[str, str]:
         "PASTA_STUDY_EVAL_PROMPTS": "2",
         "PASTA_STUDY_TIMED_PROMPTS": "1",
         "PASTA_STUDY_MAX_NEW_TOKENS": "12",
+        "PASTA_STUDY_NO_REPEAT": "3",
     }
 
 
@@ -59,6 +60,12 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     metrics = json.loads((out / "pref-lambdainf" / "round-1" / "metrics.json").read_text())
     assert metrics["policy"] == str(out / "sft" / "final")
     assert metrics["quality_weight"] == "inf"
+    # The repetition guard reaches every decode: the preference rounds' candidates and both students' evaluations.
+    info = json.loads((out / "pref-lambdainf" / "train_info.json").read_text())
+    assert info["config"]["stage"]["no_repeat_ngram_size"] == 3
+    for name in ("baseline-sft", "pasta-sft"):
+        run = json.loads((out / "eval" / name / "run.json").read_text())
+        assert run["decoding"]["sampling"]["no_repeat_ngram_size"] == 3
     # Round 1 samples the same candidates for every lambda: the second lambda reused the first one's, and both
     # scored them against Baseline-SFT's answers.
     shared = [(out / f"pref-lambda{lam}" / "round-1" / "scores.jsonl").read_text() for lam in ("1", "inf")]
@@ -87,6 +94,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     ("PASTA_STUDY_TIMED_PROMPTS", "3", "PASTA_STUDY_TIMED_PROMPTS=3 must be an integer in 0..2"),
     ("PASTA_STUDY_PREF_ARGS", "stage.alpha=2", "PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS: stage.alpha=2.0 must lie"),
     ("PASTA_STUDY_STOP_AFTER", "pref", "PASTA_STUDY_STOP_AFTER=pref: use sft"),
+    ("PASTA_STUDY_NO_REPEAT", "-1", "PASTA_STUDY_NO_REPEAT=-1 must be an integer >= 0 (0 = off)"),
     ("PASTA_STUDY_TEACHER_ARGS", "teacher.topic_words=0", "PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS / "
                                                           "PASTA_STUDY_TEACHER_ARGS: teacher.topic_words: must be >= 1"),
 ])
