@@ -27,3 +27,22 @@ def test_an_import_inside_a_function_breaks_a_rule(tmp_path):
     done = lint_imports("--config", str(config))
     assert done.returncode != 0
     assert "pasta.serving.server -> pasta.serving.engine" in done.stdout
+
+
+def test_a_command_line_is_composed_and_checked_without_importing_the_model_libraries():
+    """Every entry point refuses a bad command line (and prints --help) in the time it takes to import torch, not
+    the libraries that only its work needs: composing a config reads every group's schema, so the schemas' modules
+    (pasta.schemas) must not import them."""
+    code = (
+        "import sys\n"
+        "from pasta.cli import check_command_line\n"
+        "import pasta.annotate, pasta.eval, pasta.generate, pasta.serve, pasta.train\n"
+        "for name, overrides in [('annotate', ['teacher=hf']), ('annotate', ['teacher=openai']), ('train', ['stage=sft']),\n"
+        "                        ('train', ['stage=pref']), ('eval', []), ('generate', ['prompt=hi']), ('serve', [])]:\n"
+        "    check_command_line(name, overrides)\n"
+        "print(sorted(m for m in ('transformers', 'trl', 'peft', 'accelerate', 'alpaca_eval', 'sentence_transformers',\n"
+        "                         'fastapi') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"

@@ -13,7 +13,7 @@ from pasta.annotation import validate_annotation
 from pasta.config import conf_dir
 from pasta.decoding.config import DecodeConfig
 from pasta.lang import Promise, parse, plain_text
-from pasta.teachers.hf import HFTeacherConfig
+from pasta.teachers.hf_config import HFTeacherConfig
 from pasta.teachers.openai_teacher import OpenAITeacherConfig
 from pasta.teachers.prompt import TeacherPrompt
 

@@ -107,7 +107,7 @@ def test_a_diverging_row_is_stopped_early_and_rejected_as_diverged(sharp_tiny_te
 def test_hf_yaml_matches_the_dataclass_defaults():
     from omegaconf import OmegaConf
 
-    from pasta.teachers.hf import HFTeacherConfig
+    from pasta.teachers.hf_config import HFTeacherConfig
 
     cfg = OmegaConf.to_container(compose("annotate", ["teacher=hf"]).teacher, resolve=True)
     defaults = {f.name: f.default for f in dataclasses.fields(HFTeacherConfig) if f.name != "model"}

@@ -40,7 +40,7 @@ SCHEMAS = {
     "schema_judge_hf": "pasta.judges.hf_judge:HFJudgeConfig",
     "schema_judge_openai": "pasta.judges.openai_judge:OpenAIJudgeConfig",
     "schema_teacher_structural": "pasta.teachers.structural.config:StructuralConfig",
-    "schema_teacher_hf": "pasta.teachers.hf:HFTeacherConfig",
+    "schema_teacher_hf": "pasta.teachers.hf_config:HFTeacherConfig",
     "schema_teacher_openai": "pasta.teachers.openai_teacher:OpenAITeacherConfig",
 }
 

@@ -29,7 +29,7 @@ Modules, one job each:
     grammar      the tokens that keep each thread's PASTA-LANG well-formed (`decode.constrain`)
     sampling     choosing tokens from logits; text: detokenizing, stop strings, streaming
     requests     a request of either decoder, its chooser and its result
-    decode       the entry points: decode, decode_async, decode_sequential, stream_async, teacher_forced_logprobs
+    api          the entry points: decode, decode_async, decode_sequential, stream_async, teacher_forced_logprobs
     step_costs   the cost model: a step's cost by rows, requests and cache length, measured through the real step
     result       DecodeResult, DecodeStats, TokenLogprobs
 
@@ -37,17 +37,44 @@ Modules, one job each:
 first decode pays the compilation, later ones reuse it (pasta/decoding/step.py).
 """
 
-from pasta.decoding.attention import layout_attention
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from pasta.decoding.config import DECODE_MODES, DecodeConfig, SamplingConfig
-from pasta.decoding.decode import (
-    decode,
-    decode_async,
-    decode_sequential,
-    stream_async,
-    teacher_forced_logprobs,
-)
-from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
-from pasta.decoding.runner import DecodeError
+
+# The rest is imported on first use (PEP 562): every command composes its config through DecodeConfig, and a bad
+# command line is refused without importing transformers, which only the decoders need.
+_LAZY_MODULES = {
+    "pasta.decoding.api": ("decode", "decode_async", "decode_sequential", "stream_async", "teacher_forced_logprobs"),
+    "pasta.decoding.attention": ("layout_attention",),
+    "pasta.decoding.result": ("DecodeResult", "DecodeStats", "TokenLogprobs"),
+    "pasta.decoding.runner": ("DecodeError",),
+}
+_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+
+if TYPE_CHECKING:
+    from pasta.decoding.api import (
+        decode,
+        decode_async,
+        decode_sequential,
+        stream_async,
+        teacher_forced_logprobs,
+    )
+    from pasta.decoding.attention import layout_attention
+    from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
+    from pasta.decoding.runner import DecodeError
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name])
+    for loaded in _LAZY_MODULES[_LAZY[name]]:
+        globals()[loaded] = getattr(module, loaded)
+    return globals()[name]
+
 
 __all__ = [
     "DECODE_MODES",

@@ -1,5 +1,5 @@
 """One request of either decoder, as the step loop takes it: the request (its interpreter), the chooser of its
-tokens, and its result. Written once for the library's entry points (pasta/decoding/decode.py) and the server's
+tokens, and its result. Written once for the library's entry points (pasta/decoding/api.py) and the server's
 engine (pasta/serving/engine.py), so a request gets the same tokens, stats and errors from either.
 
 - `new_request(mode, ...)`: an `Interpreter` (decode=async: PASTA-LANG interpreted as it is written) or a

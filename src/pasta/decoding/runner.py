@@ -15,7 +15,7 @@ request commits them. `StepTiming` records the phases (pasta/decoding/timing.py)
 or whose step failed, leave the batch at once (their cache rows freed).
 
 Who steps through it: `decode_async` / `decode_sequential` / `stream_async` and teacher forcing
-(pasta/decoding/decode.py, with `run_to_completion` below), so evaluation, the preference stage's sampling and
+(pasta/decoding/api.py, with `run_to_completion` below), so evaluation, the preference stage's sampling and
 `pasta.generate`; the server's engine (pasta/serving/engine.py), which admits and retires requests between steps;
 the cost model (pasta/decoding/step_costs.py) and both benchmarks.
 
@@ -103,7 +103,7 @@ class StepOutcome:
 class DecodeError(PastaError):
     """A library decode in which some requests failed, raised once the others are done: the failures, where the
     failed requests stood in the call (`failed_indices`), every request's member in call order (`members`: the
-    failed ones' included) and, from pasta.decoding.decode, every request's DecodeResult (`results`: None for a
+    failed ones' included) and, from pasta.decoding.api, every request's DecodeResult (`results`: None for a
     failed one). Its message is the first failure's reason."""
 
     def __init__(self, failures: list[Failure], members: list[Member]):

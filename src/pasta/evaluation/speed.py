@@ -31,13 +31,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pasta.decoding.step_costs import StepCosts
 from pasta.errors import PastaError
 from pasta.measure import geometric_mean
+
+if TYPE_CHECKING:  # its module imports the decoder; a config that reads BootstrapConfig should not
+    from pasta.decoding.step_costs import StepCosts
 
 
 @dataclass

@@ -5,7 +5,8 @@
         for reply in teacher.annotate(requests): ...
 
 - `structural`: rule-based, no model (pasta/teachers/structural/);
-- `hf`: a local transformers model with the teacher prompt (pasta/teachers/hf.py);
+- `hf`: a local transformers model with the teacher prompt (pasta/teachers/hf.py; its settings in hf_config.py,
+  which composing a config reads without importing transformers);
 - `openai`: any OpenAI-compatible endpoint with the teacher prompt (pasta/teachers/openai_teacher.py).
 
 The configs are the `teacher/` group (conf/teacher/*.yaml); the prompt is conf/prompts/teacher_v2.md
@@ -41,7 +42,7 @@ def teacher_config(teacher_cfg: DictConfig | dict[str, Any]) -> Any:
     if kind == "structural":
         return schema_from(teacher_cfg, StructuralConfig, "teacher")
     if kind == "hf":
-        from pasta.teachers.hf import HFTeacherConfig
+        from pasta.teachers.hf_config import HFTeacherConfig
 
         return schema_from(teacher_cfg, HFTeacherConfig, "teacher")
     if kind == "openai":

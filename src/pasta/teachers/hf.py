@@ -19,7 +19,6 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -28,32 +27,9 @@ from pasta.config import schema_from
 from pasta.lang import encode_text
 from pasta.models import ModelConfig, encode_chat, load_model
 from pasta.teachers.base import DIVERGED, TRUNCATED, Teacher, TeacherReply, TeacherRequest
+from pasta.teachers.hf_config import HFTeacherConfig
 from pasta.teachers.prompt import TeacherPrompt
 from pasta.transformers_api import CACHE_ARGUMENT, output_cache
-
-
-@dataclass(frozen=True)
-class HFTeacherConfig:
-    """Settings of the local-model teacher (conf/teacher/hf.yaml); its model is a `model/` config at teacher.model."""
-
-    model: dict[str, Any] = field(
-        metadata={"help": "a model config (conf/model/*.yaml): the teacher's weights"}
-    )
-    kind: str = field(default="hf", metadata={"help": "teacher type: structural | hf | openai"})
-    prompt: str = field(
-        default="teacher_v2", metadata={"help": "prompt name in conf/prompts/ or a file path"}
-    )
-    batch_size: int = field(default=2, metadata={"help": "records generated together (left-padded)"})
-    max_new_tokens_factor: float = field(
-        default=1.5, metadata={"help": "token budget = factor * response tokens + extra"}
-    )
-    max_new_tokens_extra: int = field(
-        default=128, metadata={"help": "tokens allowed for the tags themselves"}
-    )
-    stop_when_diverged: bool = field(
-        default=True, metadata={"help": "stop a row once its answer holds text that is not in the response"}
-    )
-
 
 # Anything tag-shaped; what lies between tags must be text of the response.
 _TAG = re.compile(r"<[^<>]*>")
