@@ -24,12 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # (file, block): the trace goes on the front page and the language's page, the layout picture on the latter.
 BLOCKS = ((ROOT / "README.md", "trace"), (ROOT / "docs" / "lang.md", "trace"), (ROOT / "docs" / "lang.md", "layout"))
 PROMPT = "Give two tips for sleeping better."
+# The data's convention (the structural teacher's, rules-v3): the list's numbers stay in the main thread, each chunk
+# writes only its item's body.
 ANSWER = (
     "Two tips:\n"
-    '<promise topic="routine"/><promise topic="room"/>'
-    '<async topic="routine">- Keep a fixed bedtime.\n</async>'
-    '<async topic="room">- Keep the room dark and cool.\n</async>'
-    "<sync/>Both help."
+    '1.<promise topic="routine"/>\n'
+    '2.<promise topic="room"/>'
+    '<async topic="routine"> Keep a fixed bedtime.</async>'
+    '<async topic="room"> Keep the room dark and cool.</async>'
+    "<sync/>\nBoth help."
 )
 COLUMN = 22
 COMMAND = "python scripts/docs_trace.py"
