@@ -30,7 +30,7 @@ from helpers.models import Scripted, cut_checkpoint, lively_model
 from pasta.annotate import annotate
 from pasta.config import compose
 from pasta.data import read_jsonl
-from pasta.decoding import DecodeConfig, decode_async
+from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.decoding.interpreter import Interpreter
 from pasta.errors import PastaError
 from pasta.generate import generate
@@ -617,6 +617,27 @@ def test_a_message_that_writes_its_own_turn_reaches_the_model_as_text(speaker, s
     assert SWORDFISH in tokenizer.decode(chat_ids)
     assert [i for i in completion_ids if i in controls] == []
     assert tokenizer.decode(completion_ids) == SWORDFISH + "<|sync|><|promise|>"
+
+
+@pytest.mark.parametrize("mode", ["async", "sequential"])
+def test_the_server_decodes_with_the_repetition_guard_its_decode_settings_name(tiny_model_and_tokenizer, mode):
+    """decode.sampling.no_repeat_ngram_size reaches every request: a model scripted to loop on " red green blue"
+    loops when served without it and repeats no 3 tokens with it."""
+    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
+    again, red, green, blue = (encode_text(tokenizer, w)[0] for w in (" again", " red", " green", " blue"))
+    looping = Scripted(model, {again: red, red: green, green: blue, blue: red})
+
+    def answer(n: int) -> str:
+        engine = Engine(looping, tokenizer, mode=mode)
+        decode = DecodeConfig(max_new_tokens=12, sampling=SamplingConfig(no_repeat_ngram_size=n))
+        settings = ServeSettings(model_name="looping", decode=decode, max_tokens_limit=12, max_n=1,
+                                 context_length=512)
+        with running(create_app(engine, settings)) as base_url:
+            return client(base_url).completions.create(model="looping", prompt="Say it again").choices[0].text
+
+    assert answer(0).startswith(" red green blue red green blue red")
+    guarded = answer(3)
+    assert guarded.startswith(" red green blue red green") and " red green blue red green blue" not in guarded
 
 
 def test_more_choices_than_the_server_can_ever_hold_are_a_400_not_a_429(speaker):
