@@ -23,7 +23,7 @@
 #   scripts/cpu_study.sh                                  # outputs/study/, the embedded SmolLM2-135M
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
 #   PASTA_STUDY_STOP_AFTER=sft scripts/cpu_study.sh          # stop after SFT and Baseline-SFT ($dir/sft/final, ...)
-#   PASTA_STUDY_NO_REPEAT=4 scripts/cpu_study.sh             # every decode with the repetition guard (n = 4)
+#   PASTA_STUDY_NO_REPEAT=0 scripts/cpu_study.sh             # no repetition guard (the studies before 2026-11-26)
 #
 # Sizes come from the environment (the test suite runs this script on a tiny random model); every PASTA_STUDY_* setting
 # is checked before step 1 (one `error:` line and exit code 2 for a bad one). The quality numbers are
@@ -53,8 +53,10 @@ num_timed=${PASTA_STUDY_TIMED_PROMPTS:-20}            # of them, decoded one at 
 # cuts few of Baseline-SFT's answers (the study reports how many: the report's budget-cut column).
 max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-320}
 # The repetition guard of every decode (decode.sampling.no_repeat_ngram_size): both students' evaluations and the
-# preference rounds' candidates, so that the rounds score the answers the evaluation sees; 0 = off.
-no_repeat=${PASTA_STUDY_NO_REPEAT:-0}
+# preference rounds' candidates, so that the rounds score the answers the evaluation sees; 0 = off. 3 was the best
+# of 3, 4 and 6 on the SFT lever's two students (docs/results/study.md): no loops, and Baseline-SFT cut 8 times in
+# 100 at 320 tokens instead of 30.
+no_repeat=${PASTA_STUDY_NO_REPEAT:-3}
 stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and Baseline-SFT
 
 # --- settings check: every PASTA_STUDY_* setting above, before step 1 -----------------------------------------------
@@ -130,7 +132,8 @@ for value in lambdas:
         "stage=pref", *train, f"model.path={out}/sft/final", f"stage.quality_weight={value}",
         f"stage.rounds={num_rounds}", f"stage.prompts_per_round={settings['PASTA_STUDY_PREF_PROMPTS']}",
         f"stage.num_samples={settings['PASTA_STUDY_SAMPLES']}", f"stage.max_new_tokens={max_new_tokens}",
-        f"stage.no_repeat_ngram_size={no_repeat}", "stage.reference=baseline", f"stage.baseline_model={out}/baseline-sft/final", f"output_dir={out}/pref",
+        f"stage.no_repeat_ngram_size={no_repeat}", "stage.reference=baseline",
+        f"stage.baseline_model={out}/baseline-sft/final", f"output_dir={out}/pref",
         *settings["PASTA_STUDY_PREF_ARGS"].split()], stage="pref")
 
 positions = max_positions(compose("generate", common).model)

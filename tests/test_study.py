@@ -33,7 +33,7 @@ def study_env(out: Path) -> dict[str, str]:
         "PASTA_STUDY_EVAL_PROMPTS": "2",
         "PASTA_STUDY_TIMED_PROMPTS": "1",
         "PASTA_STUDY_MAX_NEW_TOKENS": "12",
-        "PASTA_STUDY_NO_REPEAT": "3",
+        "PASTA_STUDY_NO_REPEAT": "2",  # not the default (3): the setting, not the default, reaches every decode
     }
 
 
@@ -62,10 +62,10 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     assert metrics["quality_weight"] == "inf"
     # The repetition guard reaches every decode: the preference rounds' candidates and both students' evaluations.
     info = json.loads((out / "pref-lambdainf" / "train_info.json").read_text())
-    assert info["config"]["stage"]["no_repeat_ngram_size"] == 3
+    assert info["config"]["stage"]["no_repeat_ngram_size"] == 2
     for name in ("baseline-sft", "pasta-sft"):
         run = json.loads((out / "eval" / name / "run.json").read_text())
-        assert run["decoding"]["sampling"]["no_repeat_ngram_size"] == 3
+        assert run["decoding"]["sampling"]["no_repeat_ngram_size"] == 2
     # Round 1 samples the same candidates for every lambda: the second lambda reused the first one's, and both
     # scored them against Baseline-SFT's answers.
     shared = [(out / f"pref-lambda{lam}" / "round-1" / "scores.jsonl").read_text() for lam in ("1", "inf")]
