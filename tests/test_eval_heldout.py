@@ -67,7 +67,7 @@ def test_subset_runs_decode_the_same_prompts_record_them_and_refuse_another_subs
     assert stats_instructions(tmp_path / "base") == stats_instructions(tmp_path / "pasta") == instructions_of(subset)
     meta = json.loads((tmp_path / "pasta" / "run.json").read_text())
     assert meta["subset"] == {"size": 3, "seed": 7} and meta["reservation"]["policy"] == "uncounted"
-    with pytest.raises(PastaError, match="holds a run with subset=.*'seed': 7.*not .*'seed': 8"):
+    with pytest.raises(PastaError, match=r"holds a run with subset\.seed=7, not 8: "):
         generate(tmp_path, "pasta", "async", "eval.subset=3", "eval.subset_seed=8")
     cfg = compose("eval", [*TINY, "eval.mode=score", f"output_dir={tmp_path / 'pasta'}"])
     with pytest.raises(PastaError, match="decoded on eval.subset=3 eval.subset_seed=7, not every prompt"):
@@ -82,8 +82,23 @@ def test_a_run_recorded_before_the_reservation_policy_resumes_but_not_under_anot
     generate(tmp_path, "pasta", "async", "eval.limit=2")
     assert len(stats_instructions(tmp_path / "pasta")) == 2
     meta_path.write_text(json.dumps(meta))
-    with pytest.raises(PastaError, match="holds a run with reservation="):
+    with pytest.raises(PastaError, match=r"holds a run with reservation\.policy='uncounted', not 'exact': "):
         generate(tmp_path, "pasta", "async", "eval.limit=2", "lang.reservation.policy=exact")
+
+
+def test_a_run_recorded_before_a_decode_setting_existed_resumes_but_not_under_another_value_of_it(tmp_path):
+    """run.json of a run decoded before `decode.sampling.no_repeat_ngram_size` existed lacks it: that run decoded as
+    its default (off) does, so it resumes with the default and is refused with the guard on."""
+    generate(tmp_path, "pasta", "async", "eval.limit=1")
+    meta_path = tmp_path / "pasta" / "run.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["decoding"]["sampling"]["no_repeat_ngram_size"]
+    meta_path.write_text(json.dumps(meta))
+    generate(tmp_path, "pasta", "async", "eval.limit=2")
+    assert len(stats_instructions(tmp_path / "pasta")) == 2
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(PastaError, match=r"holds a run with decoding\.sampling\.no_repeat_ngram_size=0, not 3: "):
+        generate(tmp_path, "pasta", "async", "eval.limit=3", "decode.sampling.no_repeat_ngram_size=3")
 
 
 def test_scored_subset_runs_report_structure_and_proxies_labelled_as_proxies(tmp_path, embedding_judge):

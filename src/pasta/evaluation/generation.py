@@ -173,14 +173,36 @@ def _run_meta(
     }
 
 
+def _with_defaults(recorded: Any, defaults: Any) -> Any:
+    """`recorded` (a run.json node) with the settings it lacks taken from `defaults`, nested dicts included: a decode
+    setting added after a run was recorded did not exist then, so that run decoded as its default does."""
+    if not isinstance(recorded, dict) or not isinstance(defaults, dict):
+        return recorded
+    return {**defaults, **{key: _with_defaults(value, defaults.get(key)) for key, value in recorded.items()}}
+
+
+DECODING_DEFAULTS = _as_json(dataclasses.asdict(DecodeConfig()))
+
+
+def _first_difference(key: str, recorded: Any, asked: Any) -> tuple[str, Any, Any]:
+    """The innermost setting where `recorded` and `asked` differ, as (dotted key, recorded value, asked value)."""
+    if isinstance(recorded, dict) and isinstance(asked, dict):
+        for name in (*recorded, *(k for k in asked if k not in recorded)):
+            if recorded.get(name) != asked.get(name):
+                return _first_difference(f"{key}.{name}", recorded.get(name), asked.get(name))
+    return key, recorded, asked
+
+
 def _check_resumable(run_dir: Path, previous: dict[str, Any], meta: dict[str, Any]) -> None:
     """Refuse to resume into `run_dir` (whose run.json holds `previous`) a run that differs in a RESUME_KEYS key."""
+    previous = {**previous, "decoding": _with_defaults(previous.get("decoding"), DECODING_DEFAULTS)}
     for key in RESUME_KEYS:
         if key in RECORDED_SINCE and key not in previous:
             continue  # an older run.json: its run used the config's value, as this one does
         if previous.get(key) != meta[key]:
+            name, recorded, asked = _first_difference(key, previous.get(key), meta[key])
             raise PastaError(
-                f"{run_dir} holds a run with {key}={previous.get(key)!r}, not {meta[key]!r}: "
+                f"{run_dir} holds a run with {name}={recorded!r}, not {asked!r}: "
                 "give another output_dir (or eval.generator) for this run"
             )
 
