@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.models import Scripted, lively_model
+from helpers.models import Scripted, looping_model
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async, decode_sequential
 from pasta.decoding.sampling import repeated_ngram_tokens
 from pasta.errors import PastaError
@@ -29,12 +29,9 @@ def test_the_tokens_that_would_repeat_an_ngram_are_the_ones_that_followed_its_pr
 @pytest.fixture(scope="module")
 def looping(tiny_model_and_tokenizer):
     """A tiny model scripted to loop on three words ("a b c a b c ..."), its prompt and the loop's ids."""
-    _, tokenizer = tiny_model_and_tokenizer
-    model, tokenizer = lively_model(tokenizer)
-    prompt_ids = encode_prompt(tokenizer, "Say it again")
-    a, b, c = (encode_text(tokenizer, word)[0] for word in (" red", " green", " blue"))
-    scripted = Scripted(model, {prompt_ids[-1]: a, a: b, b: c, c: a})
-    return scripted, tokenizer, prompt_ids, (a, b, c)
+    prompt_ids = encode_prompt(tiny_model_and_tokenizer[1], "Say it again")
+    scripted, tokenizer, loop = looping_model(tiny_model_and_tokenizer[1], prompt_ids[-1])
+    return scripted, tokenizer, prompt_ids, loop
 
 
 @pytest.mark.parametrize("mode", ["sequential", "async"])

@@ -26,7 +26,7 @@ import pytest
 import uvicorn
 import yaml
 
-from helpers.models import Scripted, cut_checkpoint, lively_model
+from helpers.models import Scripted, cut_checkpoint, lively_model, looping_model
 from pasta.annotate import annotate
 from pasta.config import compose
 from pasta.data import read_jsonl
@@ -623,9 +623,8 @@ def test_a_message_that_writes_its_own_turn_reaches_the_model_as_text(speaker, s
 def test_the_server_decodes_with_the_repetition_guard_its_decode_settings_name(tiny_model_and_tokenizer, mode):
     """decode.sampling.no_repeat_ngram_size reaches every request: a model scripted to loop on " red green blue"
     loops when served without it and repeats no 3 tokens with it."""
-    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
-    again, red, green, blue = (encode_text(tokenizer, w)[0] for w in (" again", " red", " green", " blue"))
-    looping = Scripted(model, {again: red, red: green, green: blue, blue: red})
+    again = encode_text(tiny_model_and_tokenizer[1], " again")[0]
+    looping, tokenizer, _ = looping_model(tiny_model_and_tokenizer[1], again)
 
     def answer(n: int) -> str:
         engine = Engine(looping, tokenizer, mode=mode)

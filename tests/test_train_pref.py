@@ -15,12 +15,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers.models import Scripted, cut_checkpoint, lively_model
+from helpers.models import cut_checkpoint, looping_model
 from helpers.training import ANNOTATED, hand_pairs
 from pasta.config import compose
 from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
-from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, encode_text, sequence_logprobs
+from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
@@ -495,12 +495,9 @@ def test_the_candidates_are_sampled_with_the_stage_repetition_guard(tiny_model_a
     from pasta.models import encode_prompt
     from pasta.training import sampling
 
-    _, tokenizer = tiny_model_and_tokenizer
-    model, tokenizer = lively_model(tokenizer)
     record = Record.from_dict({"instruction": "Say it again", "input": "", "output": "red"})
-    prompt_ids = encode_prompt(tokenizer, record.instruction)
-    a, b, c = (encode_text(tokenizer, word)[0] for word in (" red", " green", " blue"))
-    looping = Scripted(model, {prompt_ids[-1]: a, a: b, b: c, c: a})
+    prompt_ids = encode_prompt(tiny_model_and_tokenizer[1], record.instruction)
+    looping, tokenizer, (a, b, c) = looping_model(tiny_model_and_tokenizer[1], prompt_ids[-1])
 
     def candidates(n: int) -> list[list[int]]:
         settings = settings_from_cfg(pref_cfg(tmp_path, "stage.num_samples=2", "stage.max_new_tokens=20",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from pasta.lang import add_tag_tokens
+from pasta.lang import add_tag_tokens, encode_text
 from pasta.models import build_tiny_model
 from pasta.models.tiny import scale_weights
 
@@ -34,6 +34,15 @@ def lively_model(tokenizer):
     model = build_tiny_model(tokenizer)
     scale_weights(model, 0.3, seed=0, gains=False)  # the matrices only, as the tests were written against
     return _with_tag_tokens(model, tokenizer)
+
+
+def looping_model(tokenizer, trigger_id: int):
+    """`lively_model` scripted to loop on three words once it sees `trigger_id` (" red green blue red green ..."), the
+    way a small model loops until its budget: (model, tokenizer, the loop's three ids)."""
+    model, tokenizer = lively_model(tokenizer)
+    loop = tuple(encode_text(tokenizer, word)[0] for word in (" red", " green", " blue"))
+    red, green, blue = loop
+    return Scripted(model, {trigger_id: red, red: green, green: blue, blue: red}), tokenizer, loop
 
 
 def lively_twin(tokenizer, family: str):
