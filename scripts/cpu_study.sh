@@ -53,9 +53,8 @@ num_timed=${PASTA_STUDY_TIMED_PROMPTS:-20}            # of them, decoded one at 
 # cuts few of Baseline-SFT's answers (the study reports how many: the report's budget-cut column).
 max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-320}
 # The repetition guard of every decode (decode.sampling.no_repeat_ngram_size): both students' evaluations and the
-# preference rounds' candidates, so that the rounds score the answers the evaluation sees; 0 = off. 3 was the best
-# of 3, 4 and 6 on the SFT lever's two students (docs/results/study.md): no loops, and Baseline-SFT cut 8 times in
-# 100 at 320 tokens instead of 30.
+# preference rounds' candidates, so that the rounds score the answers the evaluation sees; 0 = off. Why 3: the sweep
+# in docs/results/study.md ("The repetition guard swept").
 no_repeat=${PASTA_STUDY_NO_REPEAT:-3}
 stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and Baseline-SFT
 
