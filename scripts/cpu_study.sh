@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The CPU study: does PASTA buy a user wall-clock time at equal quality, on prompts no stage trained on?
 #   annotate the study's data (default data=alpaca_eval_gpt4_mix: GPT-4 answers to the AlpacaEval prompts outside the
-#   held-out pool, then the shared 5K Alpaca; structural teacher) -> SFT with the stage defaults -> Baseline-SFT (same records,
-#   tags stripped) -> Baseline-SFT decoded on the held-out prompts -> a lambda sweep x rounds of the preference stage,
-#   each lambda chained from the SFT model, scored against Baseline-SFT's own answers (stage.reference=baseline: the
+#   held-out pool, then the shared 5K Alpaca; structural teacher) -> SFT (by default the promise-bearing records, three
+#   epochs) -> Baseline-SFT (same records, tags stripped) -> Baseline-SFT decoded on the held-out prompts -> a lambda
+#   sweep x rounds of the preference stage, each lambda chained from the SFT model, scored against Baseline-SFT's own answers (stage.reference=baseline: the
 #   latency speed reward counts a candidate's steps against them) -> every PASTA model decoded on the same held-out
 #   prompts -> the report table and the study plot (speedup vs the embedding-similarity proxy, one line per lambda).
 # Every step resumes: rerun the same command after a kill and finished work is skipped (training from its last
@@ -40,7 +40,9 @@ data=${PASTA_STUDY_DATA:-alpaca_eval_gpt4_mix}        # conf/data/: the records 
 eval_data=${PASTA_STUDY_EVAL_DATA:-alpaca_eval}       # conf/eval_data/: the held-out prompts
 num_records=${PASTA_STUDY_RECORDS:-null}              # records annotated (null = all)
 teacher_args=${PASTA_STUDY_TEACHER_ARGS:-}            # extra teacher overrides, e.g. "teacher.topic_words=1"
-sft_args=${PASTA_STUDY_SFT_ARGS:-}                    # extra SFT overrides, e.g. "stage.max_steps=200"
+# SFT overrides of both students. The default trains on the promise-bearing records only, three epochs: on this data
+# the one measured to fork (docs/results/study.md, "The SFT lever"); PASTA_STUDY_SFT_ARGS="" = the stage defaults.
+sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3}
 lambdas=${PASTA_STUDY_LAMBDAS:-1 4 inf}               # stage.quality_weight of each sweep line
 # One round per lambda: three lambdas x two rounds took 2 h 52 min here, past the study's 2.5 h on 2 cores.
 num_rounds=${PASTA_STUDY_ROUNDS:-1}
@@ -175,7 +177,7 @@ step "2/7 annotate $data with the structural teacher (rule-based, no model)"
 "$python" -m pasta.annotate "${common[@]}" teacher=structural "data=$data" "data.limit=$num_records" \
     on_reject=keep_unannotated output="$out/annotated.jsonl" $teacher_args
 
-step "3/7 SFT with the stage defaults (only the promise-bearing records when they are scarce, as the stage logs)"
+step "3/7 SFT: the annotated records, with ${sft_args:-the stage defaults}"
 # shellcheck disable=SC2086
 done_already "$out/sft" || "$python" -m pasta.train stage=sft "${train[@]}" output_dir="$out/sft" $sft_args
 
