@@ -25,7 +25,7 @@ from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
 from pasta.training.feedback import usable_promises
-from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pairs
+from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pairs, summarize
 from pasta.training.pref import run_pref, train_round
 from pasta.training.sampling import judge_with_retries
 
@@ -144,6 +144,28 @@ def test_the_capped_latency_reward_gives_no_credit_for_an_answer_shorter_than_th
     assert capped.chosen.speed == pytest.approx(1.5) and capped.rejected.speed == pytest.approx(1.0)
     with pytest.raises(PastaError, match="stage.speed_reward=latency_capped needs"):
         make_pairs([dataclasses.replace(entry, reference_num_tokens=None)], 1.0, SpeedReward.latency_capped)
+
+
+def test_a_round_summary_says_whether_its_pairs_teach_forking_and_how_long_each_side_is():
+    # Reference: 60 tokens. Prompt a: a short plain answer (30 tokens) beats a long fork (90 tokens in 60 steps) on
+    # quality. Prompt b: a fork as long as the reference (60 in 40) beats a plain one (60 in 60) on speed.
+    a = scored_entry("a", [0.9, 0.1], speedups=[1.0, 1.5])
+    a = dataclasses.replace(a, reference_num_tokens=60, candidates=[
+        dataclasses.replace(a.candidates[0], num_tokens=30, num_steps=30),
+        dataclasses.replace(a.candidates[1], num_tokens=90, num_steps=60, tokens={**a.candidates[1].tokens,
+                                                                                  "body_ids": [[7, 8]]}),
+    ])
+    b = scored_entry("b", [0.5, 0.5], speedups=[1.5, 1.0])
+    b = dataclasses.replace(b, reference_num_tokens=60, candidates=[
+        dataclasses.replace(b.candidates[0], num_tokens=60, num_steps=40, tokens={**b.candidates[0].tokens,
+                                                                                  "body_ids": [[7]]}),
+        dataclasses.replace(b.candidates[1], num_tokens=60, num_steps=60),
+    ])
+    pairs, skipped = make_pairs([a, b], 1.0, SpeedReward.latency_capped)
+    summary = summarize([a, b], pairs, skipped, 1.0, SpeedReward.latency_capped)
+    assert (summary["chosen_num_forked"], summary["rejected_num_forked"]) == (1, 1)
+    assert summary["chosen_mean_length_ratio"] == pytest.approx((0.5 + 1.0) / 2)
+    assert summary["rejected_mean_length_ratio"] == pytest.approx((1.5 + 1.0) / 2)
 
 
 # --- judging --------------------------------------------------------------------------------------------------

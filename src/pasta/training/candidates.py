@@ -84,6 +84,11 @@ class PairSide:
     annotated: str
     tokens: ThreadIds
 
+    @property
+    def forked(self) -> bool:
+        """The answer decoded at least one chunk."""
+        return bool(self.tokens.get("body_ids"))
+
 
 @dataclass(frozen=True)
 class Pair:

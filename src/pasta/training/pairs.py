@@ -138,9 +138,19 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
     entries = [e for e in scored if e.status == "scored"]
     samples = [c for e in entries for c in e.candidates]
     rewards = [scored_of(c, e, reward) for e in entries for c in e.candidates]
+    by_id = {e.id: e for e in entries}
 
     def mean(values: list[float]) -> float | None:
         return statistics.fmean(values) if values else None
+
+    def length_ratios(side: str) -> list[float]:
+        """Each pair's chosen (or rejected) answer's tokens over its prompt's reference answer's."""
+        ratios = []
+        for pair in pairs:
+            entry = by_id[pair.id]
+            if entry.reference_num_tokens:
+                ratios.append(entry.candidates[getattr(pair, side).index].num_tokens / entry.reference_num_tokens)
+        return ratios
 
     return {
         "num_prompts": len(scored),
@@ -162,5 +172,11 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
         "rejected_mean_speed": mean([p.rejected.speed for p in pairs]),
         "rejected_mean_speedup": mean([p.rejected.speedup for p in pairs]),
         "rejected_mean_quality": mean([p.rejected.quality for p in pairs]),
+        # Whether the pairs teach forking, and length: a round whose chosen sides fork no more often than its
+        # rejected ones cannot raise the fork rate, whatever their speed scores.
+        "chosen_num_forked": sum(p.chosen.forked for p in pairs),
+        "rejected_num_forked": sum(p.rejected.forked for p in pairs),
+        "chosen_mean_length_ratio": mean(length_ratios("chosen")),
+        "rejected_mean_length_ratio": mean(length_ratios("rejected")),
         "mean_score_margin": mean([p.chosen.score - p.rejected.score for p in pairs]),
     }
