@@ -1,0 +1,105 @@
+"""What would a preference round teach under another speed reward or lambda? Re-pairs its scored candidates, no training.
+
+    python scripts/pair_signal.py outputs/study/pref-lambda1/round-1/scores.jsonl
+    python scripts/pair_signal.py SCORES --rewards latency_capped theoretical --lambdas 1 4 inf
+
+A round learns from one best-vs-worst pair per prompt. It can raise the fork rate only if its chosen sides fork more
+often than its rejected ones, and it keeps the answers' length only if both sides are about as long. For every speed
+reward x lambda, this pairs the round's saved candidates (`scores.jsonl`, which keeps every candidate's tokens, steps
+and quality) with the stage's own pairing (pasta.training.pairs) and prints, per side: how many fork, their
+theoretical speedup (geomean), their tokens over the reference answer's, and their quality. The quality is the
+round's judge, named in the output; the embedding judge is an offline proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from pasta.data import read_jsonl
+from pasta.errors import PastaError, one_line
+from pasta.training.candidates import ScoredPrompt
+from pasta.training.config import SpeedReward
+from pasta.training.pairs import make_pairs, summarize
+
+
+def read_scores(path: Path) -> list[ScoredPrompt]:
+    """The scored prompts of a round's scores.jsonl; a file that is not one is a PastaError naming it."""
+    try:
+        return [ScoredPrompt.from_json(record) for record in read_jsonl(path)]
+    except (TypeError, KeyError) as exc:
+        raise PastaError(f"{path}: not a preference round's scores.jsonl ({exc})") from exc
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward) -> dict[str, float | int | None]:
+    """The pairs this reward and lambda make of the scored prompts, per side, in numbers."""
+    pairs, skipped = make_pairs(scored, quality_weight, reward)
+    summary = summarize(scored, pairs, skipped, quality_weight, reward)
+    return {
+        "num_pairs": len(pairs),
+        "chosen_num_forked": summary["chosen_num_forked"],
+        "rejected_num_forked": summary["rejected_num_forked"],
+        "chosen_speedup": geomean([p.chosen.speedup for p in pairs]),
+        "rejected_speedup": geomean([p.rejected.speedup for p in pairs]),
+        "chosen_length_ratio": summary["chosen_mean_length_ratio"],
+        "rejected_length_ratio": summary["rejected_mean_length_ratio"],
+        "chosen_quality": summary["chosen_mean_quality"],
+        "rejected_quality": summary["rejected_mean_quality"],
+    }
+
+
+def table(rows: list[tuple[str, str, dict]], judge: str) -> str:
+    def pair(row: dict, key: str, fmt: str) -> str:
+        chosen, rejected = row[f"chosen_{key}"], row[f"rejected_{key}"]
+        return "-" if chosen is None or rejected is None else f"{chosen:{fmt}} / {rejected:{fmt}}"
+
+    lines = [
+        f"| speed reward | lambda | pairs | forked (chosen / rejected) | theoretical speedup (geomean) "
+        f"| tokens / reference's (mean) | quality ({judge}) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for reward, lam, row in rows:
+        lines.append(f"| {reward} | {lam} | {row['num_pairs']} | {pair(row, 'num_forked', 'd')} "
+                     f"| {pair(row, 'speedup', '.2f')} | {pair(row, 'length_ratio', '.2f')} "
+                     f"| {pair(row, 'quality', '.3f')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scores", type=Path, help="a round's scores.jsonl (<output_dir>/round-<N>/scores.jsonl)")
+    rewards = [str(reward) for reward in SpeedReward]
+    parser.add_argument("--rewards", nargs="+", default=rewards, choices=rewards,
+                        help="speed rewards (stage.speed_reward) to pair by")
+    parser.add_argument("--lambdas", nargs="+", default=["1", "4", "inf"],
+                        help="quality weights (stage.quality_weight): numbers >= 0 or inf")
+    args = parser.parse_args(argv)
+    try:
+        lambdas = [float(value) for value in args.lambdas]
+    except ValueError:
+        parser.error(f"--lambdas: {args.lambdas} are not all numbers or inf")
+    if any(value < 0 or math.isnan(value) for value in lambdas):
+        parser.error(f"--lambdas: {args.lambdas} must be >= 0 or inf")
+    try:
+        scored = read_scores(args.scores)
+        if not any(entry.status == "scored" for entry in scored):
+            raise PastaError(f"{args.scores}: no scored prompt to pair")
+        rows = [(reward, f"{lam:g}", signal(scored, lam, SpeedReward(reward)))
+                for reward in args.rewards for lam in lambdas]
+    except PastaError as err:
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        return 2
+    judge = next(entry.judge for entry in scored if entry.status == "scored")
+    print(f"{args.scores}: {len(scored)} prompts, {sum(len(e.candidates) for e in scored)} candidates")
+    print(table(rows, judge))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""scripts/pair_signal.py: a round's saved candidates re-paired under each speed reward and lambda, per side."""
+
+from __future__ import annotations
+
+import json
+
+from helpers.scripts import load_script
+
+
+def candidate(quality: float, num_tokens: int, num_steps: int) -> dict:
+    forked = num_steps < num_tokens
+    return {
+        "text": "x", "annotated": "x", "speedup": num_tokens / num_steps, "quality": quality, "judge": "fake:j",
+        "num_tokens": num_tokens, "num_steps": num_steps, "finish_reason": "eos", "malformed": {},
+        "tokens": {"main_ids": [5], "opener_ids": [], "body_ids": [[6]] if forked else [], "num_predicted": []},
+    }
+
+
+def scores_record(key: str, candidates: list[dict]) -> dict:
+    return {"id": key, "prompt_index": 0, "instruction": key, "input": "", "reference": "r", "prompt_ids": [1, 2],
+            "judge": "fake:j", "status": "scored", "reference_num_tokens": 60, "candidates": candidates}
+
+
+def test_quality_alone_chooses_the_plain_answer_and_the_theoretical_reward_the_longer_fork(tmp_path, capsys):
+    # One prompt: a plain answer as long as the reference, judged better, and a fork twice as long in 80 steps.
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text(json.dumps(scores_record("a", [candidate(0.6, 60, 60), candidate(0.5, 120, 80)])) + "\n")
+    pair_signal = load_script("pair_signal")
+    assert pair_signal.main([str(scores), "--rewards", "theoretical", "latency_capped", "--lambdas", "1", "inf"]) == 0
+    table = capsys.readouterr().out
+    assert "| theoretical | 1 | 1 | 1 / 0 | 1.50 / 1.00 | 2.00 / 1.00 | 0.500 / 0.600 |" in table
+    assert "| theoretical | inf | 1 | 0 / 1 | 1.00 / 1.50 | 1.00 / 2.00 | 0.600 / 0.500 |" in table
+    # Capped latency: the fork's speed is 60 / 80 = 0.75 against the plain answer's 1.0, so the plain one wins.
+    assert "| latency_capped | 1 | 1 | 0 / 1 |" in table
+    assert "quality (fake:j)" in table
+
+
+def test_a_file_that_is_not_a_round_s_scores_is_one_error_line(tmp_path, capsys):
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text(json.dumps({"id": "a", "text": "not a scored prompt"}) + "\n")
+    assert load_script("pair_signal").main([str(scores)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not a preference round's scores.jsonl" in err and err.count("\n") == 1
