@@ -15,14 +15,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers.models import cut_checkpoint, looping_model
+from helpers.models import cut_checkpoint, lively_model, looping_model
 from helpers.training import ANNOTATED, hand_pairs
 from pasta.config import compose
 from pasta.data import Record, read_jsonl
 from pasta.errors import PastaError
-from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, sequence_logprobs
+from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, encode_text, sequence_logprobs
 from pasta.training.candidates import Candidate, ScoredPrompt
-from pasta.training.config import SpeedReward, settings_from_cfg
+from pasta.training.config import Reference, SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
 from pasta.training.feedback import usable_promises
 from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pairs, summarize
@@ -464,7 +464,7 @@ def test_a_baseline_model_that_does_not_load_is_named_by_its_setting(sft_folder,
         out = tmp_path / f"refs-{folder.name}"
         out.mkdir()
         with pytest.raises(PastaError) as info:
-            sampling.reference_answers(records, settings_from_cfg(cfg.stage), cfg, out)
+            sampling.reference_answers(records, Reference.baseline, settings_from_cfg(cfg.stage), cfg, out)
         assert str(info.value).startswith(f"stage.baseline_model={folder}{says}")
 
 
@@ -499,7 +499,7 @@ def test_baseline_reference_is_decoded_once_and_reused(sft_folder, tmp_path, mon
     records = [Record.from_dict(r) for r in read_jsonl(ANNOTATED)[:3]]
     out = tmp_path / "refs"
     out.mkdir()
-    answers = sampling.reference_answers(records, settings, cfg, out)
+    answers = sampling.reference_answers(records, Reference.baseline, settings, cfg, out)
     assert sorted(answers) == sorted(r.id for r in records)
     assert all(isinstance(text, str) for text in answers.values())
     assert len(read_jsonl(out / "baseline_answers.jsonl")) == 3
@@ -508,7 +508,32 @@ def test_baseline_reference_is_decoded_once_and_reused(sft_folder, tmp_path, mon
         raise AssertionError("the baseline is decoded once")
 
     monkeypatch.setattr(sampling, "load_model", no_model)
-    assert sampling.reference_answers(records, settings, cfg, out) == answers
+    assert sampling.reference_answers(records, Reference.baseline, settings, cfg, out) == answers
+
+
+def test_the_judge_reads_the_record_s_answer_while_the_speed_reward_times_against_baseline_sft(
+    sft_folder, tmp_path, tiny_model_and_tokenizer
+):
+    from pasta.training import sampling
+
+    cfg = rounds_cfg(tmp_path, sft_folder, "stage.speed_reference=baseline", f"stage.baseline_model={sft_folder}")
+    settings = settings_from_cfg(cfg.stage)
+    records = [Record.from_dict(r) for r in read_jsonl(ANNOTATED)[:2]]
+    out = tmp_path / "refs"
+    out.mkdir()
+    references = sampling.round_references(records, settings, cfg, out)
+    assert references.quality == {r.id: r.output for r in records}
+    assert references.speed == {a["id"]: a["text"] for a in read_jsonl(out / "baseline_answers.jsonl")}
+    # The scored prompt keeps the judge's reference and counts the speed reference's tokens.
+    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
+    record = records[0]
+    split = sampling.References(quality={record.id: "short"}, speed={record.id: "a much longer answer than that"})
+    (scored,) = sampling.sample_and_score(model, tokenizer, [record], split, ConstantJudge(), settings,
+                                          ReservationPolicy(), tmp_path / "scores.jsonl", seed=0)
+    assert scored.reference == "short"
+    assert scored.reference_num_tokens == len(encode_text(tokenizer, "a much longer answer than that")) + 1
+    with pytest.raises(PastaError, match="stage.speed_reference=baseline needs stage.baseline_model="):
+        settings_from_cfg(rounds_cfg(tmp_path, sft_folder, "stage.speed_reference=baseline").stage)
 
 
 def test_the_candidates_are_sampled_with_the_stage_repetition_guard(tiny_model_and_tokenizer, tmp_path):
@@ -524,7 +549,8 @@ def test_the_candidates_are_sampled_with_the_stage_repetition_guard(tiny_model_a
     def candidates(n: int) -> list[list[int]]:
         settings = settings_from_cfg(pref_cfg(tmp_path, "stage.num_samples=2", "stage.max_new_tokens=20",
                                               f"stage.no_repeat_ngram_size={n}").stage)
-        scored = sampling.sample_and_score(looping, tokenizer, [record], {record.id: "red"}, ConstantJudge(), settings,
+        references = sampling.References(quality={record.id: "red"}, speed={record.id: "red"})
+        scored = sampling.sample_and_score(looping, tokenizer, [record], references, ConstantJudge(), settings,
                                            ReservationPolicy(), tmp_path / f"scores-{n}.jsonl", seed=0)
         return [cand.tokens["main_ids"] for cand in scored[0].candidates]
 

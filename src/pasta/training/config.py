@@ -270,9 +270,18 @@ class PrefSettings(OptimSettings):
             "help": "quality reference: output (the record's answer) or baseline (decode stage.baseline_model)"
         },
     )
+    speed_reference: Reference | None = field(
+        default=None,
+        metadata={
+            "help": "the answer whose tokens the latency speed rewards count a candidate's steps against: output or "
+                    "baseline; null = stage.reference. reference=output speed_reference=baseline judges a candidate "
+                    "against the record's answer and times it against what Baseline-SFT's answer takes"
+        },
+    )
     baseline_model: str | None = field(
         default=None,
-        metadata={"help": "Baseline-SFT model folder, decoded sequentially when reference=baseline"},
+        metadata={"help": "Baseline-SFT model folder, decoded sequentially when reference or speed_reference is "
+                          "baseline"},
     )
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the candidates"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of the candidates"})
@@ -325,10 +334,14 @@ class PrefSettings(OptimSettings):
             raise PastaError(f"{where}.no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0 = off)")
         if self.heldout_limit < 1:
             raise PastaError(f"{where}.heldout_limit={self.heldout_limit} must be >= 1")
-        if self.reference == Reference.baseline and not self.baseline_model:
-            raise PastaError(
-                f"{where}.reference=baseline needs {where}.baseline_model=/path/to/baseline-sft/final"
-            )
+        for key in ("reference", "speed_reference"):
+            if getattr(self, key) == Reference.baseline and not self.baseline_model:
+                raise PastaError(f"{where}.{key}=baseline needs {where}.baseline_model=/path/to/baseline-sft/final")
+
+    @property
+    def speed_reference_kind(self) -> Reference:
+        """The reference the latency speed rewards count steps against (stage.reference unless set apart)."""
+        return self.speed_reference or self.reference
 
 
 def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:

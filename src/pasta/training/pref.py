@@ -6,7 +6,8 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
 2. score them: speed = `stage.speed_reward` (latency: the reference answer's tokens over the candidate's decoding
    steps; theoretical: the candidate's tokens over its steps); quality = `judge.score` of the candidate's plain text
    against the reference answer (the record's `output` by default, or a sequential greedy decode of the
-   Baseline-SFT model with `stage.reference=baseline`); candidates the judge could not score are asked again
+   Baseline-SFT model with `stage.reference=baseline`; `stage.speed_reference` gives the latency rewards another
+   one); candidates the judge could not score are asked again
    `judge_retries` times, then the prompt is marked `judge_failed` and skipped, never scored as zero. Each prompt's
    record goes to `scores.jsonl` (appended and fsynced: a crash loses at most the batch in flight), the judge's
    name next to every score;
@@ -53,7 +54,7 @@ from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
 from pasta.training.pairs import json_number, make_pairs, summarize
 from pasta.training.runs import checkpoint_to_resume, resolve_output_dir, write_train_info
-from pasta.training.sampling import reference_answers, sample_and_score
+from pasta.training.sampling import References, round_references, sample_and_score
 
 log = logging.getLogger(__name__)
 
@@ -239,18 +240,18 @@ def finished_round_metrics(round_dir: Path, round_index: int) -> dict[str, Any] 
     return metrics
 
 
-def check_latency_references(settings: PrefSettings, records: list[Record], references: dict[str, str]) -> None:
+def check_latency_references(settings: PrefSettings, records: list[Record], references: References) -> None:
     """The latency speed reward prices a candidate's steps against its prompt's reference answer: every prompt
     needs one. Prompt-only data has none unless Baseline-SFT decodes them (whose decode, even an empty answer, is
     a reference: it took its steps)."""
-    if not settings.speed_reward.needs_reference or settings.reference == Reference.baseline:
+    if not settings.speed_reward.needs_reference or settings.speed_reference_kind == Reference.baseline:
         return
-    missing = [r for r in records if not references[r.id].strip()]
+    missing = [r for r in records if not references.speed[r.id].strip()]
     if missing:
         raise PastaError(
             f"stage.speed_reward={settings.speed_reward} compares each candidate's steps with its reference answer, but "
             f"{len(missing)} of {len(records)} prompts have none (first: {missing[0].instruction[:60]!r}): set "
-            "stage.reference=baseline with stage.baseline_model=<Baseline-SFT>/final, or "
+            "stage.speed_reference=baseline with stage.baseline_model=<Baseline-SFT>/final, or "
             "stage.speed_reward=theoretical"
         )
 
@@ -280,7 +281,7 @@ def run_pref(cfg: DictConfig) -> Path:
     # Only the rounds' prompts need a reference: Baseline-SFT answers for the whole pool cost minutes for nothing.
     used_ids = {r.id for i in range(1, settings.rounds + 1) for r in round_prompts(records, settings, i)}
     used = [r for r in records if r.id in used_ids]
-    references = reference_answers(used, settings, cfg, output_dir, processes)
+    references = round_references(used, settings, cfg, output_dir, processes)
     check_latency_references(settings, used, references)
     judge = build_judge(cfg.judge)
     if processes.is_main:

@@ -6,13 +6,15 @@ resharded round samples the same answers), scores each for speed (the decoder's 
 (`judge.score` of its plain text against the prompt's reference answer, asked again `judge_retries` times for the
 items it could not score), and appends one record per prompt to `scores.jsonl`, with the reference answer's length
 in tokens (what the latency speed reward compares a candidate's steps with). `reference_answers` gives those
-references: the records' own outputs, or Baseline-SFT's greedy answers decoded once. Both resume from their files and
-shard their prompts over the processes of `accelerate launch` (pasta.parallel).
+references: the records' own outputs, or Baseline-SFT's greedy answers decoded once; the judge's and the speed
+reward's may differ (`References`). Both resume from their files and shard their prompts over the processes of
+`accelerate launch` (pasta.parallel).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +57,34 @@ def judge_with_retries(judge, items: list, retries: int) -> list[float | None]:
 # --- references ----------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class References:
+    """Each prompt's reference answers, by record id: the one the judge compares a candidate with
+    (stage.reference) and the one whose tokens the latency speed rewards count its steps against
+    (stage.speed_reference; the same answers unless it is set apart)."""
+
+    quality: dict[str, str]
+    speed: dict[str, str]
+
+
+def round_references(
+    records: list[Record],
+    settings: PrefSettings,
+    cfg: DictConfig,
+    output_dir: Path,
+    processes: Processes = Processes(),
+) -> References:
+    """The judge's and the speed reward's references of the records (Baseline-SFT decoded at most once)."""
+    quality = reference_answers(records, settings.reference, settings, cfg, output_dir, processes)
+    if settings.speed_reference_kind == settings.reference:
+        return References(quality=quality, speed=quality)
+    speed = reference_answers(records, settings.speed_reference_kind, settings, cfg, output_dir, processes)
+    return References(quality=quality, speed=speed)
+
+
 def reference_answers(
     records: list[Record],
+    kind: Reference,
     settings: PrefSettings,
     cfg: DictConfig,
     output_dir: Path,
@@ -64,7 +92,7 @@ def reference_answers(
 ) -> dict[str, str]:
     """Reference answer per record id: the record's `output`, or the Baseline-SFT model's greedy answer
     (decoded once, kept in `<output_dir>/baseline_answers.jsonl` and reused on resume)."""
-    if settings.reference == Reference.output:
+    if kind == Reference.output:
         return {r.id: r.output for r in records}
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
 
@@ -118,7 +146,7 @@ def sample_and_score(
     model,
     tokenizer,
     prompts: list[Record],
-    references: dict[str, str],
+    references: References,
     judge,
     settings: PrefSettings,
     policy: ReservationPolicy,
@@ -150,7 +178,7 @@ def sample_and_score(
                 repeated = [ids for ids in prompt_ids for _ in range(num)]
                 results = decode_async(model, tokenizer, repeated, config, policy, seeds=seeds)
             items = [
-                JudgeItem(r.instruction, result.text, references[r.id])
+                JudgeItem(r.instruction, result.text, references.quality[r.id])
                 for b, (_, r) in enumerate(batch)
                 for result in results[b * num : (b + 1) * num]
             ]
@@ -161,12 +189,12 @@ def sample_and_score(
                 ]
                 failed = any(c.quality is None for c in candidates)
                 entry = ScoredPrompt(
-                    reference_num_tokens=len(encode_text(tokenizer, references[record.id])) + 1,  # + eos
+                    reference_num_tokens=len(encode_text(tokenizer, references.speed[record.id])) + 1,  # + eos
                     id=record.id,
                     prompt_index=index,
                     instruction=record.instruction,
                     input=record.input,
-                    reference=references[record.id],
+                    reference=references.quality[record.id],
                     prompt_ids=prompt_ids[b],
                     judge=judge.name,
                     status="judge_failed" if failed else "scored",
