@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pasta.data import read_jsonl
 from pasta.errors import PastaError, one_line
+from pasta.measure import geometric_mean
 from pasta.training.candidates import ScoredPrompt
 from pasta.training.config import SpeedReward
 from pasta.training.pairs import make_pairs, summarize
@@ -33,10 +34,6 @@ def read_scores(path: Path) -> list[ScoredPrompt]:
         raise PastaError(f"{path}: not a preference round's scores.jsonl ({exc})") from exc
 
 
-def geomean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward) -> dict[str, float | int | None]:
     """The pairs this reward and lambda make of the scored prompts, per side, in numbers."""
     pairs, skipped = make_pairs(scored, quality_weight, reward)
@@ -45,8 +42,8 @@ def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedRewar
         "num_pairs": len(pairs),
         "chosen_num_forked": summary["chosen_num_forked"],
         "rejected_num_forked": summary["rejected_num_forked"],
-        "chosen_speedup": geomean([p.chosen.speedup for p in pairs]),
-        "rejected_speedup": geomean([p.rejected.speedup for p in pairs]),
+        "chosen_speedup": geometric_mean([p.chosen.speedup for p in pairs]) if pairs else None,
+        "rejected_speedup": geometric_mean([p.rejected.speedup for p in pairs]) if pairs else None,
         "chosen_length_ratio": summary["chosen_mean_length_ratio"],
         "rejected_length_ratio": summary["rejected_mean_length_ratio"],
         "chosen_quality": summary["chosen_mean_quality"],
