@@ -536,6 +536,41 @@ def test_the_judge_reads_the_record_s_answer_while_the_speed_reward_times_agains
         settings_from_cfg(rounds_cfg(tmp_path, sft_folder, "stage.speed_reference=baseline").stage)
 
 
+def test_a_resumed_round_refuses_candidates_scored_under_other_settings_and_keeps_them(
+    tiny_model_and_tokenizer, tmp_path
+):
+    """A round's saved candidates are reused only under the settings that drew and scored them: another judge,
+    reference answer, speed reference or sampling setting is one error naming it, and the file is left as it was.
+    The pairing settings (lambda, speed reward) may differ: the study shares one round's candidates across lambdas."""
+    from pasta.training import sampling
+
+    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
+    record = Record.from_dict({"instruction": "Name a colour", "input": "", "output": "red"})
+    path = tmp_path / "scores.jsonl"
+
+    def sample(*overrides, quality="red", speed="red", judge=None):
+        settings = settings_from_cfg(pref_cfg(tmp_path, "stage.num_samples=2", "stage.max_new_tokens=8",
+                                              *overrides).stage)
+        references = sampling.References(quality={record.id: quality}, speed={record.id: speed})
+        return sampling.sample_and_score(model, tokenizer, [record], references, judge or ConstantJudge(),
+                                         settings, ReservationPolicy(), path, seed=0)
+
+    (first,) = sample()
+    saved = path.read_text()
+    assert first.sampling["num_samples"] == 2 and first.sampling["max_new_tokens"] == 8
+    assert sample("stage.quality_weight=inf", "stage.speed_reward=theoretical") == [first]
+    for kwargs, overrides, setting in (
+        ({}, ("stage.temperature=0.5",), "stage.temperature=1.0"),
+        ({}, ("stage.max_new_tokens=9",), "stage.max_new_tokens=8"),
+        ({"judge": LengthJudge()}, (), "judge=fake:constant"),
+        ({"quality": "blue"}, (), "stage.reference="),
+        ({"speed": "a much longer answer than red"}, (), "stage.speed_reference="),
+    ):
+        with pytest.raises(PastaError, match=f"holds candidates scored with {setting}"):
+            sample(*overrides, **kwargs)
+        assert path.read_text() == saved
+
+
 def test_the_candidates_are_sampled_with_the_stage_repetition_guard(tiny_model_and_tokenizer, tmp_path):
     """stage.no_repeat_ngram_size reaches the candidates' decoder: a model scripted to loop ("red green blue red
     ...") samples looping candidates without it and none that repeats a 3-gram with it."""

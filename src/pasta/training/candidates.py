@@ -59,6 +59,9 @@ class ScoredPrompt:
     # The reference answer's tokens in the student's tokenizer, eos included: the steps a sequential decode of it
     # takes, against which `stage.speed_reward=latency` scores a candidate's steps. None in older scores files.
     reference_num_tokens: int | None = None
+    # The stage settings that drew the candidates (`sampling_settings`), so a resumed round can refuse scores
+    # drawn otherwise. None in older scores files.
+    sampling: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> ScoredPrompt:

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from pasta.config import resolve_device
 from pasta.data import Record
+from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, encode_text
 from pasta.models import encode_prompt, load_model
 from pasta.parallel import Processes, ShardedJsonl
@@ -125,6 +126,38 @@ def reference_answers(
 # --- sampling and scoring ------------------------------------------------------------------------------------
 
 
+def sampling_settings(settings: PrefSettings) -> dict[str, Any]:
+    """The stage settings that decide what a round's candidates are (not how they are paired: stage.quality_weight
+    and stage.speed_reward apply to saved scores, so rounds that differ only in them can share a scores file)."""
+    return {"num_samples": settings.num_samples, "temperature": settings.temperature, "top_p": settings.top_p,
+            "max_new_tokens": settings.max_new_tokens, "no_repeat_ngram_size": settings.no_repeat_ngram_size}
+
+
+def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_name: str,
+                       sampling: dict[str, Any], tokenizer, scores_path: Path) -> None:
+    """Refuse to resume a round whose saved candidates were drawn or scored under other settings than this run's:
+    pairing them with new ones would mix two experiments in silence. What an older file does not record passes."""
+
+    def refuse(setting: str, saved_value: Any, value: Any) -> None:
+        raise PastaError(
+            f"{scores_path} holds candidates scored with {setting}={saved_value}, this run asks {value}: resume "
+            "with the run's settings, or pass another output_dir (the saved candidates are kept)"
+        )
+
+    for entry in saved:
+        for key, value in sampling.items():
+            if entry.sampling is not None and key in entry.sampling and entry.sampling[key] != value:
+                refuse(f"stage.{key}", entry.sampling[key], value)
+        if entry.judge != judge_name:
+            refuse("judge", entry.judge, judge_name)
+        if entry.id in references.quality and entry.reference != references.quality[entry.id]:
+            refuse("stage.reference", "another reference answer", "this run's")
+        if entry.reference_num_tokens is not None and entry.id in references.speed:
+            num_tokens = len(encode_text(tokenizer, references.speed[entry.id])) + 1  # + eos
+            if entry.reference_num_tokens != num_tokens:
+                refuse("stage.speed_reference", f"a {entry.reference_num_tokens}-token reference", num_tokens)
+
+
 def candidate_record(result, quality: float | None, judge_name: str) -> Candidate:
     """One sampled candidate as `scores.jsonl` keeps it: its text, scores (with the judge's name) and thread ids."""
     stats = result.stats
@@ -162,6 +195,9 @@ def sample_and_score(
     store = ShardedJsonl(scores_path, processes, key="id")
     store.gather()
     done = store.keys()
+    settings_drawn = sampling_settings(settings)
+    check_saved_scores([ScoredPrompt.from_json(r) for r in store.records()], references, judge.name,
+                       settings_drawn, tokenizer, scores_path)
     sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p,
                               no_repeat_ngram_size=settings.no_repeat_ngram_size)
     config = DecodeConfig(max_new_tokens=settings.max_new_tokens, max_total_tokens=settings.max_new_tokens,
@@ -199,6 +235,7 @@ def sample_and_score(
                     judge=judge.name,
                     status="judge_failed" if failed else "scored",
                     candidates=candidates,
+                    sampling=settings_drawn,
                 )
                 out.append(entry.to_json())
     store.gather(order=[r.id for r in prompts])
