@@ -560,13 +560,13 @@ def test_a_resumed_round_refuses_candidates_scored_under_other_settings_and_keep
     assert first.sampling["num_samples"] == 2 and first.sampling["max_new_tokens"] == 8
     assert sample("stage.quality_weight=inf", "stage.speed_reward=theoretical") == [first]
     for kwargs, overrides, setting in (
-        ({}, ("stage.temperature=0.5",), "stage.temperature=1.0"),
-        ({}, ("stage.max_new_tokens=9",), "stage.max_new_tokens=8"),
-        ({"judge": LengthJudge()}, (), "judge=fake:constant"),
-        ({"quality": "blue"}, (), "stage.reference="),
-        ({"speed": "a much longer answer than red"}, (), "stage.speed_reference="),
+        ({}, ("stage.temperature=0.5",), r"sampled with stage.temperature=1.0, this run asks 0.5"),
+        ({}, ("stage.max_new_tokens=9",), r"sampled with stage.max_new_tokens=8, this run asks 9"),
+        ({"judge": LengthJudge()}, (), r"judged by fake:constant, this run's judge is fake:length"),
+        ({"quality": "blue"}, (), r"judged against another reference answer of prompt .* \(stage.reference\)"),
+        ({"speed": "a much longer answer than red"}, (), r"timed against a .*\(stage.speed_reference\)"),
     ):
-        with pytest.raises(PastaError, match=f"holds candidates scored with {setting}"):
+        with pytest.raises(PastaError, match=f"holds candidates {setting}"):
             sample(*overrides, **kwargs)
         assert path.read_text() == saved
 

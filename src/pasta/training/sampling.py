@@ -138,24 +138,23 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
     """Refuse to resume a round whose saved candidates were drawn or scored under other settings than this run's:
     pairing them with new ones would mix two experiments in silence. What an older file does not record passes."""
 
-    def refuse(setting: str, saved_value: Any, value: Any) -> None:
-        raise PastaError(
-            f"{scores_path} holds candidates scored with {setting}={saved_value}, this run asks {value}: resume "
-            "with the run's settings, or pass another output_dir (the saved candidates are kept)"
-        )
+    def refuse(what: str) -> None:
+        raise PastaError(f"{scores_path} holds candidates {what}: resume with the run's settings, or pass another "
+                         "output_dir (the saved candidates are kept)")
 
     for entry in saved:
         for key, value in sampling.items():
             if entry.sampling is not None and key in entry.sampling and entry.sampling[key] != value:
-                refuse(f"stage.{key}", entry.sampling[key], value)
+                refuse(f"sampled with stage.{key}={entry.sampling[key]}, this run asks {value}")
         if entry.judge != judge_name:
-            refuse("judge", entry.judge, judge_name)
+            refuse(f"judged by {entry.judge}, this run's judge is {judge_name}")
         if entry.id in references.quality and entry.reference != references.quality[entry.id]:
-            refuse("stage.reference", "another reference answer", "this run's")
+            refuse(f"judged against another reference answer of prompt {entry.id} (stage.reference)")
         if entry.reference_num_tokens is not None and entry.id in references.speed:
             num_tokens = len(encode_text(tokenizer, references.speed[entry.id])) + 1  # + eos
             if entry.reference_num_tokens != num_tokens:
-                refuse("stage.speed_reference", f"a {entry.reference_num_tokens}-token reference", num_tokens)
+                refuse(f"timed against a {entry.reference_num_tokens}-token reference of prompt {entry.id}, this "
+                       f"run's has {num_tokens} (stage.speed_reference)")
 
 
 def candidate_record(result, quality: float | None, judge_name: str) -> Candidate:
