@@ -126,6 +126,11 @@ def reference_answers(
 # --- sampling and scoring ------------------------------------------------------------------------------------
 
 
+def reference_num_tokens(tokenizer, reference: str) -> int:
+    """The steps a sequential decode of `reference` takes: its tokens, eos included (ScoredPrompt's field)."""
+    return len(encode_text(tokenizer, reference)) + 1
+
+
 def sampling_settings(settings: PrefSettings) -> dict[str, Any]:
     """The stage settings that decide what a round's candidates are (not how they are paired: stage.quality_weight
     and stage.speed_reward apply to saved scores, so rounds that differ only in them can share a scores file)."""
@@ -151,7 +156,7 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
         if entry.id in references.quality and entry.reference != references.quality[entry.id]:
             refuse(f"judged against another reference answer of prompt {entry.id} (stage.reference)")
         if entry.reference_num_tokens is not None and entry.id in references.speed:
-            num_tokens = len(encode_text(tokenizer, references.speed[entry.id])) + 1  # + eos
+            num_tokens = reference_num_tokens(tokenizer, references.speed[entry.id])
             if entry.reference_num_tokens != num_tokens:
                 refuse(f"timed against a {entry.reference_num_tokens}-token reference of prompt {entry.id}, this "
                        f"run's has {num_tokens} (stage.speed_reference)")
@@ -224,7 +229,7 @@ def sample_and_score(
                 ]
                 failed = any(c.quality is None for c in candidates)
                 entry = ScoredPrompt(
-                    reference_num_tokens=len(encode_text(tokenizer, references.speed[record.id])) + 1,  # + eos
+                    reference_num_tokens=reference_num_tokens(tokenizer, references.speed[record.id]),
                     id=record.id,
                     prompt_index=index,
                     instruction=record.instruction,
