@@ -441,6 +441,11 @@ def test_a_resume_redoes_a_round_whose_metrics_do_not_read_back(sft_folder, tmp_
         assert redone[key] == written[key], key
     info = json.loads((tmp_path / "pref" / "train_info.json").read_text())
     assert info["status"] == "done" and info["rounds"][0]["num_pairs"] == written["num_pairs"]
+    # Resumed from other weights, the round's candidates would be another policy's: refused, nothing touched.
+    with pytest.raises(PastaError, match=f"started from model {sft_folder}, this run asks {final}"):
+        run_pref(rounds_cfg(tmp_path, final, "stage.rounds=1", "resume=true"))
+    assert (round_dir / "scores.jsonl").read_text() == scores
+    assert json.loads((tmp_path / "pref" / "train_info.json").read_text()) == info
 
 
 def test_a_resume_over_a_round_whose_final_weights_are_cut_short_is_one_line(sft_folder, tmp_path, monkeypatch):

@@ -580,7 +580,7 @@ def test_resume_after_a_killed_run_matches_the_uninterrupted_run(two_records, tm
         torch.testing.assert_close(actual[name], expected[name], rtol=1e-5, atol=1e-6)
 
 
-def test_resume_on_other_data_is_refused(records, two_records, tmp_path, monkeypatch):
+def test_resume_on_other_data_or_from_another_model_is_refused(records, two_records, tmp_path, monkeypatch):
     common = ("stage.per_device_train_batch_size=1", "stage.max_steps=4", "stage.save_steps=1")
     with monkeypatch.context() as patch:
         kill_at_step(patch, 1)
@@ -590,6 +590,8 @@ def test_resume_on_other_data_is_refused(records, two_records, tmp_path, monkeyp
     other.write_text("".join(json.dumps(r) + "\n" for r in records[2:4]))
     with pytest.raises(PastaError, match="trained on other data"):
         run_sft(sft_cfg(tmp_path, other, *common, "resume=true"))
+    with pytest.raises(PastaError, match=r"was started from model .*seed=0.*, this run asks .*seed=1.* \(model.path"):
+        run_sft(sft_cfg(tmp_path, two_records, *common, "resume=true", "model.random_init.seed=1"))
 
 
 def test_pasta_sft_on_data_without_promises_is_one_clear_error(records, tmp_path):

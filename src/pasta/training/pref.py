@@ -53,7 +53,7 @@ from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
 from pasta.training.pairs import json_number, make_pairs, summarize
-from pasta.training.runs import checkpoint_to_resume, resolve_output_dir, write_train_info
+from pasta.training.runs import check_same_model, checkpoint_to_resume, resolve_output_dir, write_train_info
 from pasta.training.sampling import References, round_references, sample_and_score
 
 log = logging.getLogger(__name__)
@@ -277,6 +277,7 @@ def run_pref(cfg: DictConfig) -> Path:
         raise PastaError(
             f"{output_dir} holds an earlier run: pass resume=true to continue it, or another output_dir"
         )
+    check_same_model(output_dir, cfg.model)
     processes.wait()  # every process has looked before any writes
     # Only the rounds' prompts need a reference: Baseline-SFT answers for the whole pool cost minutes for nothing.
     used_ids = {r.id for i in range(1, settings.rounds + 1) for r in round_prompts(records, settings, i)}

@@ -3,12 +3,13 @@
 A run folder holds `checkpoints/` (transformers checkpoints), `final/` (the model) and `train_info.json` (what was
 trained on, the composed config, metrics). `train_info.json` is written when the run starts (status "running",
 with the data hash) and rewritten when it ends (status "done", with metrics), so `resume=true` can refuse to
-continue a run on different data.
+continue a run on different data or from a different model.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,43 @@ def check_same_data(output_dir: Path, data_sha256: str) -> None:
         raise PastaError(
             f"{output_dir} was trained on other data (sha256 {previous['data_sha256'][:12]}..., now "
             f"{data_sha256[:12]}...): resume it with the same data and model, or use another output_dir"
+        )
+
+
+def model_source(model: Any) -> str:
+    """What a run's weights start from, as the config names it: `model.path`, else the hub id and revision, with
+    the random initialisation's settings where the weights are drawn (model=tiny)."""
+    if model.get("path"):
+        return str(model["path"])
+    source = str(model.get("hub_id")) + (f"@{model['revision']}" if model.get("revision") else "")
+    init = model.get("random_init")
+    if init:
+        source += " random init " + " ".join(f"{key}={value}" for key, value in sorted(dict(init).items())
+                                             if value is not None)
+    return source
+
+
+def _same_source(saved: str, now: str) -> bool:
+    if saved == now:
+        return True
+    try:  # one folder named relatively in one run and absolutely in the other
+        return os.path.samefile(saved, now)
+    except OSError:
+        return False
+
+
+def check_same_model(output_dir: Path, model: DictConfig) -> None:
+    """A resumed run continues from its own checkpoints and candidates: started from other weights, it would mix
+    two models' work without a trace, so it is refused, the folder kept."""
+    previous = read_train_info(output_dir)
+    saved_model = ((previous or {}).get("config") or {}).get("model")
+    if not isinstance(saved_model, dict):
+        return
+    saved, now = model_source(saved_model), model_source(model)
+    if not _same_source(saved, now):
+        raise PastaError(
+            f"{output_dir} was started from model {saved}, this run asks {now} (model.path / model.name): resume it "
+            "with the same model, or use another output_dir"
         )
 
 

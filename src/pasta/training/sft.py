@@ -46,6 +46,7 @@ from pasta.training.modeling import (
 )
 from pasta.training.runs import (
     check_same_data,
+    check_same_model,
     checkpoint_to_resume,
     resolve_output_dir,
     write_train_info,
@@ -104,6 +105,7 @@ def run_sft(cfg: DictConfig) -> Path:
     data = sft_data(run, records, balance, tokenizer, min_promises, policy, loaded)
     resume_from = checkpoint_to_resume(run.checkpoint_dir, bool(cfg.get("resume", False)))
     check_same_data(run.output_dir, data.sha256)
+    check_same_model(run.output_dir, cfg.model)
     trainer = sft_trainer(run, model, tokenizer, tag_ids, policy, data.examples)
     # Baseline-SFT writes no promise: its checkpoint records no policy (pasta.models.trained_lang).
     trained_policy = None if cfg.data.get("strip_annotations", False) else policy
