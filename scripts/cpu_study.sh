@@ -227,9 +227,11 @@ done
 for run in "${runs[@]}"; do
     name=pasta-${run%%:*}
     step "   decode $name on the same prompts"
+    # Baseline-SFT decodes each timed prompt again right after the PASTA answer: the wall-clock speedup divides two
+    # times taken side by side (this machine ran 1.2x faster at one hour than at another: docs/results/study.md).
     "$python" -m pasta.eval "${evaluate[@]}" model.path="${run#*:}" decode=async \
         eval.reference="$baseline_eval" eval.sequential="$baseline_eval" \
-        eval.generator="$name" output_dir="$out/eval/$name"
+        eval.sequential_model="$out/baseline-sft/final" eval.generator="$name" output_dir="$out/eval/$name"
 done
 
 step "7/7 report: tables and the study plot (one line per lambda)"

@@ -234,6 +234,31 @@ def test_forked_answers_timed_alone_are_replayed_as_their_plain_text_and_timed(t
     assert "replay_wall_s" not in record
 
 
+def test_a_sequential_model_is_timed_beside_each_prompt_decoded_alone(tmp_path, tiny_model_and_tokenizer):
+    """eval.sequential_model decodes every timed prompt right after the run's answer, in the same run: its time and
+    length sit on the answer's stats line; batched answers have none; the setting is part of what a resume keeps."""
+    model, tokenizer = tiny_model_and_tokenizer
+    model.save_pretrained(tmp_path / "baseline")
+    tokenizer.save_pretrained(tmp_path / "baseline")
+    beside = ("eval.limit=4", "eval.timing=throughput", "eval.batch_size=2", "eval.timed_prompts=2",
+              f"eval.sequential_model={tmp_path / 'baseline'}")
+    generate(tmp_path, "sequential", "eval.limit=4", "eval.timing=throughput", "eval.batch_size=2",
+             "eval.timed_prompts=2", name="baseline-run")
+    generate(tmp_path, "async", *beside)
+    timed_1, timed_2, *batched = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
+    baseline = [json.loads(line) for line in (tmp_path / "baseline-run" / "stats.jsonl").read_text().splitlines()]
+    for record, sequential in zip((timed_1, timed_2), baseline, strict=False):
+        assert record["sequential_wall_s"] > 0
+        assert record["sequential_num_tokens"] == sequential["num_tokens"]  # the same model, the same answer
+    assert [record["batch_size"] for record in batched] == [2, 2]
+    assert not any("sequential_wall_s" in record for record in batched)
+    with pytest.raises(PastaError, match=r"sequential_model=.*baseline', not None"):
+        generate(tmp_path, "async", "eval.limit=4", "eval.timing=throughput", "eval.batch_size=2",
+                 "eval.timed_prompts=2")
+    with pytest.raises(PastaError, match=r"^eval.sequential_model=.*nowhere"):
+        generate(tmp_path, "async", *beside[:-1], f"eval.sequential_model={tmp_path / 'nowhere'}", name="other")
+
+
 # ------------------------------------------------------------------------------------------ Skeleton-of-Thought
 
 

@@ -145,6 +145,26 @@ def test_cost_and_step_speedups_price_every_answer_and_wall_speedups_only_the_pr
     assert metrics.cost_speedup_timed_geomean == pytest.approx(11 / 9)
 
 
+def test_sequential_times_taken_beside_each_answer_replace_the_sequential_runs_own():
+    """eval.sequential_model: the sequential answer timed right after the candidate's, in the same run, is what
+    the wall-clock speedup divides; the sequential run (timed hours earlier, on a slower machine here) gives the
+    steps only. Its answers must be that run's: another length is one error."""
+    sequential = [stats("a", 9.0, num_tokens=7, num_steps=7), stats("b", 9.0, num_tokens=5, num_steps=5)]
+    candidate = [stats("a", 2.0, num_tokens=7, num_steps=3) | {"sequential_wall_s": 4.0, "sequential_num_tokens": 7},
+                 stats("b", 1.0, num_tokens=5, num_steps=5) | {"sequential_wall_s": 1.0, "sequential_num_tokens": 5}]
+    metrics = speed_metrics(candidate, sequential, bootstrap=BootstrapConfig(num_resamples=20))
+    assert metrics.wall_timed_beside and metrics.wall_speedup_geomean.value == pytest.approx(2.0 ** 0.5)
+    assert metrics.sequential_ms_per_token_median == pytest.approx((4000 / 7 + 1000 / 5) / 2)
+    assert metrics.step_speedup_geomean.value == pytest.approx((7 / 3) ** 0.5)
+    own = speed_metrics([stats("a", 2.0, num_tokens=7, num_steps=3)], sequential[:1],
+                        bootstrap=BootstrapConfig(num_resamples=20))
+    assert not own.wall_timed_beside and own.wall_speedup_geomean.value == pytest.approx(4.5)
+    candidate[1]["sequential_num_tokens"] = 6
+    with pytest.raises(PastaError, match=r"eval.sequential_model decoded 1 of the 2 timed prompts to another length "
+                                         r"than baseline-sft's answers \(first: 'b'\)"):
+        speed_metrics(candidate, sequential, sequential_name="baseline-sft")
+
+
 def test_without_prompts_timed_alone_there_is_no_wall_speedup_but_still_a_step_speedup():
     sequential = [stats("a", 8.0, num_steps=100) | {"batch_size": 4}]
     candidate = [stats("a", 4.0, num_steps=50) | {"batch_size": 4}]

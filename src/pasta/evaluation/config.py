@@ -105,6 +105,14 @@ class EvalConfig:
         metadata={"help": "a sequential run dir (Baseline-SFT, decode=sequential, timing=wall) to measure wall-clock "
                           "speedups against; null = none"},
     )
+    sequential_model: str | None = field(
+        default=None,
+        metadata={"help": "Baseline-SFT's model folder: every prompt decoded one at a time is decoded by it too, "
+                          "sequentially, right after the run's own answer, and the wall-clock speedup compares "
+                          "those two times (side by side in one run: a machine that runs faster or slower over "
+                          "hours moves both); its answers must be eval.sequential's, which still gives the steps, "
+                          "lengths and cost model; null = eval.sequential's own times"},
+    )
     annotators_config: str | None = field(
         default=None,
         metadata={"help": "alpaca_eval annotator config, a name or a path (weighted_alpaca_eval_gpt4_turbo for real "

@@ -98,8 +98,10 @@ def _speed_lines(speed: SpeedSummary | None) -> list[str]:
     if speed.cost_speedup_geomean is not None:
         lines.append(f"- cost-model speedup (geomean, every prompt): {_with_ci(speed.cost_speedup_geomean)}")
     if speed.wall_speedup_geomean is not None:
+        when = ("each decoded beside the answer in this run (eval.sequential_model)" if speed.wall_timed_beside
+                else "timed in its own run")
         lines.append(f"- wall-clock speedup (geomean, {speed.num_timed_prompts} prompts decoded one at a time) "
-                     f"against {speed.sequential_run}: {_with_ci(speed.wall_speedup_geomean)}, {confidence}"
+                     f"against {speed.sequential_run}, {when}: {_with_ci(speed.wall_speedup_geomean)}, {confidence}"
                      + (f"; the cost model on them: {speed.cost_speedup_timed_geomean:.2f}x"
                         if speed.cost_speedup_timed_geomean is not None else ""))
         lines.append(f"- latency per token (median): {_fmt(speed.ms_per_token_median, 1)} ms "

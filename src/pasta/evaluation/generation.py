@@ -64,10 +64,10 @@ EVAL_DECODE_MODES = (*DECODE_MODES, "sot")  # sot: Skeleton-of-Thought prompting
 # (eval.subset), and the device (wall times from two machines in one run would make its speedups meaningless).
 RESUME_KEYS = (
     "generator", "model", "decode", "timing", "eval_data", "decoding", "reservation", "seed", "sot", "subset",
-    "device",
+    "device", "sequential_model",
 )
 # Keys run.json did not record before; a run directory written earlier still resumes (make demo into old outputs).
-RECORDED_SINCE = ("reservation", "seed", "sot", "subset")
+RECORDED_SINCE = ("reservation", "seed", "sot", "subset", "sequential_model")
 
 
 def device_description(device: str) -> str:
@@ -93,8 +93,9 @@ def decode_mode(cfg: DictConfig) -> str:
 class Decoder:
     """One callable over the three decode modes: prompts (instructions) in, DecodeResults out."""
 
-    def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer):
+    def __init__(self, cfg: DictConfig, ecfg: EvalConfig, mode: str, model, tokenizer, beside=None):
         self.mode, self.model, self.tokenizer, self.ecfg = mode, model, tokenizer, ecfg
+        self.beside = beside  # (model, tokenizer) of eval.sequential_model, or None
         self.config = schema_from(cfg.decode, DecodeConfig, "decode")
         self.policy = None
         if mode == "async":
@@ -134,6 +135,18 @@ class Decoder:
                              forced_ids=[plain_ids])
         return {"replay_wall_s": replayed.stats.wall_s, "replay_num_tokens": len(plain_ids)}
 
+    def time_beside(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Decode the prompt with eval.sequential_model, one token per step, right after the run's own answer: the
+        sequential time the wall-clock speedup divides, measured under the same machine state."""
+        if self.beside is None:
+            return {}
+        from pasta.models import encode_prompt
+
+        model, tokenizer = self.beside
+        prompt_ids = encode_prompt(tokenizer, record["instruction"], record.get("input", ""))
+        (result,) = decode(model, tokenizer, [prompt_ids], self.config, mode="sequential")
+        return {"sequential_wall_s": result.stats.wall_s, "sequential_num_tokens": result.stats.num_tokens}
+
     def _sot(self, record: dict[str, Any]) -> DecodeResult:
         from pasta.evaluation.sot import decode_sot
 
@@ -167,6 +180,7 @@ def _run_meta(
         "eval_data": str(cfg.eval_data.name),
         "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
         "device": device_description(device),
+        "sequential_model": ecfg.sequential_model,  # the model timed beside each prompt decoded alone
         "num_processes": num_processes,
         "torch": torch.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -242,15 +256,16 @@ def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: st
                  records: list[dict[str, Any]], todo: list[dict[str, Any]], generator: str, model, tokenizer) -> None:
     """Decode `todo` into `out`."""
     log.info("%s: decoding %d of %d prompts (%s, timing=%s)", generator, len(todo), len(records), mode, ecfg.timing)
-    decoder = Decoder(cfg, ecfg, mode, model, tokenizer)
     timed = {r["instruction"] for r in timed_records(ecfg, records)}
     one_at_a_time = [r for r in todo if r["instruction"] in timed]
     batched = [r for r in todo if r["instruction"] not in timed]
+    decoder = Decoder(cfg, ecfg, mode, model, tokenizer, beside_model(cfg, ecfg, device) if one_at_a_time else None)
     if one_at_a_time:
         for record in records[: ecfg.warmup_prompts]:
             (result,) = decoder([record])  # discarded: first-call allocations and kernel choices are not latency
             if decoder.replays:  # the sequential path warms up too
                 decoder.replay(record, result)
+            decoder.time_beside(record)
     with tqdm(total=len(todo), desc=f"decode {generator}") as bar:
         for batch_size, group in ((1, one_at_a_time), (ecfg.batch_size, batched)):
             for start in range(0, len(group), batch_size):
@@ -274,7 +289,23 @@ def _decode_batch(out: JsonlAppender, decoder: Decoder, batch: list[dict[str, An
         # An answer that forked nothing is already its plain text decoded one token per step: nothing to replay.
         forked = result.stats.num_threads > 0
         replay = decoder.replay(record, result) if len(batch) == 1 and forked and decoder.replays else {}
-        out.append({**_stats_record(record, result, len(batch)), **replay})
+        beside = decoder.time_beside(record) if len(batch) == 1 else {}
+        out.append({**_stats_record(record, result, len(batch)), **replay, **beside})
+
+
+def beside_model(cfg: DictConfig, ecfg: EvalConfig, device: str):
+    """eval.sequential_model loaded as the run's model would be from that folder, or None."""
+    if ecfg.sequential_model is None:
+        return None
+    from omegaconf import OmegaConf
+
+    from pasta.models import load_model
+
+    model_cfg = OmegaConf.merge(cfg.model, {"path": ecfg.sequential_model})
+    try:
+        return load_model(model_cfg, device=device)
+    except PastaError as exc:
+        raise PastaError(f"eval.sequential_model={ecfg.sequential_model}: {exc}") from None
 
 
 def _has_current_costs(path: Path) -> bool:

@@ -110,6 +110,8 @@ class AnswerSpeed:
     num_threads: int = 0
     malformed: bool = False
     replay_wall_s: float | None = None  # its plain text decoded sequentially, teacher-forced (eval.parallelism)
+    sequential_wall_s: float | None = None  # eval.sequential_model's answer, decoded right after it
+    sequential_num_tokens: int | None = None
 
     @classmethod
     def from_record(cls, record: dict[str, Any], where: str) -> AnswerSpeed:
@@ -118,7 +120,9 @@ class AnswerSpeed:
                    num_steps=_positive(record.get("num_steps"), "num_steps", where),
                    wall_s=record.get("wall_s"), batch_size=record.get("batch_size", 1),
                    step_rows=tuple(record.get("step_rows") or ()), num_threads=record.get("num_threads", 0),
-                   malformed=bool(record.get("malformed")), replay_wall_s=record.get("replay_wall_s"))
+                   malformed=bool(record.get("malformed")), replay_wall_s=record.get("replay_wall_s"),
+                   sequential_wall_s=record.get("sequential_wall_s"),
+                   sequential_num_tokens=record.get("sequential_num_tokens"))
 
     @property
     def timed_alone(self) -> bool:
@@ -154,6 +158,7 @@ class SpeedSummary:
     cost_speedup_geomean: Interval | None = None
     cost_curve: dict | None = None  # the cost model the answers were priced on (StepCosts.to_dict())
     num_timed_prompts: int | None = None
+    wall_timed_beside: bool | None = None  # the sequential times are eval.sequential_model's, taken beside each answer
     wall_speedup_geomean: Interval | None = None
     wall_speedup_mean: Interval | None = None
     wall_speedup_min: float | None = None
@@ -202,6 +207,18 @@ def join_by_instruction(
             f"(first: {missing[0][:80]!r}); decode the same prompts sequentially (same eval_data and eval.limit)"
         )
     return [(answer, by_instruction[answer.instruction]) for answer in candidate]
+
+
+def check_beside(timed: list[tuple[AnswerSpeed, AnswerSpeed]], sequential_name: str) -> None:
+    """The answers timed beside the run are the sequential run's (same length each): the wall-clock speedup and
+    the step speedup then divide the same work."""
+    differ = [c for c, s in timed if c.sequential_num_tokens != s.num_tokens]
+    if differ:
+        raise PastaError(
+            f"eval.sequential_model decoded {len(differ)} of the {len(timed)} timed prompts to another length than "
+            f"{sequential_name}'s answers (first: {differ[0].instruction[:60]!r}): give the model and decode settings "
+            "of the eval.sequential run"
+        )
 
 
 def speed_metrics(
@@ -264,13 +281,21 @@ def speed_metrics(
     timed = [(c, s) for c, s in pairs if c.timed_alone and s.timed_alone]
     fields["num_timed_prompts"] = len(timed)
     if timed:
-        wall_speedups = np.array([s.wall(sequential_name) / c.wall("stats") for c, s in timed])  # [n timed]
+        beside = all(c.sequential_wall_s is not None for c, _ in timed)
+        if beside:
+            check_beside(timed, sequential_name)
+            sequential_walls = [_positive(c.sequential_wall_s, "sequential_wall_s", "stats") for c, _ in timed]
+        else:
+            sequential_walls = [s.wall(sequential_name) for _, s in timed]
+        wall_speedups = np.array([w / c.wall("stats") for w, (c, _) in zip(sequential_walls, timed, strict=True)])
         fields.update(
+            wall_timed_beside=beside,
             wall_speedup_geomean=Interval.of(wall_speedups, geometric_mean, bootstrap),
             wall_speedup_mean=Interval.of(wall_speedups, _mean, bootstrap),
             wall_speedup_min=float(wall_speedups.min()),
             wall_speedup_max=float(wall_speedups.max()),
-            sequential_ms_per_token_median=float(np.median([s.ms_per_token(sequential_name) for _, s in timed])),
+            sequential_ms_per_token_median=float(np.median(
+                [1000.0 * w / s.num_tokens for w, (_, s) in zip(sequential_walls, timed, strict=True)])),
         )
         if priced:
             fields["cost_speedup_timed_geomean"] = float(geometric_mean(modelled(timed)))
