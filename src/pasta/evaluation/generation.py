@@ -297,15 +297,9 @@ def beside_model(cfg: DictConfig, ecfg: EvalConfig, device: str):
     """eval.sequential_model loaded as the run's model would be from that folder, or None."""
     if ecfg.sequential_model is None:
         return None
-    from omegaconf import OmegaConf
+    from pasta.models import load_model, model_at
 
-    from pasta.models import load_model
-
-    model_cfg = OmegaConf.merge(cfg.model, {"path": ecfg.sequential_model})
-    try:
-        return load_model(model_cfg, device=device)
-    except PastaError as exc:
-        raise PastaError(f"eval.sequential_model={ecfg.sequential_model}: {exc}") from None
+    return load_model(model_at(cfg.model, ecfg.sequential_model), device=device, path_key="eval.sequential_model")
 
 
 def _has_current_costs(path: Path) -> bool:

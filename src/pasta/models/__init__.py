@@ -8,7 +8,14 @@ and the shared chat prompt format.
 """
 
 from pasta.models.config import EmbeddedModel, ModelConfig, RandomInit
-from pasta.models.loading import incomplete_weights, load_model, load_tokenizer, max_positions, resolve_source
+from pasta.models.loading import (
+    incomplete_weights,
+    load_model,
+    load_tokenizer,
+    max_positions,
+    model_at,
+    resolve_source,
+)
 from pasta.models.prompts import encode_chat, encode_prompt, encode_text_prompt, user_message
 from pasta.models.tiny import build_tiny_model
 
@@ -24,6 +31,7 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "max_positions",
+    "model_at",
     "resolve_source",
     "user_message",
 ]

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pasta.config import resolve_device, schema_from
 from pasta.errors import PastaError
@@ -298,6 +298,11 @@ def torch_dtype(name: str, device: str) -> torch.dtype:
     if name not in _DTYPES:
         raise PastaError(f"model.dtype={name} is not one of auto, {', '.join(sorted(set(_DTYPES.values())))}")
     return getattr(torch, _DTYPES[name])
+
+
+def model_at(model_cfg: DictConfig, path: str | Path) -> DictConfig:
+    """The model config `model_cfg` pointed at a trained folder (weights from the folder, never a random init)."""
+    return OmegaConf.merge(model_cfg, {"path": str(path), "random_init": None})
 
 
 def load_model(

@@ -29,10 +29,9 @@ from pasta.data import Record, load_instructions, write_json_atomic
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.judges import JudgeItem
 from pasta.lang import ReservationPolicy, add_tag_tokens
-from pasta.models import encode_prompt, load_model
+from pasta.models import encode_prompt, load_model, model_at
 from pasta.parallel import Processes, ShardedJsonl
 from pasta.training.config import PrefSettings
-from pasta.training.modeling import model_at
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from pasta.lang import ReservationPolicy
 from pasta.lang.tokens import TagIds
 from pasta.models.trained_lang import write_trained_policy
@@ -142,7 +140,3 @@ def check_sharding(trainer, settings: OptimSettings) -> None:
     if sharded and settings.finetune == Finetune.lora and settings.merge_lora:
         raise PastaError("LoRA under FSDP/DeepSpeed saves the adapter only: set stage.merge_lora=false")
 
-
-def model_at(model_cfg: DictConfig, path: str | Path) -> DictConfig:
-    """The model config `model_cfg` pointed at a trained folder (weights from the folder, never a random init)."""
-    return OmegaConf.merge(model_cfg, {"path": str(path), "random_init": None})

@@ -42,7 +42,7 @@ from pasta.config import resolve_device
 from pasta.data import Record, load_training_records, write_json_atomic, write_jsonl_atomic
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
-from pasta.models import incomplete_weights, load_model
+from pasta.models import incomplete_weights, load_model, model_at
 from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
@@ -51,7 +51,7 @@ from pasta.training.config import Finetune, PrefSettings, Reference, settings_fr
 from pasta.training.examples import loader_config, with_min_promises
 from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
-from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, model_at, save_final
+from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
 from pasta.training.pairs import json_number, make_pairs, summarize
 from pasta.training.runs import check_same_model, checkpoint_to_resume, resolve_output_dir, write_train_info
 from pasta.training.sampling import References, round_references, sample_and_score

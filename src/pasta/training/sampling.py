@@ -25,12 +25,11 @@ from pasta.config import resolve_device
 from pasta.data import Record
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, encode_text
-from pasta.models import encode_prompt, load_model
+from pasta.models import encode_prompt, load_model, model_at
 from pasta.parallel import Processes, ShardedJsonl
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import PrefSettings, Reference
 from pasta.training.examples import example_from_doc
-from pasta.training.modeling import model_at
 
 log = logging.getLogger(__name__)
 
