@@ -221,8 +221,8 @@ def layout_windows():
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_one_sft_step_and_one_preference_step_train_the_twin(family, tmp_path, layout_windows):
+    from pasta.models import model_at
     from pasta.training.config import settings_from_cfg
-    from pasta.training.modeling import model_at
     from pasta.training.pref import train_round
     from pasta.training.sft import run_sft
 
