@@ -12,7 +12,13 @@ from omegaconf import OmegaConf
 
 from pasta.data import LoadReport
 from pasta.errors import PastaError
-from pasta.training.config import PrefSettings, SFTSettings
+from pasta.training.config import (
+    MixedPrecision,
+    PrefSettings,
+    SFTSettings,
+    cpu_has_bf16,
+    mixed_precision_flags,
+)
 from pasta.training.examples import ExampleStats, PromiseBalance
 from pasta.training.pref import round_train_metrics
 from pasta.training.runs import checkpoint_to_resume
@@ -43,6 +49,18 @@ def test_a_round_reports_the_loss_and_margin_of_every_logged_step():
     assert round_train_metrics({}, [])["last_log"] == {}
 
 
+def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_bf16_in_hardware(monkeypatch):
+    import torch
+
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, name, lambda: False)
+    assert mixed_precision_flags(MixedPrecision.auto, "cpu") == {"bf16": False, "fp16": False}
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert mixed_precision_flags(MixedPrecision.auto, "cpu") == {"bf16": True, "fp16": False}
+    assert mixed_precision_flags(MixedPrecision.no, "cpu") == {"bf16": False, "fp16": False}
+    assert mixed_precision_flags(MixedPrecision.auto, "mps") == {"bf16": False, "fp16": False}
+
+
 def test_the_settings_trl_also_has_pass_through_to_its_config_by_name():
     from trl import DPOConfig, SFTConfig
 
@@ -54,7 +72,7 @@ def test_the_settings_trl_also_has_pass_through_to_its_config_by_name():
     assert args.lr_scheduler_type == "cosine" and args.warmup_steps == 0.1 and args.seed == 7
     # pasta's collators cut the layouts; TRL must cut nothing and keep every column
     assert args.max_length is None and args.remove_unused_columns is False
-    assert args.use_cpu and not args.bf16 and args.train_sampling_strategy == "group_by_length"
+    assert args.use_cpu and args.bf16 == cpu_has_bf16() and args.train_sampling_strategy == "group_by_length"
     assert not {"finetune", "lora", "too_long", "mixed_precision", "group_by_length", "warmup_ratio"} & kwargs.keys()
     # gradient_checkpointing reaches TRL under transformers' current name (the old one warns)
     assert "gradient_checkpointing" not in kwargs and args.activation_checkpointing is False
