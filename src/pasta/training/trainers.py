@@ -11,18 +11,33 @@ unchanged. What differs:
   a model some layer of which slides (Gemma 2/3, Mistral, Phi-3...) trains, it attends through pasta's layout
   attention, which narrows the mask to each sliding layer's window over the layout's positions
   (pasta.decoding.layout_attention); every other model trains through its own attention, untouched.
+- On a CPU the fused LM head scores only the rows with a target, in the autocast dtype (pasta.training.lm_head).
 """
 
 from __future__ import annotations
 
+import logging
+
+from peft import PeftModel
 from trl import DPOTrainer, SFTTrainer
 
 from pasta.decoding import layout_attention
+from pasta.training.lm_head import add_cpu_lm_head
+
+log = logging.getLogger(__name__)
 
 
 class _LayoutTraining:
     """Counts trained-on tokens from the collator's `num_rows` [B], and trains a windowed model through the layout
     attention (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.accelerator.device.type == "cpu":
+            policy = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+            patched = [add_cpu_lm_head(model) for model in (policy, getattr(self, "ref_model", None)) if model is not None]
+            if all(patched):
+                log.info("training on a CPU: the LM head scores the target rows only (pasta.training.lm_head)")
 
     def train(self, *args, **kwargs):
         # The reference model of full finetuning is a copy with a config of its own; under LoRA it is None.
