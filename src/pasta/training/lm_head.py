@@ -3,9 +3,9 @@
 TRL's trainers score every batch through a fused LM head (`trl.trainer.utils.add_fused_lm_head`): the vocabulary in
 tiles, never the whole logits at once. Off Triton devices that head scores every row (prompt and padding included, so
 tile shapes stay fixed for compilers such as Neuron's), multiplies its gradients in float32 whatever the autocast
-dtype, and computes the tiles twice (forward, then again in the backward). On a CPU that is about 40% of a
-SmolLM2-135M SFT step (docs/stages/train-sft.md#speed-on-a-cpu). `cpu_lm_head` patches the model once more, after
-TRL: with `fused_lm_head=True` it runs the backbone, projects only the rows whose label is not -100 through the head
+dtype, and computes the tiles twice (forward, then again in the backward): on a CPU a large share of a step
+(measured in docs/stages/train-sft.md#speed-on-a-cpu). `add_cpu_lm_head` patches the model once more, after TRL:
+with `fused_lm_head=True` it runs the backbone, projects only the rows whose label is not -100 through the head
 (autocast's dtype; the softmax in float32) and returns TRL's `FusedCausalLMOutput`, so the trainers' losses and
 metrics read it unchanged. The logits of those rows exist at once, [num_targets, vocab], which a CPU batch affords.
 
