@@ -132,6 +132,7 @@ def pref_overrides(out: Path, sft: Path, batch_size: int) -> list[str]:
         "stage=pref", "device=cpu", "num_threads=1", f"output_dir={out}", f"model.path={sft}",
         f"data.path={ANNOTATED}", "stage.rounds=1", "stage.prompts_per_round=4", "stage.num_samples=3",
         "stage.max_new_tokens=12", "stage.sample_batch_size=1", "stage.finetune=full", "stage.max_steps=1",
+        "stage.mixed_precision=no",  # float32: bf16 rounds 2 processes x 1 and 1 x 2 apart (tests/test_train_ddp.py)
         f"stage.per_device_train_batch_size={batch_size}", "stage.learning_rate=1e-3", "stage.max_length=160",
         "stage.logging_steps=1", "stage.save_steps=100", f"stage.heldout_path={HELDOUT}", "stage.heldout_limit=3",
     ]  # fmt: skip
