@@ -58,7 +58,7 @@ def mean_step_seconds(overrides: list[str], cpu_head: bool, workdir: Path) -> tu
     data = sft_data(run, records, balance, tokenizer, 0, policy, loaded)
     real_head = trainers.add_cpu_lm_head
     if not cpu_head:
-        trainers.add_cpu_lm_head = lambda model: False  # TRL's fused head, as before pasta.training.lm_head
+        trainers.add_cpu_lm_head = lambda model, outputs=(): False  # TRL's fused head, as before pasta.training.lm_head
     try:
         trainer = sft_trainer(run, model, tokenizer, tag_ids, policy, data.examples)
     finally:

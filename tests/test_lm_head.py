@@ -7,9 +7,7 @@ import torch
 from trl.trainer.utils import add_fused_lm_head
 
 from pasta.models import build_tiny_model
-from pasta.training.lm_head import add_cpu_lm_head
-
-OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+from pasta.training.lm_head import OUTPUTS, add_cpu_lm_head
 
 
 def batch(vocab_size: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -35,7 +33,7 @@ def test_the_cpu_head_scores_what_trls_head_scores_with_the_same_gradients(tiny_
     add_fused_lm_head(trl_model, outputs=OUTPUTS)
     cpu_model = build_tiny_model(tokenizer)
     add_fused_lm_head(cpu_model, outputs=OUTPUTS)
-    assert add_cpu_lm_head(cpu_model)
+    assert add_cpu_lm_head(cpu_model, OUTPUTS)
     inputs = batch(trl_model.config.vocab_size)
 
     for num_items_in_batch in (None, torch.tensor(40)):
@@ -71,3 +69,18 @@ def test_a_model_that_rescales_its_logits_keeps_trls_head(tiny_model_and_tokeniz
     forward = model.forward
     assert not add_cpu_lm_head(model)
     assert model.forward is forward
+
+
+def test_the_cpu_head_computes_only_the_fields_it_was_asked_for_as_trls_head_does(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    asked = ("log_probs", "is_top1")
+    trl_model = build_tiny_model(tokenizer)
+    add_fused_lm_head(trl_model, outputs=asked)
+    cpu_model = build_tiny_model(tokenizer)
+    add_fused_lm_head(cpu_model, outputs=asked)
+    add_cpu_lm_head(cpu_model, asked)
+    inputs = batch(trl_model.config.vocab_size)
+    expected, got = trl_model(**inputs, fused_lm_head=True), cpu_model(**inputs, fused_lm_head=True)
+    for name in OUTPUTS:
+        assert (getattr(got, name) is None) == (getattr(expected, name) is None), name
+    assert got.entropy is None and torch.equal(got.is_top1, expected.is_top1)

@@ -223,9 +223,10 @@ def pref_cfg(tmp_path, *overrides):
     )
 
 
-def test_trainer_loss_is_alpha_sft_plus_one_minus_alpha_ipo_on_layout_log_probs(tagged, tmp_path):
+def test_trainer_loss_is_alpha_sft_plus_one_minus_alpha_ipo_on_layout_log_probs(tagged, tmp_path, monkeypatch):
     from datasets import Dataset
     from trl import DPOConfig
+    from trl.trainer import dpo_trainer
 
     from pasta.decoding import teacher_forced_logprobs
     from pasta.training.collator import PairCollator
@@ -252,6 +253,10 @@ def test_trainer_loss_is_alpha_sft_plus_one_minus_alpha_ipo_on_layout_log_probs(
         beta=beta,
         max_length=None,
     )
+    asked = []
+    trl_head = dpo_trainer.add_fused_lm_head
+    monkeypatch.setattr(dpo_trainer, "add_fused_lm_head", lambda model, **kwargs: asked.append(
+        kwargs.get("outputs", ("log_probs",))) or trl_head(model, **kwargs))
     trainer = LayoutDPOTrainer(
         model=model,
         ref_model=copy.deepcopy(model),
@@ -260,6 +265,8 @@ def test_trainer_loss_is_alpha_sft_plus_one_minus_alpha_ipo_on_layout_log_probs(
         train_dataset=Dataset.from_list(examples),
         processing_class=tokenizer,
     )
+    # the CPU heads (policy, reference) compute the fields TRL asked its heads for
+    assert asked == [trainer.lm_head_outputs(), ("log_probs",)]
     batch = collator(examples)
     model.eval()
     with torch.no_grad():

@@ -266,9 +266,10 @@ def test_a_huge_response_is_cut_before_any_layout_is_built(tagged):
 # --- the trainer's loss ---------------------------------------------------------------------------------------
 
 
-def test_trainer_loss_is_the_mean_negative_log_prob_of_the_trained_tokens(records, tagged, tmp_path):
+def test_trainer_loss_is_the_mean_negative_log_prob_of_the_trained_tokens(records, tagged, tmp_path, monkeypatch):
     from datasets import Dataset
     from trl import SFTConfig
+    from trl.trainer import sft_trainer
 
     from pasta.training.trainers import LayoutSFTTrainer
 
@@ -286,6 +287,10 @@ def test_trainer_loss_is_the_mean_negative_log_prob_of_the_trained_tokens(record
         max_length=None,
         dataset_kwargs={"skip_prepare_dataset": True},
     )
+    asked = []
+    trl_head = sft_trainer.add_fused_lm_head
+    monkeypatch.setattr(sft_trainer, "add_fused_lm_head",
+                        lambda model, **kwargs: asked.append(kwargs["outputs"]) or trl_head(model, **kwargs))
     trainer = LayoutSFTTrainer(
         model=model,
         args=args,
@@ -293,6 +298,7 @@ def test_trainer_loss_is_the_mean_negative_log_prob_of_the_trained_tokens(record
         data_collator=collator,
         processing_class=tokenizer,
     )
+    assert asked == [trainer.lm_head_outputs()]  # the CPU head computes the fields TRL asked its head for
     batch = collator(examples)
     model.eval()
     with torch.no_grad():

@@ -7,7 +7,8 @@ dtype, and computes the tiles twice (forward, then again in the backward): on a 
 (measured in docs/stages/train-sft.md#speed-on-a-cpu). `add_cpu_lm_head` patches the model once more, after TRL:
 with `fused_lm_head=True` it runs the backbone, projects only the rows whose label is not -100 through the head
 (autocast's dtype; the softmax in float32) and returns TRL's `FusedCausalLMOutput`, so the trainers' losses and
-metrics read it unchanged. The logits of those rows exist at once, [num_targets, vocab], which a CPU batch affords.
+metrics read it unchanged. Like TRL's head it computes only the per-token fields its trainer reads (`outputs`), the
+others None. The logits of those rows exist at once, [num_targets, vocab], which a CPU batch affords.
 
 Models whose logits TRL's head rescales (soft-capping, a logit scale: Gemma 2, Cohere, Granite...) and mixtures of
 experts keep TRL's head.
@@ -21,6 +22,7 @@ import types
 import torch
 
 IGNORE_INDEX = -100
+OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 # TRL reads these from a model's config to rescale its logits; a model with any of them keeps TRL's head.
 _LOGIT_RESCALING = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
                     "logits_scaling")
@@ -34,9 +36,13 @@ def supports_cpu_lm_head(model) -> bool:
     return all(getattr(text_config, name, None) is None for name in _LOGIT_RESCALING)
 
 
-def add_cpu_lm_head(model) -> bool:
-    """Patch `model` (the base model TRL patched with its fused head) with the CPU head; False, and the model left
+def add_cpu_lm_head(model, outputs: tuple[str, ...] = ("log_probs",)) -> bool:
+    """Patch `model` (the base model TRL patched with its fused head) with the CPU head computing `outputs`, the
+    fields TRL's trainer asked its own head for (`add_fused_lm_head(..., outputs=...)`); False, and the model left
     as it was, where `supports_cpu_lm_head` says no."""
+    unknown = set(outputs) - set(OUTPUTS)
+    if unknown:
+        raise ValueError(f"unknown LM head outputs {sorted(unknown)}; known: {', '.join(OUTPUTS)}")
     if not supports_cpu_lm_head(model):
         return False
     trl_forward = model.forward  # TRL's fused forward; it still serves fused_lm_head=False (generation, logits)
@@ -46,15 +52,15 @@ def add_cpu_lm_head(model) -> bool:
         if not fused_lm_head:
             return trl_forward(*args, labels=labels, shift_labels=shift_labels,
                                num_items_in_batch=num_items_in_batch, **kwargs)
-        return target_rows_forward(self, args, kwargs, labels, shift_labels, num_items_in_batch)
+        return target_rows_forward(self, args, kwargs, labels, shift_labels, num_items_in_batch, outputs)
 
     model.forward = types.MethodType(forward, model)
     return True
 
 
-def target_rows_forward(model, args, kwargs, labels, shift_labels, num_items_in_batch):
-    """The backbone, then the head on the target rows only; TRL's FusedCausalLMOutput (every per-token field [B, S],
-    zero where the label is -100; log_probs and loss carry the gradient)."""
+def target_rows_forward(model, args, kwargs, labels, shift_labels, num_items_in_batch, outputs):
+    """The backbone, then the head on the target rows only; TRL's FusedCausalLMOutput (each field in `outputs` [B, S],
+    zero where the label is -100, the others None; log_probs and loss carry the gradient)."""
     from trl.trainer.utils import FusedCausalLMOutput
 
     kwargs["use_cache"] = False
@@ -67,24 +73,23 @@ def target_rows_forward(model, args, kwargs, labels, shift_labels, num_items_in_
     logits = model.get_output_embeddings()(hidden[mask]).float()  # [N, V], N = mask.sum()
     log_softmax = torch.log_softmax(logits, dim=-1)  # [N, V]
     picked = log_softmax.gather(-1, targets[mask].unsqueeze(-1)).squeeze(-1)  # [N]
-    with torch.no_grad():
-        probs = log_softmax.exp()
-        entropy = -(probs * log_softmax).sum(-1)
-        log_sum_sq_probs = torch.logsumexp(2 * log_softmax, dim=-1)
-        mean_logits = logits.mean(-1)
-        is_top1 = logits.argmax(-1) == targets[mask]
 
     def per_row(values: torch.Tensor) -> torch.Tensor:  # [N] -> [B, S], zero off the targets
         return values.new_zeros(mask.shape).masked_scatter(mask, values)
 
+    extra = {}
+    with torch.no_grad():  # TRL's head gives these without a gradient too
+        if "entropy" in outputs:
+            extra["entropy"] = per_row(-(log_softmax.exp() * log_softmax).sum(-1))
+        if "log_sum_sq_probs" in outputs:
+            extra["log_sum_sq_probs"] = per_row(torch.logsumexp(2 * log_softmax, dim=-1))
+        if "mean_logits" in outputs:
+            extra["mean_logits"] = per_row(logits.mean(-1))
+        if "is_top1" in outputs:
+            extra["is_top1"] = per_row(logits.argmax(-1) == targets[mask])
+
     log_probs = per_row(picked)
     num_targets = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
     return FusedCausalLMOutput(
-        loss=-log_probs.sum() / num_targets,
-        log_probs=log_probs,
-        entropy=per_row(entropy),
-        log_sum_sq_probs=per_row(log_sum_sq_probs),
-        mean_logits=per_row(mean_logits),
-        is_top1=per_row(is_top1),
-        label_mask=mask,
+        loss=-log_probs.sum() / num_targets, log_probs=log_probs, label_mask=mask, **extra
     )

@@ -35,9 +35,15 @@ class _LayoutTraining:
         super().__init__(*args, **kwargs)
         if self.accelerator.device.type == "cpu":
             policy = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
-            patched = [add_cpu_lm_head(model) for model in (policy, getattr(self, "ref_model", None)) if model is not None]
+            patched = [add_cpu_lm_head(policy, self.lm_head_outputs())]
+            if getattr(self, "ref_model", None) is not None:
+                patched.append(add_cpu_lm_head(self.ref_model))  # TRL reads only its log-probs
             if all(patched):
                 log.info("training on a CPU: the LM head scores the target rows only (pasta.training.lm_head)")
+
+    def lm_head_outputs(self) -> tuple[str, ...]:
+        """The per-token fields the trainer's losses and metrics read: what it asks TRL's fused head for."""
+        raise NotImplementedError
 
     def train(self, *args, **kwargs):
         # The reference model of full finetuning is a copy with a config of its own; under LoRA it is None.
@@ -61,9 +67,17 @@ class _LayoutTraining:
 class LayoutSFTTrainer(_LayoutTraining, SFTTrainer):
     """SFTTrainer on PASTA-LANG layout batches (`pasta.training.collator.LayoutCollator`)."""
 
+    def lm_head_outputs(self) -> tuple[str, ...]:
+        return ("log_probs", "entropy", "is_top1")  # as SFTTrainer.__init__ asks add_fused_lm_head
+
 
 class LayoutDPOTrainer(_LayoutTraining, DPOTrainer):
     """DPOTrainer on PASTA-LANG layout pairs (`pasta.training.collator.PairCollator`)."""
+
+    def lm_head_outputs(self) -> tuple[str, ...]:
+        # as DPOTrainer.__init__ asks add_fused_lm_head; log_sum_sq_probs feeds the WPO weights
+        outputs = ("log_probs", "entropy", "mean_logits", "is_top1")
+        return outputs + ("log_sum_sq_probs",) if self.use_weighting else outputs
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         return dataset
