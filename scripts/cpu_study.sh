@@ -4,8 +4,8 @@
 #   held-out pool, then the shared 5K Alpaca; structural teacher) -> SFT (by default the promise-bearing records, three
 #   epochs) -> Baseline-SFT (same records, tags stripped) -> Baseline-SFT decoded on the held-out prompts -> a lambda
 #   sweep x rounds of the preference stage, each lambda chained from the SFT model, scored against Baseline-SFT's own answers (stage.reference=baseline: the
-#   latency speed reward counts a candidate's steps against them) -> every PASTA model decoded on the same held-out
-#   prompts -> the report table and the study plot (speedup vs the embedding-similarity proxy, one line per lambda).
+#   latency speed reward counts a candidate's steps against them) -> the SFT model and each lambda's last round
+#   (PASTA_STUDY_EVAL_ROUNDS=all: every round) decoded on the same held-out prompts -> the report table and the study plot (speedup vs the embedding-similarity proxy, one line per lambda).
 # Every step resumes: rerun the same command after a kill and finished work is skipped (training from its last
 # checkpoint, a sweep between rounds without redoing a round, evaluation from the last decoded prompt). Round 1
 # samples the same candidates for every lambda (same start, prompts and seeds), so later lambdas reuse the first
@@ -23,6 +23,7 @@
 #   scripts/cpu_study.sh                                  # outputs/study/, the embedded SmolLM2-135M
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
 #   PASTA_STUDY_STOP_AFTER=sft scripts/cpu_study.sh          # stop after SFT and Baseline-SFT ($dir/sft/final, ...)
+#   PASTA_STUDY_ROUNDS=2 PASTA_STUDY_EVAL_ROUNDS=all scripts/cpu_study.sh   # decode every round, not only the last
 #   PASTA_STUDY_NO_REPEAT=0 scripts/cpu_study.sh             # no repetition guard (the studies before 2026-11-26)
 #
 # Sizes come from the environment (the test suite runs this script on a tiny random model); every PASTA_STUDY_* setting
@@ -49,6 +50,10 @@ sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=
 lambdas=${PASTA_STUDY_LAMBDAS:-1 4 inf}               # stage.quality_weight of each sweep line
 # One round per lambda: three lambdas x two rounds took 2 h 52 min here, past the study's 2.5 h on 2 cores.
 num_rounds=${PASTA_STUDY_ROUNDS:-1}
+# Which rounds are decoded on the held-out prompts: last (each lambda's last round, what the study's targets read; an
+# evaluation is ~10 min here, so two rounds x three lambdas decode 3 models instead of 6) or all (every round: the
+# plot's lines pass through each).
+eval_rounds=${PASTA_STUDY_EVAL_ROUNDS:-last}
 num_prompts=${PASTA_STUDY_PREF_PROMPTS:-32}           # preference prompts per round (N samples each)
 num_samples=${PASTA_STUDY_SAMPLES:-4}
 pref_args=${PASTA_STUDY_PREF_ARGS:-}                  # extra preference overrides
@@ -71,7 +76,8 @@ stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and 
 "$python" - "PASTA_STUDY_DIR=$out" "PASTA_STUDY_MODEL=$model" "PASTA_STUDY_DATA=$data" \
     "PASTA_STUDY_EVAL_DATA=$eval_data" "PASTA_STUDY_RECORDS=$num_records" "PASTA_STUDY_TEACHER_ARGS=$teacher_args" \
     "PASTA_STUDY_SFT_ARGS=$sft_args" \
-    "PASTA_STUDY_LAMBDAS=$lambdas" "PASTA_STUDY_ROUNDS=$num_rounds" "PASTA_STUDY_PREF_PROMPTS=$num_prompts" \
+    "PASTA_STUDY_LAMBDAS=$lambdas" "PASTA_STUDY_ROUNDS=$num_rounds" "PASTA_STUDY_EVAL_ROUNDS=$eval_rounds" \
+    "PASTA_STUDY_PREF_PROMPTS=$num_prompts" \
     "PASTA_STUDY_SAMPLES=$num_samples" "PASTA_STUDY_PREF_ARGS=$pref_args" "PASTA_STUDY_EVAL_PROMPTS=$num_eval" \
     "PASTA_STUDY_TIMED_PROMPTS=$num_timed" "PASTA_STUDY_MAX_NEW_TOKENS=$max_new_tokens" \
     "PASTA_STUDY_NO_REPEAT=$no_repeat" "PASTA_STUDY_STOP_AFTER=$stop_after" <<'PY'
@@ -115,6 +121,9 @@ for value in lambdas:
     if not re.fullmatch(r"inf|[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?", value):
         fail(PastaError(f"PASTA_STUDY_LAMBDAS: {value!r} is not a number >= 0 or inf (e.g. \"1 4 inf\")"))
 num_rounds = integer("PASTA_STUDY_ROUNDS", 1)
+if settings["PASTA_STUDY_EVAL_ROUNDS"] not in ("last", "all"):
+    fail(PastaError(f"PASTA_STUDY_EVAL_ROUNDS={settings['PASTA_STUDY_EVAL_ROUNDS']}: use last (each lambda's last "
+                    "round) or all (every round)"))
 integer("PASTA_STUDY_PREF_PROMPTS", 1)
 integer("PASTA_STUDY_SAMPLES", 2, why=" (a preference pair needs two candidates)")
 max_new_tokens = integer("PASTA_STUDY_MAX_NEW_TOKENS", 1)
@@ -219,8 +228,9 @@ for lambda in $lambdas; do
 done
 
 runs=("sft:$out/sft/final")
+if [ "$eval_rounds" = all ]; then first_round=1; else first_round=$num_rounds; fi
 for lambda in $lambdas; do
-    for round in $(seq 1 "$num_rounds"); do
+    for round in $(seq "$first_round" "$num_rounds"); do
         runs+=("lambda$lambda-round$round:$(pref_dir "$lambda")/round-$round/final")
     done
 done

@@ -1,6 +1,6 @@
 """The CPU study (scripts/cpu_study.sh) end to end on the tiny random model at the smallest sizes, and its resume:
-annotate -> SFT -> Baseline-SFT -> a lambda sweep (one lambda, one round: tests/test_train_pref.py checks that rounds
-chain) -> every model on the same held-out prompts -> report and study plot."""
+annotate -> SFT -> Baseline-SFT -> a lambda sweep (two lambdas, two rounds: tests/test_train_pref.py checks what rounds
+chain) -> the SFT model and each lambda's last round on the same held-out prompts -> report and study plot."""
 
 import json
 import os
@@ -24,7 +24,7 @@ def study_env(out: Path) -> dict[str, str]:
         "PASTA_STUDY_RECORDS": "12",
         "PASTA_STUDY_SFT_ARGS": "stage.max_steps=2 stage.max_length=192",
         "PASTA_STUDY_LAMBDAS": "1 inf",
-        "PASTA_STUDY_ROUNDS": "1",
+        "PASTA_STUDY_ROUNDS": "2",
         "PASTA_STUDY_PREF_PROMPTS": "2",
         "PASTA_STUDY_SAMPLES": "2",
         # The tiny Baseline-SFT answers only newlines after 2 steps: a length match with it is 0 for every
@@ -52,7 +52,9 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     done = subprocess.run(script, env=study_env(out), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.count("   already done: ") == 2
-    names = ["baseline-sft", "pasta-sft", "pasta-lambda1-round1", "pasta-lambdainf-round1"]
+    names = ["baseline-sft", "pasta-sft", "pasta-lambda1-round2", "pasta-lambdainf-round2"]
+    # By default (PASTA_STUDY_EVAL_ROUNDS=last) only each lambda's last round is decoded on the held-out prompts.
+    assert sorted(path.name for path in (out / "eval").iterdir()) == sorted(names)
     prompts = {}
     for name in names:
         outputs = json.loads((out / "eval" / name / "model_outputs.json").read_text())
@@ -72,12 +74,12 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     # scored them against Baseline-SFT's answers.
     shared = [(out / f"pref-lambda{lam}" / "round-1" / "scores.jsonl").read_text() for lam in ("1", "inf")]
     assert shared[0] == shared[1]
-    # Baseline-SFT answers only the prompts a round samples (1 round x 2 prompts), not all 12 records.
-    assert len((out / "pref-lambda1" / "baseline_answers.jsonl").read_text().splitlines()) == 2
+    # Baseline-SFT answers only the prompts the rounds sample (2 rounds x 2 prompts), not all 12 records.
+    assert len((out / "pref-lambda1" / "baseline_answers.jsonl").read_text().splitlines()) == 4
     stats = [json.loads(line) for line in (out / "eval" / "pasta-sft" / "stats.jsonl").read_text().splitlines()]
     assert [r["batch_size"] for r in stats] == [1, 1]  # one timed prompt, then a batch of the one left
     assert (out / "eval" / "baseline-sft" / "step_costs.json").is_file()
-    assert "| pasta-lambdainf-round1 |" in done.stdout and "(proxy)" in done.stdout
+    assert "| pasta-lambdainf-round2 |" in done.stdout and "(proxy)" in done.stdout
     assert "cost-model speedup" in done.stdout
     assert (out / "report" / "study.png").stat().st_size > 0
 
@@ -96,6 +98,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     ("PASTA_STUDY_TIMED_PROMPTS", "3", "PASTA_STUDY_TIMED_PROMPTS=3 must be an integer in 0..2"),
     ("PASTA_STUDY_PREF_ARGS", "stage.alpha=2", "PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS: stage.alpha=2.0 must lie"),
     ("PASTA_STUDY_STOP_AFTER", "pref", "PASTA_STUDY_STOP_AFTER=pref: use sft"),
+    ("PASTA_STUDY_EVAL_ROUNDS", "first", "PASTA_STUDY_EVAL_ROUNDS=first: use last"),
     ("PASTA_STUDY_NO_REPEAT", "-1", "PASTA_STUDY_NO_REPEAT=-1 must be an integer >= 0 (0 = off)"),
     ("PASTA_STUDY_TEACHER_ARGS", "teacher.topic_words=0", "PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS / "
                                                           "PASTA_STUDY_TEACHER_ARGS: teacher.topic_words: must be >= 1"),
