@@ -21,7 +21,8 @@ import types
 
 import torch
 
-IGNORE_INDEX = -100
+from pasta.lang import IGNORE_INDEX
+
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 # TRL reads these from a model's config to rescale its logits; a model with any of them keeps TRL's head.
 _LOGIT_RESCALING = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
@@ -70,9 +71,10 @@ def target_rows_forward(model, args, kwargs, labels, shift_labels, num_items_in_
     else:
         targets = shift_labels  # already aligned to the rows (pasta's layouts)
     mask = targets != IGNORE_INDEX  # [B, S]
-    logits = model.get_output_embeddings()(hidden[mask]).float()  # [N, V], N = mask.sum()
+    target_ids = targets[mask]  # [N], N = mask.sum()
+    logits = model.get_output_embeddings()(hidden[mask]).float()  # [N, V]
     log_softmax = torch.log_softmax(logits, dim=-1)  # [N, V]
-    picked = log_softmax.gather(-1, targets[mask].unsqueeze(-1)).squeeze(-1)  # [N]
+    picked = log_softmax.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1)  # [N]
 
     def per_row(values: torch.Tensor) -> torch.Tensor:  # [N] -> [B, S], zero off the targets
         return values.new_zeros(mask.shape).masked_scatter(mask, values)
@@ -86,7 +88,7 @@ def target_rows_forward(model, args, kwargs, labels, shift_labels, num_items_in_
         if "mean_logits" in outputs:
             extra["mean_logits"] = per_row(logits.mean(-1))
         if "is_top1" in outputs:
-            extra["is_top1"] = per_row(logits.argmax(-1) == targets[mask])
+            extra["is_top1"] = per_row(logits.argmax(-1) == target_ids)
 
     log_probs = per_row(picked)
     num_targets = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
