@@ -20,7 +20,8 @@ For each model:
     The machine's own bound comes from the same run: the cost model (pasta.decoding.step_costs, measured through
     the decoder's own step: its packing, attention, cache and linears, and its buckets when compiled) prices both
     runs' decode steps, each over the cache it has filled, and bound = sequential's priced time / async's.
-    efficiency = measured / bound.
+    efficiency = measured / bound. Each row ends with both decoders' milliseconds per step by phase (host work,
+    forward, choice: pasta/decoding/timing.py), which locate a step that costs more than c(q) prices.
     On CPU c(q) is printed with transformers' F.linear too (pasta/decoding/linears.py says why they differ).
 (c) With --compile, (b) and c(q) run compiled too (decode.compile), and each decoder's tokens/s compiled against
     eager: greedy sequential decoding of one prompt, and the async structures. Each compiled workload is warmed
@@ -353,10 +354,11 @@ def bench_structures(model, tokenizer, encode, args, policy, mode, compile_log, 
             last_stats["async"] = stats
             return seconds
 
-        def run_sequential(plain=plain):
+        def run_sequential(plain=plain, last_stats=last_stats):
             config = decode_config(mode, args, max_new_tokens=len(plain))
-            seconds, _ = timed_call(model.device, lambda: decode_sequential(model, tokenizer, [prompt_ids], config,
-                                                                            forced_ids=[plain]))
+            seconds, results = timed_call(model.device, lambda: decode_sequential(
+                model, tokenizer, [prompt_ids], config, forced_ids=[plain]))
+            last_stats["sequential"] = results[0].stats
             return seconds
 
         if compiled:
@@ -387,6 +389,8 @@ def bench_structures(model, tokenizer, encode, args, policy, mode, compile_log, 
             "bound_over_theoretical": bound / stats.theoretical_speedup,
             "efficiency": ratio / bound,
             "bookkeeping_share": stats.bookkeeping_s / stats.wall_s,
+            # Where a step's time goes, per decoder (the last timed run; every step, its prefill included).
+            "ms_per_step": {side: phase_ms(last_stats[side]) for side in ("async", "sequential")},
             "sequential_s": sequential_s, "async_s": async_s,
         }
         rows.append(row)
@@ -438,7 +442,14 @@ def compiled_over_eager_async(structures):
 
 
 HEADER = ("mode      chunks  len  tokens  steps  theor.  wall  (fastest)  wall/theor  bound  bound/theor  "
-          "efficiency  bookkeeping")
+          "efficiency  bookkeeping  ms/step host+forward+choose: async | sequential")
+
+
+def phase_ms(stats) -> dict[str, float]:
+    """A decode's milliseconds per step in each phase (pasta/decoding/timing.py): host work, forward, choice."""
+    steps = max(stats.num_steps, 1)
+    return {"host": 1000 * stats.bookkeeping_s / steps, "forward": 1000 * stats.forward_s / steps,
+            "choose": 1000 * stats.choose_s / steps}
 
 
 def format_row(row):
@@ -446,7 +457,9 @@ def format_row(row):
             f"{row['async_steps']:>6} {row['theoretical_speedup']:>6.2f} {row['wall_speedup']:>5.2f} "
             f"{row['wall_speedup_fastest_runs']:>10.2f} {row['wall_over_theoretical']:>11.2f} "
             f"{row['machine_bound']:>6.2f} {row['bound_over_theoretical']:>11.2f} {row['efficiency']:>11.2f} "
-            f"{row['bookkeeping_share']:>11.1%}")
+            f"{row['bookkeeping_share']:>11.1%}  "
+            + " | ".join("+".join(f"{ms:.1f}" for ms in row["ms_per_step"][side].values())
+                         for side in ("async", "sequential")))
 
 
 # --- one model, and the run ---------------------------------------------------------------------------------------

@@ -48,4 +48,7 @@ def test_the_tiny_config_runs_eager_and_compiled_end_to_end_without_the_stage_pa
         costs = tiny[f"forward_costs_{mode}"]["step_costs"]  # the cost model, at the structures' row counts
         assert {1, 2} <= set(costs["rows"]) and all(s > 0 for s in costs["seconds"])
         assert all(r["efficiency"] > 0 and r["machine_bound"] > 0 for r in rows)
+        # where a step's time goes, for both decoders: the split a slow compiled step is located with
+        assert all(r["ms_per_step"][side]["forward"] > 0 and set(r["ms_per_step"][side]) == {"host", "forward", "choose"}
+                   for r in rows for side in ("async", "sequential"))
     assert set(tiny["compiled_over_eager_async"]) == {"2x8", "4x8"}

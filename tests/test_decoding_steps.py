@@ -249,6 +249,8 @@ def test_a_step_is_timed_once_and_each_request_counts_its_prefill_and_decode_ste
     stats = request_stats(second.request, second.clock)
     assert (stats.prefill_s, stats.wall_s, stats.bookkeeping_s) == (
         second.clock.prefill_s, second.clock.wall_s, second.clock.host_s)
+    assert stats.wall_s == pytest.approx(stats.bookkeeping_s + stats.forward_s + stats.choose_s)
+    assert second.clock.forward_s == pytest.approx(sum(t.forward_s for t in timings[1:]))
 
 
 @pytest.mark.parametrize("mode", ["async", "sequential"])

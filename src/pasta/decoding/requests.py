@@ -132,6 +132,8 @@ def request_stats(request: DecodeRequest, clock: RequestClock) -> DecodeStats:
         decode_s=clock.decode_s,
         wall_s=clock.wall_s,
         bookkeeping_s=clock.host_s,
+        forward_s=clock.forward_s,
+        choose_s=clock.choose_s,
         num_threads=request.num_threads,
         num_overruns=request.num_overruns,
         malformed=dict(request.malformed),

@@ -20,6 +20,8 @@ class DecodeStats:
     decode_s: float = 0.0  # every later step this request took part in
     wall_s: float = 0.0  # prefill_s + decode_s
     bookkeeping_s: float = 0.0  # the steps' host work: planning, packing, committing (part of wall_s)
+    forward_s: float = 0.0  # the steps' forwards (on CUDA: until the device finished them)
+    choose_s: float = 0.0  # the steps' choices of tokens (sampling, or scoring forced tokens)
     num_threads: int = 0  # chunk threads forked
     num_overruns: int = 0  # chunks that wrote past the positions reserved for them
     malformed: dict[str, int] = field(default_factory=dict)  # malformed-output events by kind

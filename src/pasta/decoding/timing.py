@@ -9,7 +9,7 @@ server's step metrics, and both benchmarks. The definitions, written once:
   nor choosing the tokens, which runs the sampler on the device);
 - a request's prefill is the step that feeds its prompt: `prefill_s` is that step's `step_s`, and `decode_s` is the
   `step_s` of every later step it takes part in (a step is shared by every request in it, so each of them counts
-  all of it); `wall_s` is their sum.
+  all of it); `wall_s` is their sum, and `host_s`, `forward_s` and `choose_s` split it by phase.
 
 On CUDA the loop synchronizes after the forward, so `forward_s` holds the device's work rather than the time to
 queue it (the choice right after reads the logits on the host anyway).
@@ -51,6 +51,8 @@ class RequestClock:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     host_s: float = 0.0
+    forward_s: float = 0.0
+    choose_s: float = 0.0
 
     def add(self, timing: StepTiming, *, prefill: bool) -> None:
         """A step this request took part in; `prefill`: the step fed its prompt."""
@@ -59,6 +61,8 @@ class RequestClock:
         else:
             self.decode_s += timing.step_s
         self.host_s += timing.host_s
+        self.forward_s += timing.forward_s
+        self.choose_s += timing.choose_s
 
     @property
     def wall_s(self) -> float:
