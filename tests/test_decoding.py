@@ -31,6 +31,7 @@ from pasta.decoding import (
     SamplingConfig,
     decode_async,
     decode_sequential,
+    packing,
     stream_async,
     teacher_forced_logprobs,
 )
@@ -524,24 +525,26 @@ def test_compiled_teacher_forcing_gives_the_eager_logprobs_and_steps(lively):
 
 
 @pytest.mark.slow
-def test_a_compiled_answer_that_crosses_slot_buckets_compiles_nothing_after_its_warm_up(lively):
-    """A 250-token chunk outgrows the cache's first capacity and crosses a slot bucket, and so does a long
-    sequential answer: their second decode (the first one is the warm-up) compiles nothing."""
+def test_a_compiled_answer_that_crosses_slot_buckets_compiles_nothing_after_its_warm_up(lively, monkeypatch):
+    """A 100-token chunk outgrows the cache's first capacity and crosses slot buckets, and so does a long
+    sequential answer: their second decode (the first one is the warm-up) compiles nothing. Buckets of 32 slots
+    (256 in use) so that the answers cross three of them in a few seconds."""
+    monkeypatch.setattr(packing, "SLOT_BUCKET", 32)
     model, tokenizer = lively
     speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
     red = words(tokenizer, " red")[0]
-    chain = list(range(1000, 1250))
+    chain = list(range(1000, 1100))
     speaker.transitions.update({red: chain[0], **dict(zip(chain, chain[1:], strict=False)),
                                 chain[-1]: TagIds.from_tokenizer(tokenizer).async_end})
     ids = prompt(tokenizer, "Tips", go)
     answers = {}
     for compile in (False, True, True):
-        config = DecodeConfig(max_new_tokens=12, max_total_tokens=1000, max_chunk_tokens=300, compile=compile)
+        config = DecodeConfig(max_new_tokens=12, max_total_tokens=1000, max_chunk_tokens=150, compile=compile)
         graphs = graphs_compiled()
         chunked = decode_async(speaker, tokenizer, [ids], config, ReservationPolicy("exact"))[0]
-        long = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=260, compile=compile))[0]
+        long = decode_sequential(model, tokenizer, [ids], DecodeConfig(max_new_tokens=110, compile=compile))[0]
         answers.setdefault(compile, []).append((chunked.token_doc, long.token_ids))
-        assert len(chunked.token_doc.chunks[0].body_ids) == 252 and len(long.token_ids) == 260
+        assert len(chunked.token_doc.chunks[0].body_ids) == 102 and len(long.token_ids) == 110
     assert graphs_compiled() == graphs  # the last decode, after a warm-up of the same answers
     assert answers[True] == [answers[False][0]] * 2
 
