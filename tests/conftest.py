@@ -2,7 +2,9 @@
 
 The embedded model is converted from its GGUF into the ordinary cache folder (PASTA_CACHE_DIR, else
 ~/.cache/pasta) at most once per machine, so the first run pays ~25-50 s and later runs load in seconds.
-torch runs on PASTA_TEST_THREADS threads (default 1): other processes may share the machine's cores.
+torch runs on PASTA_TEST_THREADS threads (default 1): other processes may share the machine's cores. So do the
+processes the tests start (`python -m pasta.*`, the study and demo scripts), through OMP_NUM_THREADS unless it is
+set: with two pytest workers on two cores, children on every core fight the other worker's threads.
 
 A test fails when the project's own code (src/pasta, tests, scripts) makes a FutureWarning or a DeprecationWarning:
 a deprecated argument, function or module that pasta calls. The frame a warning holds responsible is the one its
@@ -25,7 +27,9 @@ import torch
 
 from pasta.config import compose
 
-torch.set_num_threads(int(os.environ.get("PASTA_TEST_THREADS", "1")))
+TEST_THREADS = int(os.environ.get("PASTA_TEST_THREADS", "1"))
+torch.set_num_threads(TEST_THREADS)
+os.environ.setdefault("OMP_NUM_THREADS", str(TEST_THREADS))  # inherited by the processes tests start
 
 ROOT = Path(__file__).resolve().parents[1]
 # Frames that only pass a call on: a warning's stacklevel may land on them.
