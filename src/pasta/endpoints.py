@@ -9,7 +9,9 @@ Both configs carry the same endpoint settings under the same names (`base_url`, 
 - 401, 403 and 404 (a bad key, a forbidden or unknown model or URL) stop the run at once: no retry can help;
 - 400 and 422 (the server rejects this one request, e.g. a context too long) fail that request only (`chat`
   returns a `Rejection`), and `max_consecutive_errors` of them in a row stop the run: then the configuration is
-  wrong, not the request.
+  wrong, not the request. Once stopped, the endpoint sends nothing more: every later call, and every rejection of
+  a request already in flight, raises the same error (so the count it names is the limit, in whatever order the
+  threads finished).
 
 The key is read from the environment variable `api_key_env` names and registered with `pasta.errors.redact`, which
 every message built here and every answer's text go through: an endpoint that echoes the Authorization header never
@@ -112,6 +114,7 @@ class Endpoint:
         )
         self._lock = threading.Lock()
         self._num_rejected_in_a_row = 0
+        self._stopped: str | None = None  # the error that stopped the endpoint (see the module docstring)
 
     @property
     def where(self) -> str:
@@ -119,6 +122,8 @@ class Endpoint:
 
     def chat(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
         """A chat completion, or a `Rejection` for a request the server refused; raises EndpointError to stop."""
+        if self._stopped is not None:
+            raise EndpointError(self._stopped)
         try:
             completion = self._client.chat.completions.create(model=self.model, messages=messages, **kwargs)
         except _CONFIG_ERRORS as exc:
@@ -148,13 +153,14 @@ class Endpoint:
 
     def _rejected(self, rejection: Rejection) -> Rejection:
         with self._lock:
-            self._num_rejected_in_a_row += 1
-            num_in_a_row = self._num_rejected_in_a_row
-        if num_in_a_row >= self.max_consecutive_errors:
-            raise EndpointError(
-                f"{self.where} rejected {num_in_a_row} requests in a row (last: {rejection}); check "
-                f"{self.role}.model and the endpoint"
-            )
+            if self._stopped is None:
+                self._num_rejected_in_a_row += 1
+                if self._num_rejected_in_a_row >= self.max_consecutive_errors:
+                    self._stopped = (f"{self.where} rejected {self._num_rejected_in_a_row} requests in a row (last: "
+                                     f"{rejection}); check {self.role}.model and the endpoint")
+            stopped = self._stopped
+        if stopped is not None:
+            raise EndpointError(stopped)
         return rejection
 
     def close(self) -> None:
