@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers.models import RandomLogits
+from helpers.models import RandomLogits, Scripted
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+from pasta.evaluation.degenerate import topics_loop
 from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens, encode_text, parse, serialize
 from pasta.models import build_tiny_model, encode_prompt
 
@@ -103,8 +104,6 @@ def test_an_answer_makes_no_more_promises_than_max_promises_and_the_masked_ones_
 def test_a_topic_that_extends_an_earlier_one_word_by_word_ends_the_promise_list(tagged):
     """The study's looping student: it wants topic "alpha" again, the grammar masks the duplicate, and it writes
     "alpha beta", then would go on to "alpha beta gamma", ...; after the first extension no promise is opened."""
-    from helpers.models import Scripted
-
     model, tokenizer = tagged
     tags = TagIds.from_tokenizer(tokenizer)
     (alpha,), (beta,), (gamma,), (newline,), (text,) = (encode_text(tokenizer, w)
@@ -137,3 +136,46 @@ def test_a_topic_stops_growing_at_max_topic_chars_and_can_still_close(tagged):
     capped = grammar.topic([word], "hello", set(), budget=50, max_chars=8)
     assert capped.violation(longer) == "bad_topic" and bool(capped.allowed[tags.promise_end])
     assert bool(grammar.topic([word], "hello", set(), budget=50, max_chars=64).allowed[longer])
+
+
+def test_a_topic_with_the_words_of_one_this_list_promised_cannot_close(tagged):
+    """The study's topic loops were one list promising 'he wore' and then 'He wore' or 'markdown syntax:': the
+    same words, another case or a colon. The grammar treats them as the duplicate they are: the student that
+    wants 'he wore' twice writes 'he wore:' and, where that cannot close either, 'he wore: hats'."""
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    (he,), (wore,), (colon,), (hats,), (newline,), (text,) = (
+        encode_text(tokenizer, w) for w in ("he", " wore", ":", " hats", "\n", " ok"))
+    student = Scripted(model, {tags.promise: he, he: wore, wore: (tags.promise_end, colon),
+                               colon: (tags.promise_end, hats), hats: tags.promise_end, tags.promise_end: newline,
+                               newline: (tags.promise, text), tags.async_body: text,
+                               text: (tags.async_end, tokenizer.eos_token_id)})
+    config = DecodeConfig(max_new_tokens=40, max_chunk_tokens=4, max_promises=2)
+    result = decode_async(student, tokenizer, [encode_prompt(tokenizer, "Tips")], config, ReservationPolicy())[0]
+    assert_well_formed(result, tokenizer)
+    topics = [tokenizer.decode(c.opener_ids[1:-1]) for c in result.token_doc.chunks]
+    assert topics == ["he wore", "he wore: hats"] and not topics_loop(topics)
+    assert result.stats.masked["duplicate_topic"] == 2  # the second promise_end after ' wore', then after ':'
+
+
+def test_where_a_topic_cannot_grow_the_tokens_that_would_give_it_a_promised_topics_words_are_masked(tagged):
+    from pasta.decoding.grammar import grammar_for
+
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    grammar = grammar_for(tokenizer, tags, {tokenizer.eos_token_id}, model.config.vocab_size, "cpu")
+    ids = {w: encode_text(tokenizer, w)[0] for w in ("He", " wore", " went", ":", "ok")}
+    promised = {"he wore"}
+    # Budget for one more topic token, then <|promise_end|>: ' wore' would leave 'He wore' no way on.
+    last = grammar.topic([ids["He"]], "He", promised, budget=2)
+    assert last.violation(ids[" wore"]) == "duplicate_topic" and bool(last.allowed[ids[" went"]])
+    # With budget to spare it may write ' wore' (it can still grow past it), but not close there.
+    spare = grammar.topic([ids["He"]], "He", promised, budget=10)
+    assert bool(spare.allowed[ids[" wore"]])
+    written = grammar.topic([ids["He"], ids[" wore"]], "He wore", promised, budget=10)
+    assert written.violation(tags.promise_end) == "duplicate_topic" and bool(written.allowed[ids[":"]])
+    # One character left: ':' would fill it with the promised words, a letter changes the last word.
+    full = grammar.topic([ids["He"], ids[" wore"]], "He wore", promised, budget=10, max_chars=8)
+    assert full.violation(ids[":"]) == "duplicate_topic" and bool(full.allowed[encode_text(tokenizer, "s")[0]])
+    # Other words close as before.
+    assert bool(grammar.topic([ids["ok"]], "ok", promised, budget=10).allowed[tags.promise_end])

@@ -19,7 +19,8 @@ have left of `max_total_tokens`):
                         blank first token; one that takes the topic past `max_topic_chars`;
                         <|promise_tokens|> or <|promise_end|> after an empty or invalid topic
                         <|promise_tokens|> or <|promise_end|> after a topic this group already   duplicate_topic
-                        promised; a token that would complete such a topic where it could no
+                        promised, or one with its words (`topic_words`: 'He wore' after 'he
+                        wore'); a token that would complete such a topic where it could no
                         longer grow
                         a topic token with budget < 2, <|promise_tokens|> with budget < 3        unclosed_promise
     main, count         eos or a tag other than <|promise_end|>; a digit with budget < 2         unclosed_promise
@@ -48,6 +49,7 @@ lengths bounds its decoded length (bytes of one character split over tokens deco
 
 from __future__ import annotations
 
+import bisect
 import functools
 import weakref
 from dataclasses import dataclass
@@ -56,7 +58,7 @@ import torch
 
 from pasta.decoding.parser import MAX_COUNT_TOKENS
 from pasta.lang import TagIds, encode_text
-from pasta.lang.syntax import MAX_TOPIC_CHARS, num_tokens_value, validate_topic
+from pasta.lang.syntax import MAX_TOPIC_CHARS, num_tokens_value, topic_words, validate_topic
 
 PROMISE_MIN_TOKENS = 3  # <|promise|> topic <|promise_end|>, the uncounted form
 
@@ -100,8 +102,11 @@ class Grammar:
                  device: torch.device | str):
         self.device = device
         texts = token_texts[:num_logits] + [""] * (num_logits - len(token_texts))  # rows past the vocabulary
+        self.token_texts = texts
         self.num_chars = [len(text) for text in texts]
         self._num_chars = torch.tensor(self.num_chars, device=device)  # [V]
+        self._ids_by_num_chars = sorted(range(len(texts)), key=self.num_chars.__getitem__)
+        self._num_chars_ascending = [self.num_chars[i] for i in self._ids_by_num_chars]
         self._ids_by_text: dict[str, list[int]] = {}
         for token_id, text in enumerate(texts):
             self._ids_by_text.setdefault(text, []).append(token_id)
@@ -117,6 +122,7 @@ class Grammar:
         self._digit = mask([text.isascii() and text.isdigit() for text in texts])
         self._leading_zero = self._digit & mask([text.startswith("0") for text in texts])
         self._text = ~tag_mask & ~eos  # tokens that are neither a tag nor eos
+        self._not_text = set(tags.all) | set(eos_ids)
 
         self._in_topic_escape = Rule("unclosed_promise", eos | (tag_mask & ~self._ids_mask(
             [tags.promise_tokens, tags.promise_end])))
@@ -153,8 +159,9 @@ class Grammar:
         too_long = self._num_chars > min(max_chars, MAX_TOPIC_CHARS) - num_chars
         bad = self._bad_topic_token | too_long | (self._blank if not topic_ids else torch.zeros_like(too_long))
         rules = [self._in_topic_escape, Rule("bad_topic", bad & self._text)]
+        named = {topic_words(other) for other in group_topics} - {()}
         closing_kind = ("bad_topic" if not topic_ids or validate_topic(topic) else
-                        "duplicate_topic" if topic in group_topics else None)
+                        "duplicate_topic" if topic in group_topics or topic_words(topic) in named else None)
         if closing_kind:
             rules.append(Rule(closing_kind, self._ids_mask([tags.promise_tokens, tags.promise_end])))
         if budget < 3:  # <|promise_tokens|> digit <|promise_end|> would not fit
@@ -169,9 +176,27 @@ class Grammar:
             if other.startswith(topic) and (budget <= 2 or len(other) >= min(max_chars, MAX_TOPIC_CHARS))
             for token_id in self._ids_by_text.get(other[len(topic) :], [])
         ]
+        stuck += self._completing_named(topic, num_chars, named, budget, min(max_chars, MAX_TOPIC_CHARS))
         if stuck:
             rules.append(Rule("duplicate_topic", self._ids_mask(stuck)))
         return Constraint.of(*rules)
+
+    def _completing_named(self, topic: str, num_chars: int, named: set[tuple[str, ...]], budget: int,
+                          max_chars: int) -> list[int]:
+        """Tokens that would turn `topic` into one with the words of a promised topic (`named`) where it could not
+        grow past them: no budget for another topic token, or no characters left. With one character left a letter
+        still changes the last word, so only those two cases trap a topic."""
+        # Every word of the topic but its last, which the next token may extend, must open a promised topic's words.
+        head = topic_words(topic)[:-1] if topic[-1:].isalnum() or topic[-1:] == "_" else topic_words(topic)
+        if not any(words[: len(head)] == head for words in named):
+            return []
+        if budget <= 2:
+            candidates = range(len(self.num_chars))
+        else:  # only tokens that reach the character limit leave no room after them
+            first = bisect.bisect_left(self._num_chars_ascending, max_chars - num_chars)
+            candidates = self._ids_by_num_chars[first:]
+        return [i for i in candidates
+                if i not in self._not_text and topic_words(topic + self.token_texts[i]) in named]
 
     def count(self, count_ids: list[int], count: str, budget: int) -> Constraint:
         """In a promise's count: `count` is `count_ids` decoded."""

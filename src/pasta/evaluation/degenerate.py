@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pasta.lang import LangError, parse
+from pasta.lang import LangError, parse, topic_words
 
 BUDGET_REASONS = ("max_new_tokens", "max_total_tokens")
 LOOP_MAX_NGRAM = 16  # words in the longest repeated unit looked for
@@ -72,11 +72,11 @@ def topics_loop(topics: Sequence[str]) -> bool:
     """A topic repeats a word pair inside itself, or two topics are the same words."""
     seen: set[tuple[str, ...]] = set()
     for topic in topics:
-        topic_words = tuple(words(topic))
-        pairs = list(zip(topic_words, topic_words[1:], strict=False))
-        if len(pairs) != len(set(pairs)) or (topic_words and topic_words in seen):
+        named = topic_words(topic)
+        pairs = list(zip(named, named[1:], strict=False))
+        if len(pairs) != len(set(pairs)) or (named and named in seen):
             return True
-        seen.add(topic_words)
+        seen.add(named)
     return False
 
 

@@ -30,6 +30,7 @@ from pasta.lang.syntax import (
     serialize,
     strip_annotations,
     strip_tags,
+    topic_words,
     validate_topic,
 )
 from pasta.lang.tokens import (
@@ -84,6 +85,7 @@ __all__ = [
     "strip_annotations",
     "strip_tags",
     "tokenize_document",
+    "topic_words",
     "validate_topic",
     "windowed_mask",
     "within_window",

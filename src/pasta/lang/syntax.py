@@ -113,6 +113,16 @@ def validate_topic(topic: str) -> str | None:
     return None
 
 
+_WORD = re.compile(r"\w+")
+
+
+def topic_words(topic: str) -> tuple[str, ...]:
+    """The words that name a topic, lowercased: two topics with the same words ('He wore' and 'he wore:') name the
+    same part of an answer, whatever their case and punctuation (the decoder's grammar keeps a group's topics apart
+    by them; the evaluation counts a list that repeats them as a topic loop)."""
+    return tuple(_WORD.findall(topic.lower()))
+
+
 def num_tokens_value(raw: str) -> int | None:
     """The value of a promise's tokens="N" written as `raw`: a positive ASCII integer, else None."""
     return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else None
