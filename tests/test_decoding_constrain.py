@@ -114,7 +114,9 @@ def test_a_topic_that_extends_an_earlier_one_word_by_word_ends_the_promise_list(
     prompt = [encode_prompt(tokenizer, "Tips")]
 
     def topics(stop_topic_loops: bool) -> tuple[list[str], dict[str, int]]:
-        config = DecodeConfig(max_new_tokens=40, max_chunk_tokens=4, stop_topic_loops=stop_topic_loops)
+        # max_total_tokens past reach: its cut stops threads where they stand (its own tests), mid-topic too
+        config = DecodeConfig(max_new_tokens=40, max_chunk_tokens=4, max_total_tokens=10_000,
+                              stop_topic_loops=stop_topic_loops)
         result = decode_async(loop, tokenizer, prompt, config, ReservationPolicy())[0]
         assert_well_formed(result, tokenizer)
         return [tokenizer.decode(c.opener_ids[1:-1]).strip() for c in result.token_doc.chunks], result.stats.masked
@@ -179,3 +181,37 @@ def test_where_a_topic_cannot_grow_the_tokens_that_would_give_it_a_promised_topi
     assert full.violation(ids[":"]) == "duplicate_topic" and bool(full.allowed[encode_text(tokenizer, "s")[0]])
     # Other words close as before.
     assert bool(grammar.topic([ids["ok"]], "ok", promised, budget=10).allowed[tags.promise_end])
+
+
+def test_a_topic_cannot_repeat_a_pair_of_its_own_words(tagged):
+    """The other loop shape: 'a plan and a plan and ...' inside one topic. The student that wants ' plan' after
+    'a plan and a' writes its next choice, ' budget', and the list's topics do not loop."""
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    (a,), (plan,), (and_,), (space_a,), (budget,), (newline,), (text,) = (
+        encode_text(tokenizer, w) for w in ("a", " plan", " and", " a", " budget", "\n", " ok"))
+    student = Scripted(model, {tags.promise: a, a: plan, plan: and_, and_: space_a, space_a: (plan, budget),
+                               budget: tags.promise_end, tags.promise_end: newline, newline: (tags.promise, text),
+                               tags.async_body: text, text: (tags.async_end, tokenizer.eos_token_id)})
+    config = DecodeConfig(max_new_tokens=40, max_chunk_tokens=4, max_promises=1)
+    result = decode_async(student, tokenizer, [encode_prompt(tokenizer, "Tips")], config, ReservationPolicy())[0]
+    assert_well_formed(result, tokenizer)
+    topics = [tokenizer.decode(c.opener_ids[1:-1]) for c in result.token_doc.chunks]
+    assert topics == ["a plan and a budget"] and not topics_loop(topics)
+    assert result.stats.masked["topic_loop"] == 1
+
+
+def test_a_word_that_would_repeat_a_pair_is_masked_whether_it_starts_or_finishes_the_word(tagged):
+    from pasta.decoding.grammar import grammar_for
+
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    grammar = grammar_for(tokenizer, tags, {tokenizer.eos_token_id}, model.config.vocab_size, "cpu")
+    (syntax,), (tax,), (colon,) = (encode_text(tokenizer, w) for w in (" syntax", "tax", ":"))
+    new_word = grammar.topic([], "markdown syntax: use markdown", set(), budget=20)
+    assert new_word.violation(syntax) == "topic_loop" and bool(new_word.allowed[encode_text(tokenizer, " rules")[0]])
+    going_on = grammar.topic([], "markdown syntax: use markdown syn", set(), budget=20)
+    assert going_on.violation(tax) == "topic_loop" and bool(going_on.allowed[encode_text(tokenizer, "onyms")[0]])
+    # Nothing repeated yet: every word may follow, and the topic may close.
+    fresh = grammar.topic([syntax], "markdown syntax", set(), budget=20)
+    assert bool(fresh.allowed[colon]) and bool(fresh.allowed[tags.promise_end])

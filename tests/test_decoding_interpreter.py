@@ -344,7 +344,7 @@ def first_violation(it, main, chunks=(), grammar=None):
         ([1, P, 5, 8, PT, 12, PE, 2, EOS], [], "bad_topic"),
         ([1, P, 9, PT, 12, PE, 2, EOS], [], "bad_topic"),
         ([1, P, PT, 12, PE, 2, EOS], [], "bad_topic"),
-        ([1, P, *[5] * 101, PT, 12, PE, EOS], [], "bad_topic"),
+        ([1, P, 5, *[11] * 100, PT, 12, PE, EOS], [], "bad_topic"),  # one word past 100 characters
         ([1, P, 5, PT, 1, PE, 2, EOS], [], "bad_count"),
         ([1, P, 5, PT, PE, 2, EOS], [], "bad_count"),
         ([1, P, 5, PT, 10, PE, 2, EOS], [], "bad_count"),

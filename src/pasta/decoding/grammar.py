@@ -22,6 +22,8 @@ have left of `max_total_tokens`):
                         promised, or one with its words (`topic_words`: 'He wore' after 'he
                         wore'); a token that would complete such a topic where it could no
                         longer grow
+                        a token that would repeat a pair of the topic's own words ('a plan and   topic_loop
+                        a plan'): a topic looping inside itself, not malformed, but never a topic
                         a topic token with budget < 2, <|promise_tokens|> with budget < 3        unclosed_promise
     main, count         eos or a tag other than <|promise_end|>; a digit with budget < 2         unclosed_promise
                         a token that is not all ASCII digits; a leading 0; a digit past the      bad_count
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
 import weakref
 from dataclasses import dataclass
 
@@ -61,6 +64,7 @@ from pasta.lang import TagIds, encode_text
 from pasta.lang.syntax import MAX_TOPIC_CHARS, num_tokens_value, topic_words, validate_topic
 
 PROMISE_MIN_TOKENS = 3  # <|promise|> topic <|promise_end|>, the uncounted form
+_WORD_CHAR = re.compile(r"\w")  # what lang.topic_words counts as part of a word
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,14 @@ class Grammar:
         self._leading_zero = self._digit & mask([text.startswith("0") for text in texts])
         self._text = ~tag_mask & ~eos  # tokens that are neither a tag nor eos
         self._not_text = set(tags.all) | set(eos_ids)
+        # Text tokens by their first word (lowercased), apart by whether it starts the token ([True]: it would go on
+        # with a word the topic ends in) or follows a space or a sign ([False]: a new word).
+        self._ids_by_first_word: dict[bool, dict[str, list[int]]] = {True: {}, False: {}}
+        for token_id, text in enumerate(texts):
+            first = topic_words(text)[:1]
+            if first and token_id not in self._not_text:
+                starts_word = _WORD_CHAR.match(text) is not None
+                self._ids_by_first_word[starts_word].setdefault(first[0], []).append(token_id)
 
         self._in_topic_escape = Rule("unclosed_promise", eos | (tag_mask & ~self._ids_mask(
             [tags.promise_tokens, tags.promise_end])))
@@ -179,7 +191,32 @@ class Grammar:
         stuck += self._completing_named(topic, num_chars, named, budget, min(max_chars, MAX_TOPIC_CHARS))
         if stuck:
             rules.append(Rule("duplicate_topic", self._ids_mask(stuck)))
+        looping = self._repeating_a_pair(topic)
+        if looping:
+            rules.append(Rule("topic_loop", self._ids_mask(looping)))
         return Constraint.of(*rules)
+
+    def _repeating_a_pair(self, topic: str) -> list[int]:
+        """Tokens whose first word would make the topic repeat a pair of its own words ('a timeline and a budget
+        and a timeline', 'markdown syntax: use markdown syntax'): a topic that loops inside itself. Only a token's
+        first word is read (a token rarely holds two), so the rule never has to forbid a closing tag: no state it
+        leads to holds a repeated pair that closing would keep."""
+        named = topic_words(topic)
+        pairs = list(zip(named, named[1:], strict=False))
+        if not pairs:
+            return []
+        in_word = _WORD_CHAR.match(topic[-1]) is not None
+        looping = []
+        if in_word:  # a token that goes on with the last word changes the pair that word is in
+            before, last = named[-2], named[-1]
+            looping += [token_id for first, second in pairs[:-1]
+                        if first == before and len(second) > len(last) and second.startswith(last)
+                        for token_id in self._ids_by_first_word[True].get(second[len(last) :], [])]
+        # A token that starts a new word pairs it with the last one.
+        starting = [self._ids_by_first_word[False]] + ([] if in_word else [self._ids_by_first_word[True]])
+        looping += [token_id for first, second in pairs if first == named[-1]
+                    for ids in starting for token_id in ids.get(second, [])]
+        return looping
 
     def _completing_named(self, topic: str, num_chars: int, named: set[tuple[str, ...]], budget: int,
                           max_chars: int) -> list[int]:
