@@ -5,9 +5,10 @@ PASTA_VENV ?= .venv
 VENV ?= $(PASTA_VENV)
 PY := $(VENV)/bin/python
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# pytest-xdist workers: one per core (each test runs torch on one thread, tests/conftest.py), so the suite's many
-# subprocess starts and model loads overlap; TEST_WORKERS=0 runs it in this process.
-TEST_WORKERS ?= auto
+# pytest-xdist workers: one per core and one more (each test runs torch on one thread, tests/conftest.py): the
+# suite's tests also wait on the processes and servers they start, so a core would sit idle with one worker each;
+# TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 .PHONY: setup demo test lint docs
 
