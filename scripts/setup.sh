@@ -38,9 +38,7 @@ log="$venv/pasta-install.log"
 pip_install() {
     # pip and the build backend are chatty (deprecation notices, editable-install warnings): keep their output
     # in a log and show it only when the install fails.
-    # --no-compile: pip would byte-compile every file of torch and transformers up front; Python compiles the
-    # modules a run imports, on first import, and caches them the same way.
-    if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-compile "$@" >>"$log" 2>&1; then
+    if ! "$venv/bin/python" -m pip install --disable-pip-version-check "$@" >>"$log" 2>&1; then
         tail -n 40 "$log" >&2
         echo "error: pip install $* failed; full log in $log" >&2
         exit 1
