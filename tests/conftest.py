@@ -96,8 +96,10 @@ def pytest_runtest_teardown(item):
 
 
 def pytest_collection_modifyitems(items):
-    """Slow tests first, in their collection order: pytest-xdist hands tests out from the front, so a minutes-long
-    test collected late (tests/test_study.py) would start when the other workers are nearly done and run alone."""
+    """Slow tests first, in their collection order, so that the minutes-long ones (tests/test_study.py) start
+    early and the run ends on short tests. With pyproject's --maxschedchunk=1 pytest-xdist hands the tests out one
+    at a time from the front; by default it gives each worker a block of consecutive tests to begin with, and the
+    first block held every slow test: one worker ran them all, tests/test_study.py last."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
