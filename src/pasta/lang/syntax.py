@@ -28,6 +28,7 @@ MAX_TOPIC_CHARS = 100
 _TAG_START = re.compile(r"<(/?)(promise|async|sync)(?![\w-])")
 _PROMISE = re.compile(r'<promise topic="([^"<>]*)"(?: tokens="([^"<>]*)")?\s*/>')
 _ASYNC_OPEN = re.compile(r'<async topic="([^"<>]*)">')
+_WORD = re.compile(r"\w+")  # what topic_words counts as a word
 _ASYNC_CLOSE = re.compile(r"</async>")
 _SYNC = re.compile(r"<sync\s*/>")
 # Everything that looks like a PASTA tag, complete or half-written, for stripping from text shown to a reader.
@@ -111,9 +112,6 @@ def validate_topic(topic: str) -> str | None:
     if any(ord(ch) < 32 for ch in topic):
         return "topic contains a control character (newline, tab)"
     return None
-
-
-_WORD = re.compile(r"\w+")
 
 
 def topic_words(topic: str) -> tuple[str, ...]:
