@@ -67,6 +67,11 @@ PROMISE_MIN_TOKENS = 3  # <|promise|> topic <|promise_end|>, the uncounted form
 _WORD_CHAR = re.compile(r"\w")  # what lang.topic_words counts as part of a word
 
 
+def _ends_in_word(topic: str) -> bool:
+    """The next token may go on with the topic's last word."""
+    return _WORD_CHAR.match(topic[-1:]) is not None
+
+
 @dataclass(frozen=True)
 class Rule:
     """The tokens that would cause one kind of malformed event."""
@@ -171,9 +176,10 @@ class Grammar:
         too_long = self._num_chars > min(max_chars, MAX_TOPIC_CHARS) - num_chars
         bad = self._bad_topic_token | too_long | (self._blank if not topic_ids else torch.zeros_like(too_long))
         rules = [self._in_topic_escape, Rule("bad_topic", bad & self._text)]
+        words = topic_words(topic)
         named = {topic_words(other) for other in group_topics} - {()}
         closing_kind = ("bad_topic" if not topic_ids or validate_topic(topic) else
-                        "duplicate_topic" if topic in group_topics or topic_words(topic) in named else None)
+                        "duplicate_topic" if topic in group_topics or words in named else None)
         if closing_kind:
             rules.append(Rule(closing_kind, self._ids_mask([tags.promise_tokens, tags.promise_end])))
         if budget < 3:  # <|promise_tokens|> digit <|promise_end|> would not fit
@@ -188,24 +194,23 @@ class Grammar:
             if other.startswith(topic) and (budget <= 2 or len(other) >= min(max_chars, MAX_TOPIC_CHARS))
             for token_id in self._ids_by_text.get(other[len(topic) :], [])
         ]
-        stuck += self._completing_named(topic, num_chars, named, budget, min(max_chars, MAX_TOPIC_CHARS))
+        stuck += self._completing_named(topic, words, num_chars, named, budget, min(max_chars, MAX_TOPIC_CHARS))
         if stuck:
             rules.append(Rule("duplicate_topic", self._ids_mask(stuck)))
-        looping = self._repeating_a_pair(topic)
+        looping = self._repeating_a_pair(topic, words)
         if looping:
             rules.append(Rule("topic_loop", self._ids_mask(looping)))
         return Constraint.of(*rules)
 
-    def _repeating_a_pair(self, topic: str) -> list[int]:
+    def _repeating_a_pair(self, topic: str, named: tuple[str, ...]) -> list[int]:
         """Tokens whose first word would make the topic repeat a pair of its own words ('a timeline and a budget
         and a timeline', 'markdown syntax: use markdown syntax'): a topic that loops inside itself. Only a token's
         first word is read (a token rarely holds two), so the rule never has to forbid a closing tag: no state it
         leads to holds a repeated pair that closing would keep."""
-        named = topic_words(topic)
         pairs = list(zip(named, named[1:], strict=False))
         if not pairs:
             return []
-        in_word = _WORD_CHAR.match(topic[-1]) is not None
+        in_word = _ends_in_word(topic)
         looping = []
         if in_word:  # a token that goes on with the last word changes the pair that word is in
             before, last = named[-2], named[-1]
@@ -218,14 +223,14 @@ class Grammar:
                     for ids in starting for token_id in ids.get(second, [])]
         return looping
 
-    def _completing_named(self, topic: str, num_chars: int, named: set[tuple[str, ...]], budget: int,
-                          max_chars: int) -> list[int]:
+    def _completing_named(self, topic: str, words: tuple[str, ...], num_chars: int, named: set[tuple[str, ...]],
+                          budget: int, max_chars: int) -> list[int]:
         """Tokens that would turn `topic` into one with the words of a promised topic (`named`) where it could not
         grow past them: no budget for another topic token, or no characters left. With one character left a letter
         still changes the last word, so only those two cases trap a topic."""
         # Every word of the topic but its last, which the next token may extend, must open a promised topic's words.
-        head = topic_words(topic)[:-1] if topic[-1:].isalnum() or topic[-1:] == "_" else topic_words(topic)
-        if not any(words[: len(head)] == head for words in named):
+        head = words[:-1] if _ends_in_word(topic) else words
+        if not any(other[: len(head)] == head for other in named):
             return []
         if budget <= 2:
             candidates = range(len(self.num_chars))
