@@ -136,7 +136,7 @@ def test_queued_promises_start_when_a_running_chunk_closes():
 
 def test_promise_end_as_the_last_allowed_main_token_still_forks():
     # a total budget above the main thread's, so that the chunk may run after the main thread's last token
-    it = interpreter(DecodeConfig(max_new_tokens=len(promise([5], 2)), max_total_tokens=64))
+    it = interpreter(DecodeConfig(max_new_tokens=len(promise([5], 2)), max_total_tokens=64, free_tag_tokens=0))
     drive(it, promise([5], 2), [[6, 6, AE]])
     assert it.finish_reason == "max_new_tokens"
     assert it.text() == decode([6, 6])
@@ -266,7 +266,7 @@ def test_eos_ends_the_main_thread_while_chunks_run_on():
 
 
 def test_all_threads_together_get_a_sequential_answers_budget_by_default():
-    config = DecodeConfig(max_new_tokens=10)
+    config = DecodeConfig(max_new_tokens=10, free_tag_tokens=0)
     assert config.total_token_budget == 10
     it = interpreter(config)
     drive(it, [*promise([5], 2), SY, 8, 8, 8, 8, EOS], [[6] * 20 + [AE]])
@@ -274,8 +274,30 @@ def test_all_threads_together_get_a_sequential_answers_budget_by_default():
     assert it.finish_reason == "max_total_tokens"
 
 
+def test_a_forked_answer_holds_a_sequential_answers_text_by_default_its_tags_on_top():
+    """The tags a fork costs (a promise's 5 tokens here) do not take words from an answer with the default budget."""
+    it = interpreter(DecodeConfig(max_new_tokens=10))
+    drive(it, [*promise([5], 2), *[2] * 20, EOS], [[6] * 20])  # 5 tags, then words in both threads
+    assert it.finish_reason == "max_total_tokens"
+    assert it.num_tag_tokens == 5 and it.num_sampled == 15
+    assert len(it.text().split()) == 10
+
+
+def test_tags_past_free_tag_tokens_spend_the_budget_as_text_does():
+    it = interpreter(DecodeConfig(max_new_tokens=10, free_tag_tokens=2))
+    drive(it, [*promise([5], 2), *[2] * 20, EOS], [[6] * 20])
+    assert it.num_sampled == 12 and len(it.text().split()) == 7  # 5 tags, 3 of them spending
+
+
+def test_free_tags_never_let_the_main_thread_past_its_own_cap_in_text():
+    it = interpreter(DecodeConfig(max_new_tokens=6, max_total_tokens=64))
+    drive(it, [1, *promise([5], 2), 2, 2, 2, 2, 2, 2, 2, EOS], [[6, AE]])
+    assert it.finish_reason == "max_new_tokens"
+    assert it.main_ids == [1, *promise([5], 2), 2, 2, 2, 2, 2]  # 6 text tokens, the promise's 5 on top
+
+
 def test_max_total_tokens_stops_every_thread():
-    it = interpreter(DecodeConfig(max_new_tokens=64, max_total_tokens=12))
+    it = interpreter(DecodeConfig(max_new_tokens=64, max_total_tokens=12, free_tag_tokens=0))
     drive(it, [*promise([5], 9), *promise([6], 9), 2, 2, 2, 2, 2, 2, 2], [[6] * 20, [7] * 20])
     assert it.num_sampled == 12
     assert it.finish_reason == "max_total_tokens"
@@ -285,7 +307,7 @@ def test_max_total_tokens_stops_every_thread():
 def test_max_total_tokens_inside_a_promise_cuts_it_without_a_malformed_event_or_its_topic_as_text():
     # The chunk spends the shared budget as well: it runs out while the main thread writes its second promise.
     first = [1, *promise([5], 9)]
-    it = interpreter(DecodeConfig(max_new_tokens=64, max_total_tokens=len(first) + 4))
+    it = interpreter(DecodeConfig(max_new_tokens=64, max_total_tokens=len(first) + 4, free_tag_tokens=0))
     drive(it, [*first, P, 7, 7, 7, 7, 7, PT, 13, PE, EOS], [[6] * 20])
     assert it.finish_reason == "max_total_tokens"
     assert not it.malformed
@@ -387,9 +409,16 @@ def test_constraint_allows_every_token_of_well_formed_output(main, chunks):
     ],
 )
 def test_constraint_closes_a_promise_before_max_new_tokens(main, max_new_tokens):
-    it = interpreter(DecodeConfig(max_new_tokens=max_new_tokens))
+    it = interpreter(DecodeConfig(max_new_tokens=max_new_tokens, free_tag_tokens=0))
     assert first_violation(it, main) == "unclosed_promise"
     assert it.malformed == {"unclosed_promise": 1}
+
+
+def test_constraint_lets_a_promise_open_on_the_last_text_tokens_when_its_tags_are_free():
+    """The same promise as above, opened with 4 text tokens left: its 4 tags are free, so it can close."""
+    it = interpreter(DecodeConfig(max_new_tokens=7, free_tag_tokens=4))
+    assert first_violation(it, [1, 2, 3, *promise([5], 2), 2, 2, 2, 2], [[6, AE]]) is None
+    assert not it.malformed and it.num_threads == 1
 
 
 def test_constraint_keeps_a_chunk_from_ending_empty_at_its_cap():

@@ -440,7 +440,8 @@ PROMPTS = [f"Request {i}: tips{' Go' if i % 2 == 0 else ''}" for i in range(16)]
 def alone_answers(speaker) -> list[str]:
     """Each of PROMPTS decoded alone by `speaker` (model, tokenizer), greedy."""
     model, tokenizer = speaker
-    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    # the server's budget: max_tokens caps every sampled token (no free tags)
+    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5, free_tag_tokens=0)
     return [decode_async(model, tokenizer, [tokenizer(p)["input_ids"]], config, ReservationPolicy())[0].text
             for p in PROMPTS]
 
@@ -801,7 +802,8 @@ def test_alpaca_evals_openai_decoder_generates_through_the_server(speaker, tmp_p
         out = openai_completions(prompts, model_name="speaker", max_tokens=MAX_TOKENS, temperature=0.0,
                                  num_procs=1, client_config_path=clients)
     model, tokenizer = speaker
-    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5)
+    # the server's budget: max_tokens caps every sampled token (no free tags)
+    config = DecodeConfig(max_new_tokens=MAX_TOKENS, max_total_tokens=MAX_TOKENS, max_chunk_tokens=5, free_tag_tokens=0)
     expected = [decode_async(model, tokenizer, [encode_prompt(tokenizer, p)], config, ReservationPolicy())[0].text
                 for p in PROMPTS[:2]]
     assert [text.strip() for text in out["completions"]] == [text.strip() for text in expected]

@@ -170,7 +170,7 @@ def teacher_forced_logprobs(
             raise PastaError(f"chunk {k} of the token_doc must end with <|async_end|>, and only there")
     longest = max([len(c.body_ids) for c in token_doc.chunks] + [1])
     config = DecodeConfig(max_new_tokens=max(1, len(token_doc.main_ids)), max_total_tokens=token_doc.num_tokens,
-                          max_threads=max(1, len(token_doc.chunks)), max_chunk_tokens=longest,
+                          free_tag_tokens=0, max_threads=max(1, len(token_doc.chunks)), max_chunk_tokens=longest,
                           compile=compile, compile_mode=compile_mode)
     interpreter = new_request("async", model, tokenizer, prompt_ids, config, policy)
     streams = {MAIN_THREAD: list(token_doc.main_ids)}

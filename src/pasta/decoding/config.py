@@ -62,8 +62,8 @@ class DecodeConfig:
 
     max_new_tokens: int = field(
         default=256,
-        metadata={"help": "tokens the main thread may sample (the whole answer when sequential; tags included when "
-                          "async)"},
+        metadata={"help": "tokens the main thread may sample (the whole answer when sequential; when async, its tags "
+                          "past decode.free_tag_tokens count too)"},
     )
     stop_strings: tuple[str, ...] = field(
         default=(),
@@ -82,8 +82,17 @@ class DecodeConfig:
     )
     max_total_tokens: int | None = field(
         default=None,
-        metadata={"help": "async: tokens all threads of a request may sample together; null = max_new_tokens, the "
-                          "budget a sequential answer gets (a larger number lets a forked answer hold more)"},
+        metadata={"help": "async: tokens all threads of a request may sample together (tags past "
+                          "decode.free_tag_tokens included); null = max_new_tokens, the budget a sequential answer "
+                          "gets (a larger number lets a forked answer hold more)"},
+    )
+    free_tag_tokens: int = field(
+        default=64,
+        metadata={"help": "async: tag tokens an answer may sample without spending max_new_tokens or max_total_tokens "
+                          "(<|promise|>, a topic, its count, <|promise_end|>, <|sync|>, a chunk's <|async_end|>): the "
+                          "budgets then count the answer's text, as a sequential answer's count its text, so a fork "
+                          "does not cost the answer words; past this many, tags spend the budgets as text does; 0 = "
+                          "every sampled token spends them"},
     )
     max_promises: int | None = field(
         default=16,
@@ -146,6 +155,8 @@ class DecodeConfig:
             raise PastaError(f"max_chunk_tokens: must be >= 1, got {self.max_chunk_tokens}")
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
             raise PastaError(f"max_total_tokens: must be >= 1 or null, got {self.max_total_tokens}")
+        if self.free_tag_tokens < 0:
+            raise PastaError(f"free_tag_tokens: must be >= 0, got {self.free_tag_tokens}")
         if self.max_topic_chars < 1:
             raise PastaError(f"max_topic_chars: must be >= 1, got {self.max_topic_chars}")
         if self.max_promises is not None and self.max_promises < 1:
@@ -157,7 +168,8 @@ class DecodeConfig:
 
     @property
     def total_token_budget(self) -> int:
-        """Tokens all threads of an async request may sample together. By default a sequential answer's budget:
-        otherwise a forked answer could run its main thread to max_new_tokens and as many again in each chunk, and
-        a comparison with the sequential decoder would give it more text to write."""
+        """Tokens all threads of an async request may spend together (tags within free_tag_tokens spend nothing).
+        By default a sequential answer's budget: otherwise a forked answer could run its main thread to
+        max_new_tokens and as many again in each chunk, and a comparison with the sequential decoder would give it
+        more text to write."""
         return self.max_new_tokens if self.max_total_tokens is None else self.max_total_tokens

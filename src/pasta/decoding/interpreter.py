@@ -96,6 +96,8 @@ class Interpreter:
         self.num_steps = 0
         self.step_rows: list[int] = []  # rows fed at each step, the prompt's prefill first
         self.num_sampled = 0  # by all threads
+        self.num_tag_tokens = 0  # sampled tags (a promise's tokens, syncs, chunk ends), by all threads
+        self.num_main_tag_tokens = 0  # the main thread's
         self.malformed: Counter[str] = Counter()
         self.masked: Counter[str] = Counter()  # constrained choices replaced, by the malformed event they would cause
         self.num_forced = 0  # constrained choices with one legal token (what jump-forward would skip a step for)
@@ -142,10 +144,11 @@ class Interpreter:
         if thread != MAIN_THREAD:
             chunk = self.chunks[thread - 1]
             return grammar.chunk(chunk.has_text, self.config.max_chunk_tokens - chunk.num_sampled)
-        # What the main thread may still sample: its own cap, or what all threads together have left (chunks
-        # spend that budget too, so a promise opened on the last tokens could not close).
+        # The tags the main thread may still sample: under its own cap, or what all threads together have left
+        # (chunks spend that budget too, so a promise opened on the last tokens could not close), and the free tags
+        # on top. Every token of a promise is a tag, whether the free ones are spent or not.
         budget = min(self.config.max_new_tokens - len(self.main_ids),
-                     self.config.total_token_budget - self.num_sampled)
+                     self.config.total_token_budget - self.num_sampled) + self.config.free_tag_tokens
         parser = self.parser
         if parser.mode == PromiseMode.TOPIC:
             return grammar.topic(parser.topic_ids, self.decode(parser.topic_ids), parser.group_topics, budget,
@@ -168,25 +171,34 @@ class Interpreter:
         """Take the tokens chosen at `plan.sample_feeds`, in order."""
         cap = self.config.total_token_budget
         for thread, token_id in zip(plan.sample_threads, token_ids, strict=True):
-            if self.num_sampled >= cap:
+            if self._spent(self.num_sampled, self.num_tag_tokens) >= cap:
                 break  # the rest of this step's tokens are over the budget
             self.num_sampled += 1
             if thread == MAIN_THREAD:
                 self._commit_main(token_id)
             else:
                 self._commit_chunk(self.chunks[thread - 1], token_id)
-        if self.num_sampled >= cap:
+        if self._spent(self.num_sampled, self.num_tag_tokens) >= cap:
             self._stop_all()
+
+    def _spent(self, num_tokens: int, num_tags: int) -> int:
+        """What `num_tokens` sampled tokens, `num_tags` of them tags, spend of a budget: decode.free_tag_tokens of
+        the tags are free, so a budget counts an answer's text as a sequential answer's does."""
+        return num_tokens - min(num_tags, self.config.free_tag_tokens)
 
     def _commit_main(self, token_id: int) -> None:
         self.main_ids.append(token_id)
+        if token_id in self.tag_ids.all or self.parser.mode != PromiseMode.TEXT:  # a topic's or count's token too
+            self.num_tag_tokens += 1
+            self.num_main_tag_tokens += 1
         if token_id in self.eos_ids:
             self._apply(self.parser.abandon())
             self._finish_main("eos")
             return
         self.main.pending = token_id
         self._apply(self.parser.feed(token_id))
-        if self.main.state != MainState.DONE and len(self.main_ids) >= self.config.max_new_tokens:
+        if (self.main.state != MainState.DONE
+                and self._spent(len(self.main_ids), self.num_main_tag_tokens) >= self.config.max_new_tokens):
             self._apply(self.parser.abandon())
             self._finish_main("max_new_tokens")
 
@@ -248,6 +260,8 @@ class Interpreter:
         chunk.num_sampled += 1
         chunk.num_positions += 1
         tags = self.tag_ids
+        if token_id in tags.all:
+            self.num_tag_tokens += 1
         if token_id == tags.async_end:
             self._close_chunk(chunk, token_id)
             return

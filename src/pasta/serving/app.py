@@ -189,12 +189,14 @@ def _decode_configs(body, settings: ServeSettings, prompt_ids: list[int], max_to
     if body.top_p is not None:
         sampling = dataclasses.replace(sampling, top_p=body.top_p)
     # OpenAI's max_tokens bounds usage.completion_tokens, which counts every thread's tokens: it caps all threads
-    # together, not only the main one (chunk threads would otherwise add up to max_chunk_tokens each).
+    # together, not only the main one (chunk threads would otherwise add up to max_chunk_tokens each), and tags
+    # too (no free_tag_tokens: a client is billed for what was sampled).
     max_total_tokens = min(base.max_total_tokens or max_tokens, max_tokens)
     configs = []
     for i in range(body.n):
         seed = body.seed + i if body.seed is not None else None
         configs.append(dataclasses.replace(base, max_new_tokens=max_tokens, max_total_tokens=max_total_tokens,
+                                           free_tag_tokens=0,
                                            stop_strings=tuple(body.stop or ()),
                                            sampling=dataclasses.replace(sampling, seed=seed)))
     return configs

@@ -55,5 +55,7 @@ class EngineRequest:
     @property
     def num_tokens(self) -> int:
         """What admission counts: the prompt and the tokens the request may sample (`max_total_tokens` when set,
-        which caps every thread; else `max_new_tokens`, the main thread's, which chunk threads can exceed)."""
-        return len(self.prompt_ids) + (self.config.max_total_tokens or self.config.max_new_tokens)
+        which caps every thread; else `max_new_tokens`, the main thread's, which chunk threads can exceed; and the
+        free tags on top of either)."""
+        return (len(self.prompt_ids) + (self.config.max_total_tokens or self.config.max_new_tokens)
+                + self.config.free_tag_tokens)
