@@ -14,13 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoTokenizer
 
 from helpers.models import cut_checkpoint, lively_model, looping_model
 from helpers.training import ANNOTATED, hand_pairs
 from pasta.config import compose
 from pasta.data import Record, read_jsonl
+from pasta.decoding import DecodeConfig
 from pasta.errors import PastaError
-from pasta.lang import IGNORE_INDEX, ReservationPolicy, add_tag_tokens, encode_text, sequence_logprobs
+from pasta.lang import IGNORE_INDEX, ReservationPolicy, TagIds, add_tag_tokens, encode_text, sequence_logprobs
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import Reference, SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
@@ -70,8 +72,28 @@ def test_a_malformed_candidate_is_never_chosen_and_is_rejected_first():
     assert best_and_worst([Scored(2.0, 0.5, 1), Scored(1.5, 0.5, 2)], 1.0) is None
 
 
-def scored_entry(key, qualities, speedups=None, status="scored"):
+def test_with_a_length_tolerance_the_rejected_side_is_as_long_as_the_chosen_one():
+    # The long rambling answer (index 0) scores worst; among answers within 15% of the best's 400 characters the
+    # worst is the slow one of the same length (index 2), the pair stage.pair_length_tolerance asks for.
+    candidates = [Scored(0.5, 0.1, num_chars=1000), Scored(2.0, 0.5, num_chars=400), Scored(1.0, 0.5, num_chars=380),
+                  Scored(1.5, 0.5, num_chars=200)]
+    assert best_and_worst(candidates, 1.0) == (1, 0)
+    assert best_and_worst(candidates, 1.0, length_tolerance=0.15) == (1, 2)
+    assert best_and_worst(candidates, 1.0, length_tolerance=0.0) is None
+
+
+def test_make_pairs_skips_a_prompt_without_a_candidate_of_the_chosen_ones_length():
+    short_fast = scored_entry("a", [0.5, 0.5], speedups=[2.0, 1.0], texts=["x" * 100, "x" * 400])
+    matched = scored_entry("b", [0.5, 0.5], speedups=[2.0, 1.0], texts=["x" * 400, "x" * 420])
+    pairs, skipped = make_pairs([short_fast, matched], 1.0, SpeedReward.theoretical, length_tolerance=0.15)
+    assert [pair.id for pair in pairs] == ["b"]
+    assert skipped == Counter({"no_length_match": 1})
+    assert len(make_pairs([short_fast, matched], 1.0, SpeedReward.theoretical)[0]) == 2
+
+
+def scored_entry(key, qualities, speedups=None, status="scored", texts=None):
     speedups = speedups or [1.0] * len(qualities)
+    texts = texts or [f"t{i}" for i in range(len(qualities))]
     return ScoredPrompt.from_json({
         "id": key,
         "instruction": key,
@@ -83,11 +105,11 @@ def scored_entry(key, qualities, speedups=None, status="scored"):
                 "speedup": s,
                 "quality": q,
                 "judge": "fake:j",
-                "text": f"t{i}",
-                "annotated": f"t{i}",
+                "text": text,
+                "annotated": text,
                 "tokens": {"main_ids": [5 + i], "opener_ids": [], "body_ids": [], "num_predicted": []},
             }
-            for i, (s, q) in enumerate(zip(speedups, qualities, strict=True))
+            for i, (s, q, text) in enumerate(zip(speedups, qualities, texts, strict=True))
         ],
         "prompt_index": 0,
         "input": "",
@@ -668,6 +690,15 @@ class ConstantJudge:
         return [0.5] * len(items)
 
 
+def num_text_tokens(tokens: dict, tags: TagIds) -> int:
+    """A candidate's sampled tokens that are not tags: the main thread's outside its promises, and its chunks'."""
+    in_promise, count = False, 0
+    for token_id in tokens["main_ids"]:
+        in_promise = token_id == tags.promise or (in_promise and token_id != tags.promise_end)
+        count += not in_promise and token_id not in tags.all
+    return count + sum(token_id not in tags.all for body in tokens["body_ids"] for token_id in body)
+
+
 def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_path, monkeypatch):
     # lambda = 0, a constant judge and speed_reward=theoretical: the reward is the theoretical speedup alone, so
     # the round's chosen answer is a (well-formed, constrained) fork faster than the rejected one, and the held-out
@@ -696,9 +727,11 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     out = tmp_path / "pref"
     (pair,) = read_jsonl(out / "round-1" / "pairs.jsonl")
     assert pair["chosen"]["speedup"] > max(1.0, pair["rejected"]["speedup"])
-    # A candidate's budget is its threads' tokens together, as a sequential answer's is its own.
+    # A candidate's budget is its threads' text together, as a sequential answer's is its own; its tags come on top.
     (scored,) = read_jsonl(out / "round-1" / "scores.jsonl")
-    assert max(c["num_tokens"] for c in scored["candidates"]) <= 40
+    tags = TagIds.from_tokenizer(AutoTokenizer.from_pretrained(folder))
+    assert all(num_text_tokens(c["tokens"], tags) <= 40 for c in scored["candidates"])
+    assert all(c["num_tokens"] <= 40 + DecodeConfig().free_tag_tokens for c in scored["candidates"])
     assert pair["chosen"]["num_malformed"] == 0
     before = json.loads((out / "round-0" / "heldout.json").read_text())
     after = json.loads((out / "round-1" / "heldout.json").read_text())

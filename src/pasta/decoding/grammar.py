@@ -4,8 +4,8 @@ Unconstrained, the interpreter turns every malformed tag into text and counts it
 the sampler asks the interpreter for its thread's `Constraint` before taking a token: a list of rules, each the
 malformed event it prevents (named as the interpreter counts it) and the [V] bool mask of the tokens that would
 cause it. The rules, from `pasta.lang.syntax.parse`, the token grammar of `pasta.lang.tokens` and the interpreter's
-fall-backs (`budget`: tokens the main thread may still sample under `max_new_tokens` and what all threads together
-have left of `max_total_tokens`):
+fall-backs (`budget`: tags the main thread may still sample under `max_new_tokens` and what all threads together
+have left of `max_total_tokens`, the free tags of `decode.free_tag_tokens` included):
 
     main, in text       <|async|> <|async_body|> <|async_end|> (the decoder supplies them)      async_tag_in_main
                         <|promise_tokens|> <|promise_end|> outside a promise                    stray_promise_tag

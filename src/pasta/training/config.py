@@ -271,6 +271,14 @@ class PrefSettings(OptimSettings):
                           "min(candidate's tokens, reference's tokens) over the candidate's steps: no credit for an "
                           "answer shorter than the reference"},
     )
+    pair_length_tolerance: float | None = field(
+        default=None,
+        metadata={"help": "the rejected side is the worst candidate whose answer text is within this fraction of the "
+                          "chosen one's length (0.15: +-15% of its characters), so a pair differs in speed and "
+                          "quality at equal length and cannot teach brevity; a prompt with none is skipped "
+                          "(metrics.json's skipped.no_length_match); null = the worst of all candidates (the "
+                          "paper's)"},
+    )
     alpha: float = field(
         default=0.5, metadata={"help": "BoNBoN: alpha * SFT(best) + (1 - alpha) * IPO(margin)"}
     )
@@ -300,8 +308,9 @@ class PrefSettings(OptimSettings):
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling of the candidates"})
     max_new_tokens: int = field(
         default=384,
-        metadata={"help": "longest candidate, in tokens sampled by all its threads together (a sequential answer's "
-                          "budget; the reference decode of stage.reference=baseline gets as many)"},
+        metadata={"help": "longest candidate, in tokens sampled by all its threads together, its first 64 tags "
+                          "aside as the evaluation's decode.free_tag_tokens sets them (a sequential answer's budget; "
+                          "the reference decode of stage.reference=baseline gets as many)"},
     )
     no_repeat_ngram_size: int = field(
         default=0,
@@ -339,6 +348,8 @@ class PrefSettings(OptimSettings):
             raise PastaError(
                 f"{where}.rounds must be >= 1 and {where}.num_samples >= 2 (a pair needs two candidates)"
             )
+        if self.pair_length_tolerance is not None and not self.pair_length_tolerance >= 0:
+            raise PastaError(f"{where}.pair_length_tolerance={self.pair_length_tolerance} must be >= 0 or null")
         if not 0.0 <= self.alpha <= 1.0:
             raise PastaError(f"{where}.alpha={self.alpha} must lie in [0, 1]")
         if self.quality_weight < 0 or math.isnan(self.quality_weight):

@@ -6,6 +6,9 @@ speedup grows with an answer's own length (more chunks, more tokens per step), w
 speedup does not reward: a longer answer takes more steps. So by default speed is latency, the reference answer's
 tokens (the steps a sequential decode of it takes) over the candidate's steps (`stage.speed_reward`). The best and the worst
 candidate of a prompt make its pair; a prompt whose candidates all score the same teaches nothing and is skipped.
+With `stage.pair_length_tolerance` the worst is taken among the candidates about as long as the best: a pair of a
+short and a long answer teaches "be short" at any lambda (the study's rounds: chosen sides a third shorter than the
+rejected), one at equal length can only teach what else differs, forking among it.
 `make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
 scores, the judge's name, its text and its thread ids; `summarize` puts a round's samples and pairs in numbers.
 
@@ -36,6 +39,7 @@ class Scored:
     speed: float  # the speed reward (speed_score)
     quality: float  # the judge's score in [0, 1]
     num_malformed: int = 0  # malformed-output events of the candidate's decode (see the module docstring)
+    num_chars: int = 0  # the answer's plain text, tags aside (what a length tolerance compares)
 
 
 def combined_score(candidate: Scored, quality_weight: float) -> float:
@@ -61,17 +65,24 @@ def speed_score(candidate: Candidate, reference_num_tokens: int | None, reward: 
     return latency
 
 
-def best_and_worst(candidates: list[Scored], quality_weight: float) -> tuple[int, int] | None:
+def best_and_worst(candidates: list[Scored], quality_weight: float,
+                   length_tolerance: float | None = None) -> tuple[int, int] | None:
     """Indices of the best and the worst candidate, or None when they tie (or fewer than two were scored).
 
     Well-formed candidates rank above malformed ones (see the module docstring); a prompt with no well-formed
     candidate makes no pair. Among equal ranks the earliest candidate is taken, so the choice is reproducible.
+    With `length_tolerance`, the worst is one of the candidates whose text is within that fraction of the best's
+    length (`num_chars`).
     """
     if len(candidates) < 2:
         return None
     ranks = [(c.num_malformed == 0, combined_score(c, quality_weight)) for c in candidates]
     best = max(range(len(ranks)), key=lambda i: (ranks[i], -i))
-    worst = min(range(len(ranks)), key=lambda i: (ranks[i], i))
+    pool = range(len(ranks))
+    if length_tolerance is not None:
+        reach = length_tolerance * candidates[best].num_chars
+        pool = [i for i in pool if abs(candidates[i].num_chars - candidates[best].num_chars) <= reach]
+    worst = min(pool, key=lambda i: (ranks[i], i))
     if ranks[best] == ranks[worst] or not ranks[best][0]:
         return None
     return best, worst
@@ -84,7 +95,7 @@ def json_number(value: float) -> float | str:
 
 def scored_of(candidate: Candidate, entry: ScoredPrompt, reward: SpeedReward) -> Scored:
     return Scored(speed_score(candidate, entry.reference_num_tokens, reward), candidate.quality,
-                  candidate.num_malformed)
+                  candidate.num_malformed, len(candidate.text))
 
 
 def pair_side(candidate: Candidate, scored: Scored, index: int, quality_weight: float) -> PairSide:
@@ -103,9 +114,10 @@ def pair_side(candidate: Candidate, scored: Scored, index: int, quality_weight: 
     )
 
 
-def make_pairs(scored: list[ScoredPrompt], quality_weight: float,
-               reward: SpeedReward) -> tuple[list[Pair], Counter]:
-    """Best-vs-worst pairs of the scored prompts, and the count of prompts skipped by reason."""
+def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
+               length_tolerance: float | None = None) -> tuple[list[Pair], Counter]:
+    """Best-vs-worst pairs of the scored prompts (the worst within `length_tolerance` of the best's length, when
+    given), and the count of prompts skipped by reason."""
     pairs: list[Pair] = []
     skipped: Counter = Counter()
     for entry in scored:
@@ -113,9 +125,12 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float,
             skipped[entry.status] += 1
             continue
         candidates = [scored_of(c, entry, reward) for c in entry.candidates]
-        chosen = best_and_worst(candidates, quality_weight)
+        chosen = best_and_worst(candidates, quality_weight, length_tolerance)
         if chosen is None:
-            skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
+            if length_tolerance is not None and best_and_worst(candidates, quality_weight) is not None:
+                skipped["no_length_match"] += 1
+            else:
+                skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
             continue
         best, worst = chosen
         pairs.append(

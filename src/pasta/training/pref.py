@@ -11,7 +11,8 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    `judge_retries` times, then the prompt is marked `judge_failed` and skipped, never scored as zero. Each prompt's
    record goes to `scores.jsonl` (appended and fsynced: a crash loses at most the batch in flight), the judge's
    name next to every score;
-3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped); each prompt's
+3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped; with
+   `stage.pair_length_tolerance` the worst of those about as long as the best); each prompt's
    best well-formed fork that ended by itself and is judged no worse than its median candidate goes to
    `forking.jsonl` as an SFT record (pasta.training.feedback; `data.extra_paths` trains on them);
 4. train BoNBoN, alpha * SFT(best) + (1 - alpha) * IPO(margin), with TRL's DPOTrainer (its "sft" and "ipo" loss
@@ -174,7 +175,8 @@ def run_round(
         model, tokenizer, prompts, references, judge, settings, policy, scores_path, seed, processes
     )
     sample_seconds = time.perf_counter() - start
-    pairs, skipped = make_pairs(scored, settings.quality_weight, settings.speed_reward)
+    pairs, skipped = make_pairs(scored, settings.quality_weight, settings.speed_reward,
+                                settings.pair_length_tolerance)
     summary = summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward)
     forking = forking_records(scored, settings.quality_weight, settings.speed_reward, round_index)
     summary["num_forking_records"] = len(forking)
