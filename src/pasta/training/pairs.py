@@ -7,8 +7,8 @@ speedup does not reward: a longer answer takes more steps. So by default speed i
 tokens (the steps a sequential decode of it takes) over the candidate's steps (`stage.speed_reward`). The best and the worst
 candidate of a prompt make its pair; a prompt whose candidates all score the same teaches nothing and is skipped.
 With `stage.pair_length_tolerance` the worst is taken among the candidates about as long as the best: a pair of a
-short and a long answer teaches "be short" at any lambda (the study's rounds: chosen sides a third shorter than the
-rejected), one at equal length can only teach what else differs, forking among it.
+short and a long answer teaches "be short" at any lambda, one at equal length can only teach what else differs,
+forking among it.
 `make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
 scores, the judge's name, its text and its thread ids; `summarize` puts a round's samples and pairs in numbers.
 
