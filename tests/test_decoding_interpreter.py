@@ -415,7 +415,7 @@ def test_constraint_closes_a_promise_before_max_new_tokens(main, max_new_tokens)
 
 
 def test_constraint_lets_a_promise_open_on_the_last_text_tokens_when_its_tags_are_free():
-    """The same promise as above, opened with 4 text tokens left: its 4 tags are free, so it can close."""
+    """The same promise as above, opened with 4 text tokens left: 4 of its 5 tags are free, so it closes in time."""
     it = interpreter(DecodeConfig(max_new_tokens=7, free_tag_tokens=4))
     assert first_violation(it, [1, 2, 3, *promise([5], 2), 2, 2, 2, 2], [[6, AE]]) is None
     assert not it.malformed and it.num_threads == 1
