@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import re
 import weakref
 from dataclasses import dataclass
 
@@ -64,12 +63,12 @@ from pasta.lang import TagIds, encode_text
 from pasta.lang.syntax import MAX_TOPIC_CHARS, num_tokens_value, topic_words, validate_topic
 
 PROMISE_MIN_TOKENS = 3  # <|promise|> topic <|promise_end|>, the uncounted form
-_WORD_CHAR = re.compile(r"\w")  # what lang.topic_words counts as part of a word
 
 
-def _ends_in_word(topic: str) -> bool:
-    """The next token may go on with the topic's last word."""
-    return _WORD_CHAR.match(topic[-1:]) is not None
+def _in_word(char: str) -> bool:
+    """`char` (one character, or none) is part of a word as `topic_words` reads words: the one definition of a word
+    that the duplicate and loop rules share with the evaluation's topic-loop count."""
+    return bool(topic_words(char))
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,7 @@ class Grammar:
         for token_id, text in enumerate(texts):
             first = topic_words(text)[:1]
             if first and token_id not in self._not_text:
-                starts_word = _WORD_CHAR.match(text) is not None
+                starts_word = _in_word(text[:1])
                 self._ids_by_first_word[starts_word].setdefault(first[0], []).append(token_id)
 
         self._in_topic_escape = Rule("unclosed_promise", eos | (tag_mask & ~self._ids_mask(
@@ -202,24 +201,24 @@ class Grammar:
             rules.append(Rule("topic_loop", self._ids_mask(looping)))
         return Constraint.of(*rules)
 
-    def _repeating_a_pair(self, topic: str, named: tuple[str, ...]) -> list[int]:
+    def _repeating_a_pair(self, topic: str, words: tuple[str, ...]) -> list[int]:
         """Tokens whose first word would make the topic repeat a pair of its own words ('a timeline and a budget
         and a timeline', 'markdown syntax: use markdown syntax'): a topic that loops inside itself. Only a token's
         first word is read (a token rarely holds two), so the rule never has to forbid a closing tag: no state it
         leads to holds a repeated pair that closing would keep."""
-        pairs = list(zip(named, named[1:], strict=False))
+        pairs = list(zip(words, words[1:], strict=False))
         if not pairs:
             return []
-        in_word = _ends_in_word(topic)
+        in_word = _in_word(topic[-1:])
         looping = []
         if in_word:  # a token that goes on with the last word changes the pair that word is in
-            before, last = named[-2], named[-1]
+            before, last = words[-2], words[-1]
             looping += [token_id for first, second in pairs[:-1]
                         if first == before and len(second) > len(last) and second.startswith(last)
                         for token_id in self._ids_by_first_word[True].get(second[len(last) :], [])]
         # A token that starts a new word pairs it with the last one.
         starting = [self._ids_by_first_word[False]] + ([] if in_word else [self._ids_by_first_word[True]])
-        looping += [token_id for first, second in pairs if first == named[-1]
+        looping += [token_id for first, second in pairs if first == words[-1]
                     for ids in starting for token_id in ids.get(second, [])]
         return looping
 
@@ -229,7 +228,7 @@ class Grammar:
         grow past them: no budget for another topic token, or no characters left. With one character left a letter
         still changes the last word, so only those two cases trap a topic."""
         # Every word of the topic but its last, which the next token may extend, must open a promised topic's words.
-        head = words[:-1] if _ends_in_word(topic) else words
+        head = words[:-1] if _in_word(topic[-1:]) else words
         if not any(other[: len(head)] == head for other in named):
             return []
         if budget <= 2:
