@@ -22,7 +22,16 @@ from pasta.config import compose
 from pasta.data import Record, read_jsonl
 from pasta.decoding import DecodeConfig
 from pasta.errors import PastaError
-from pasta.lang import IGNORE_INDEX, ReservationPolicy, TagIds, add_tag_tokens, encode_text, sequence_logprobs
+from pasta.evaluation.length import answer_tokens
+from pasta.lang import (
+    IGNORE_INDEX,
+    ReservationPolicy,
+    TagIds,
+    add_tag_tokens,
+    encode_text,
+    parse,
+    sequence_logprobs,
+)
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import Reference, SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
@@ -690,13 +699,12 @@ class ConstantJudge:
         return [0.5] * len(items)
 
 
-def num_text_tokens(tokens: dict, tags: TagIds) -> int:
-    """A candidate's sampled tokens that are not tags: the main thread's outside its promises, and its chunks'."""
-    in_promise, count = False, 0
-    for token_id in tokens["main_ids"]:
-        in_promise = token_id == tags.promise or (in_promise and token_id != tags.promise_end)
-        count += not in_promise and token_id not in tags.all
-    return count + sum(token_id not in tags.all for body in tokens["body_ids"] for token_id in body)
+def num_text_tokens(candidate: dict, tokenizer) -> int:
+    """A candidate's sampled tokens that spend its budget, by the evaluation's split of an answer's tokens: the text
+    of every thread, and eos."""
+    tokens = answer_tokens(parse(candidate["annotated"]), token_doc_of(candidate["tokens"], TagIds.from_tokenizer(
+        tokenizer)), tokenizer.eos_token_id)
+    return tokens.num_main_text + tokens.num_chunk_text + tokens.num_eos
 
 
 def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_path, monkeypatch):
@@ -729,8 +737,8 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     assert pair["chosen"]["speedup"] > max(1.0, pair["rejected"]["speedup"])
     # A candidate's budget is its threads' text together, as a sequential answer's is its own; its tags come on top.
     (scored,) = read_jsonl(out / "round-1" / "scores.jsonl")
-    tags = TagIds.from_tokenizer(AutoTokenizer.from_pretrained(folder))
-    assert all(num_text_tokens(c["tokens"], tags) <= 40 for c in scored["candidates"])
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert all(num_text_tokens(c, tokenizer) <= 40 for c in scored["candidates"])
     assert all(c["num_tokens"] <= 40 + DecodeConfig().free_tag_tokens for c in scored["candidates"])
     assert pair["chosen"]["num_malformed"] == 0
     before = json.loads((out / "round-0" / "heldout.json").read_text())
