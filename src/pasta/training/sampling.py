@@ -13,10 +13,11 @@ reward's may differ (`References`). Both resume from their files and shard their
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig
@@ -30,6 +31,9 @@ from pasta.parallel import Processes, ShardedJsonl
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import PrefSettings, Reference
 from pasta.training.examples import example_from_doc
+
+if TYPE_CHECKING:
+    from pasta.decoding import DecodeConfig
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +134,36 @@ def reference_num_tokens(tokenizer, reference: str) -> int:
     return len(encode_text(tokenizer, reference)) + 1
 
 
+def candidate_decode_config(settings: PrefSettings) -> DecodeConfig:
+    """How a round's candidates are decoded: the stage's budget and sampling, the decoder's defaults otherwise."""
+    from pasta.decoding import DecodeConfig, SamplingConfig
+
+    sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p,
+                              no_repeat_ngram_size=settings.no_repeat_ngram_size)
+    return DecodeConfig(max_new_tokens=settings.max_new_tokens, max_total_tokens=settings.max_new_tokens,
+                        sampling=sampling)
+
+
 def sampling_settings(settings: PrefSettings) -> dict[str, Any]:
-    """The stage settings that decide what a round's candidates are (not how they are paired: stage.quality_weight
-    and stage.speed_reward apply to saved scores, so rounds that differ only in them can share a scores file)."""
-    return {"num_samples": settings.num_samples, "temperature": settings.temperature, "top_p": settings.top_p,
-            "max_new_tokens": settings.max_new_tokens, "no_repeat_ngram_size": settings.no_repeat_ngram_size}
+    """The settings that decide what a round's candidates are (not how they are paired: stage.quality_weight
+    and stage.speed_reward apply to saved scores, so rounds that differ only in them can share a scores file): the
+    stage's, then every field of the decoder's config as `decode.<field>`, the defaults the stage does not set
+    included, so candidates drawn by a decoder whose defaults have since changed are not paired with new ones."""
+    stage = {"num_samples": settings.num_samples, "temperature": settings.temperature, "top_p": settings.top_p,
+             "max_new_tokens": settings.max_new_tokens, "no_repeat_ngram_size": settings.no_repeat_ngram_size}
+    # Through JSON, as scores.jsonl reads them back: a tuple is a list there.
+    decode = json.loads(json.dumps(asdict(candidate_decode_config(settings))))
+    return stage | _flattened(decode, "decode.")
+
+
+def _flattened(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= _flattened(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_name: str,
@@ -149,7 +178,8 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
     for entry in saved:
         for key, value in sampling.items():
             if entry.sampling is not None and key in entry.sampling and entry.sampling[key] != value:
-                refuse(f"sampled with stage.{key}={entry.sampling[key]}, this run asks {value}")
+                name = key if key.startswith("decode.") else f"stage.{key}"
+                refuse(f"sampled with {name}={entry.sampling[key]}, this run asks {value}")
         if entry.judge != judge_name:
             refuse(f"judged by {entry.judge}, this run's judge is {judge_name}")
         if entry.id in references.quality and entry.reference != references.quality[entry.id]:
@@ -192,7 +222,7 @@ def sample_and_score(
 ) -> list[ScoredPrompt]:
     """Score records of every prompt, sampling only those not yet in `scores_path` (see the module docstring);
     each process samples its share of them."""
-    from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+    from pasta.decoding import decode_async
     from pasta.judges import JudgeItem
 
     store = ShardedJsonl(scores_path, processes, key="id")
@@ -201,10 +231,7 @@ def sample_and_score(
     settings_drawn = sampling_settings(settings)
     check_saved_scores([ScoredPrompt.from_json(r) for r in store.records()], references, judge.name,
                        settings_drawn, tokenizer, scores_path)
-    sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p,
-                              no_repeat_ngram_size=settings.no_repeat_ngram_size)
-    config = DecodeConfig(max_new_tokens=settings.max_new_tokens, max_total_tokens=settings.max_new_tokens,
-                          sampling=sampling)
+    config = candidate_decode_config(settings)
     num = settings.num_samples
     todo = processes.shard([(index, r) for index, r in enumerate(prompts) if r.id not in done])
     model.eval()
