@@ -59,8 +59,9 @@ class ScoredPrompt:
     # The reference answer's tokens in the student's tokenizer, eos included: the steps a sequential decode of it
     # takes, against which `stage.speed_reward=latency` scores a candidate's steps. None in older scores files.
     reference_num_tokens: int | None = None
-    # The stage settings that drew the candidates (`sampling_settings`), so a resumed round can refuse scores
-    # drawn otherwise. None in older scores files.
+    # The settings that drew the candidates (`sampling_settings`: the stage's and its decoder's), so a resumed round
+    # can refuse scores drawn otherwise. None in older scores files; the decoder's (`decode.*`) are absent in files
+    # written before 2026-11-27.
     sampling: dict[str, Any] | None = None
 
     @classmethod
