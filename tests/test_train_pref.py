@@ -614,7 +614,8 @@ def test_a_resumed_round_refuses_candidates_scored_under_other_settings_and_keep
         assert path.read_text() == saved
     # A decoder default the stage does not set (here the free tag allowance of candidates drawn before it existed)
     # counts as well: the saved record says what decoded it.
-    drawn_before = json.loads(saved) | {"sampling": first.sampling | {"decode.free_tag_tokens": 0}}
+    drawn_before = json.loads(saved) | {"sampling": first.sampling | {
+        "decoding": first.sampling["decoding"] | {"free_tag_tokens": 0}}}
     path.write_text(json.dumps(drawn_before) + "\n")
     with pytest.raises(PastaError, match="holds candidates sampled with decode.free_tag_tokens=0, this run asks 64"):
         sample()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import logging
 import platform
 from pathlib import Path
@@ -37,7 +36,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from pasta.config import schema_from
+from pasta.config import as_json, first_difference, schema_from, with_defaults
 from pasta.data import JsonlAppender, write_json_atomic
 from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeError, DecodeResult, decode
 from pasta.errors import PastaError
@@ -156,11 +155,6 @@ class Decoder:
             raise PastaError(f"decoding the prompt {record['instruction'][:80]!r} failed: {exc}") from None
 
 
-def _as_json(value: Any) -> Any:
-    # Through JSON, so that it compares equal to what a rerun reads back from run.json.
-    return json.loads(json.dumps(value))
-
-
 def _run_meta(
     cfg: DictConfig, ecfg: EvalConfig, generator: str, mode: str, device: str, num_processes: int
 ) -> dict[str, Any]:
@@ -170,13 +164,13 @@ def _run_meta(
         "decode": mode,
         "timing": ecfg.timing,
         "batch_size": 1 if ecfg.timing == Timing.wall else ecfg.batch_size,
-        "decoding": _as_json(dataclasses.asdict(schema_from(cfg.decode, DecodeConfig, "decode"))),
+        "decoding": as_json(dataclasses.asdict(schema_from(cfg.decode, DecodeConfig, "decode"))),
         "reservation": (
-            _as_json(dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation)))
+            as_json(dataclasses.asdict(ReservationPolicy.from_config(cfg.lang.reservation)))
             if mode == "async" else None
         ),
         "seed": cfg.get("seed"),
-        "sot": _as_json(dataclasses.asdict(ecfg.sot)) if mode == "sot" else None,
+        "sot": as_json(dataclasses.asdict(ecfg.sot)) if mode == "sot" else None,
         "eval_data": str(cfg.eval_data.name),
         "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
         "device": device_description(device),
@@ -187,34 +181,17 @@ def _run_meta(
     }
 
 
-def _with_defaults(recorded: Any, defaults: Any) -> Any:
-    """`recorded` (a run.json node) with the settings it lacks taken from `defaults`, nested dicts included: a decode
-    setting added after a run was recorded did not exist then, so that run decoded as its default does."""
-    if not isinstance(recorded, dict) or not isinstance(defaults, dict):
-        return recorded
-    return {**defaults, **{key: _with_defaults(value, defaults.get(key)) for key, value in recorded.items()}}
-
-
-DECODING_DEFAULTS = _as_json(dataclasses.asdict(DecodeConfig()))
-
-
-def _first_difference(key: str, recorded: Any, asked: Any) -> tuple[str, Any, Any]:
-    """The innermost setting where `recorded` and `asked` differ, as (dotted key, recorded value, asked value)."""
-    if isinstance(recorded, dict) and isinstance(asked, dict):
-        for name in (*recorded, *(k for k in asked if k not in recorded)):
-            if recorded.get(name) != asked.get(name):
-                return _first_difference(f"{key}.{name}", recorded.get(name), asked.get(name))
-    return key, recorded, asked
+DECODING_DEFAULTS = as_json(dataclasses.asdict(DecodeConfig()))
 
 
 def _check_resumable(run_dir: Path, previous: dict[str, Any], meta: dict[str, Any]) -> None:
     """Refuse to resume into `run_dir` (whose run.json holds `previous`) a run that differs in a RESUME_KEYS key."""
-    previous = {**previous, "decoding": _with_defaults(previous.get("decoding"), DECODING_DEFAULTS)}
+    previous = {**previous, "decoding": with_defaults(previous.get("decoding"), DECODING_DEFAULTS)}
     for key in RESUME_KEYS:
         if key in RECORDED_SINCE and key not in previous:
             continue  # an older run.json: its run used the config's value, as this one does
         if previous.get(key) != meta[key]:
-            name, recorded, asked = _first_difference(key, previous.get(key), meta[key])
+            name, recorded, asked = first_difference(key, previous.get(key), meta[key])
             raise PastaError(
                 f"{run_dir} holds a run with {name}={recorded!r}, not {asked!r}: "
                 "give another output_dir (or eval.generator) for this run"

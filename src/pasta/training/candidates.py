@@ -60,7 +60,7 @@ class ScoredPrompt:
     # takes, against which `stage.speed_reward=latency` scores a candidate's steps. None in older scores files.
     reference_num_tokens: int | None = None
     # The settings that drew the candidates (`sampling_settings`: the stage's and its decoder's), so a resumed round
-    # can refuse scores drawn otherwise. None in older scores files; the decoder's (`decode.*`) are absent in files
+    # can refuse scores drawn otherwise. None in older scores files; the decoder's (`decoding`) is absent in files
     # written before 2026-11-27.
     sampling: dict[str, Any] | None = None
 

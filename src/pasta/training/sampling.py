@@ -13,7 +13,6 @@ reward's may differ (`References`). Both resume from their files and shard their
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig
 
-from pasta.config import resolve_device
+from pasta.config import as_json, first_difference, resolve_device, with_defaults
 from pasta.data import Record
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, encode_text
@@ -147,23 +146,12 @@ def candidate_decode_config(settings: PrefSettings) -> DecodeConfig:
 def sampling_settings(settings: PrefSettings) -> dict[str, Any]:
     """The settings that decide what a round's candidates are (not how they are paired: stage.quality_weight
     and stage.speed_reward apply to saved scores, so rounds that differ only in them can share a scores file): the
-    stage's, then every field of the decoder's config as `decode.<field>`, the defaults the stage does not set
-    included, so candidates drawn by a decoder whose defaults have since changed are not paired with new ones."""
-    stage = {"num_samples": settings.num_samples, "temperature": settings.temperature, "top_p": settings.top_p,
-             "max_new_tokens": settings.max_new_tokens, "no_repeat_ngram_size": settings.no_repeat_ngram_size}
-    # Through JSON, as scores.jsonl reads them back: a tuple is a list there.
-    decode = json.loads(json.dumps(asdict(candidate_decode_config(settings))))
-    return stage | _flattened(decode, "decode.")
-
-
-def _flattened(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat |= _flattened(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+    stage's, and under `decoding` the decoder's whole config, the defaults the stage does not set included, so
+    candidates drawn by a decoder whose defaults have since changed are not paired with new ones (files written
+    before it was recorded hold the stage's alone)."""
+    return {"num_samples": settings.num_samples, "temperature": settings.temperature, "top_p": settings.top_p,
+            "max_new_tokens": settings.max_new_tokens, "no_repeat_ngram_size": settings.no_repeat_ngram_size,
+            "decoding": as_json(asdict(candidate_decode_config(settings)))}
 
 
 def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_name: str,
@@ -175,11 +163,20 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
         raise PastaError(f"{scores_path} holds candidates {what}: resume with the run's settings, or pass another "
                          "output_dir (the saved candidates are kept)")
 
+    from pasta.decoding import DecodeConfig
+
+    decoding_defaults = as_json(asdict(DecodeConfig()))
     for entry in saved:
         for key, value in sampling.items():
-            if entry.sampling is not None and key in entry.sampling and entry.sampling[key] != value:
-                name = key if key.startswith("decode.") else f"stage.{key}"
-                refuse(f"sampled with {name}={entry.sampling[key]}, this run asks {value}")
+            if entry.sampling is None or key not in entry.sampling:
+                continue
+            if key == "decoding":  # as pasta.eval's run.json: a setting added since decoded as its default does
+                name, recorded, asked = first_difference("decode", with_defaults(entry.sampling[key],
+                                                                                 decoding_defaults), value)
+            else:
+                name, recorded, asked = f"stage.{key}", entry.sampling[key], value
+            if recorded != asked:
+                refuse(f"sampled with {name}={recorded}, this run asks {asked}")
         if entry.judge != judge_name:
             refuse(f"judged by {entry.judge}, this run's judge is {judge_name}")
         if entry.id in references.quality and entry.reference != references.quality[entry.id]:
