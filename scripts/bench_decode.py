@@ -26,7 +26,8 @@ For each model:
 (c) With --compile, (b) and c(q) run compiled too (decode.compile), and each decoder's tokens/s compiled against
     eager: greedy sequential decoding of one prompt, and the async structures. Each compiled workload is warmed
     up first, twice (its compilation: graphs and seconds; on CUDA the recording of its CUDA graphs); every graph
-    compiled after the warm-up is a recompilation.
+    compiled after the warm-up is a recompilation, and every CUDA graph recorded after it a re-recording (a timed
+    run that pays for recordings is not measuring replays).
 Every figure is a ratio of interleaved runs inside this process, median over --repeats. Timings on a shared
 machine are noisy: compare ratios, not absolute times, and rerun when other jobs are quiet.
 """
@@ -193,28 +194,50 @@ def compile_seconds() -> float:
     return sum(compilation_time_metrics.get("_compile.compile_inner", []))
 
 
+class CudaGraphRecordings:
+    """Counts the CUDA graphs torch.compile records (mode reduce-overhead) while it is installed: torch reports each
+    recording to its compilation callbacks."""
+
+    def __init__(self):
+        from torch._dynamo.callback import CallbackTrigger, callback_handler
+
+        self.count = 0
+        self._trigger = CallbackTrigger.CUDAGRAPH_RECORDING
+        callback_handler.register_start_callback(self._seen)
+
+    def _seen(self, args) -> None:
+        if args.callback_trigger == self._trigger:
+            self.count += 1
+
+
 class CompileLog:
-    """The graphs and seconds torch.compile spent in each warm-up, and the graphs compiled outside them."""
+    """The graphs and seconds torch.compile spent in each warm-up, and the graphs compiled and CUDA graphs recorded
+    outside them."""
 
     def __init__(self):
         self.warmups: dict[str, dict] = {}
         self.recompiles: dict[str, int] = {}
+        self.rerecords: dict[str, int] = {}
+        self._recordings = CudaGraphRecordings()
 
     def warm_up(self, name: str, run):
         """`run` twice, compiled: what it compiled, and its last value. The first run compiles; on CUDA the second
         one records the CUDA graphs (a new shape runs once unrecorded first), which are then only replayed."""
         graphs, seconds, start = graphs_compiled(), compile_seconds(), time.perf_counter()
+        recordings = self._recordings.count
         run()
         value = run()
         self.warmups[name] = {"graphs": graphs_compiled() - graphs, "compile_s": compile_seconds() - seconds,
+                              "cuda_graphs": self._recordings.count - recordings,
                               "warmup_wall_s": time.perf_counter() - start}
         return value
 
     def timed(self, name: str, run):
-        """`run` after its warm-up: a graph compiled now is a recompilation."""
-        graphs = graphs_compiled()
+        """`run` after its warm-up: a graph compiled now is a recompilation, a CUDA graph recorded a re-recording."""
+        graphs, recordings = graphs_compiled(), self._recordings.count
         value = run()
         self.recompiles[name] = self.recompiles.get(name, 0) + graphs_compiled() - graphs
+        self.rerecords[name] = self.rerecords.get(name, 0) + self._recordings.count - recordings
         return value
 
 
@@ -493,7 +516,8 @@ def bench_model(name, args, policy, save):
         per_structure, async_ratio = compiled_over_eager_async(structures)
         save_model({"compiled_sequential": sequential, "compiled_over_eager_async": per_structure,
                     "compiled_over_eager_async_geomean": async_ratio,
-                    "compilation": compile_log.warmups, "recompilations_after_warmup": compile_log.recompiles})
+                    "compilation": compile_log.warmups, "recompilations_after_warmup": compile_log.recompiles,
+                    "cuda_graphs_recorded_after_warmup": compile_log.rerecords})
     print_summary(result, structures, costs, compile_log if args.compile else None, args.repeats)
     del model
     if args.device.startswith("cuda"):
@@ -528,11 +552,12 @@ def print_summary(result, structures, costs, compile_log, repeats):
     for shape, ratio in result["compiled_over_eager_async"].items():
         print(f"(c) async {shape}: compiled over eager {ratio:.2f}x")
     for name, warmup in compile_log.warmups.items():
-        print(f"compile, {name}: {warmup['graphs']} graphs, {warmup['compile_s']:.1f} s compiling "
-              f"({warmup['warmup_wall_s']:.1f} s warm-up)")
-    total = sum(compile_log.recompiles.values())
-    print(f"recompilations after warm-up: {total}"
-          + ("" if not total else f" ({compile_log.recompiles})"))
+        print(f"compile, {name}: {warmup['graphs']} graphs, {warmup['compile_s']:.1f} s compiling, "
+              f"{warmup['cuda_graphs']} CUDA graphs recorded ({warmup['warmup_wall_s']:.1f} s warm-up)")
+    for what, counts in (("recompilations", compile_log.recompiles),
+                         ("CUDA graphs recorded", compile_log.rerecords)):
+        total = sum(counts.values())
+        print(f"{what} after warm-up: {total}" + ("" if not total else f" ({counts})"))
     print(f"sequential compiled over eager: {s['compiled_over_eager']:.2f}x")
     print(f"async compiled over eager: {result['compiled_over_eager_async_geomean']:.2f}x")
 

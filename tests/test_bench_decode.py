@@ -36,10 +36,12 @@ def test_the_tiny_config_runs_eager_and_compiled_end_to_end_without_the_stage_pa
     assert re.fullmatch(r"sequential compiled over eager: \d+\.\d\dx", lines[-2]), lines[-2]
     assert re.fullmatch(r"async compiled over eager: \d+\.\d\dx", lines[-1]), lines[-1]
     assert "recompilations after warm-up: 0" in lines
+    assert "CUDA graphs recorded after warm-up: 0" in lines  # on CPU none ever is: the count is there for CUDA
 
     tiny = json.loads(out.read_text())["models"]["tiny"]
     assert tiny["generate"]["same_tokens"] and tiny["compiled_sequential"]["same_tokens"]
     assert set(tiny["recompilations_after_warmup"].values()) == {0}
+    assert set(tiny["cuda_graphs_recorded_after_warmup"]) == {"async 2x8", "async 4x8", "sequential"}
     assert set(tiny["compilation"]) == {"c(q)", "async 2x8", "async 4x8", "sequential"}
     for mode in ("eager", "compiled"):
         rows = tiny[f"structures_{mode}"]

@@ -10,7 +10,7 @@ import torch
 
 from helpers.models import Scripted, lively_model
 from pasta.decoding import DecodeConfig, DecodeError, decode, decode_async, decode_sequential, runner
-from pasta.decoding.cache import SlotCache
+from pasta.decoding.cache import SlotCache, StorePool
 from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.packing import narrow_width, pack_step
 from pasta.decoding.requests import new_request, request_stats
@@ -47,6 +47,36 @@ def test_cache_rows_leave_by_taking_the_last_row_and_join_into_the_freed_room():
     assert cache.num_bytes() == allocated and row_values(cache) == [3.0, 1.0, 0.0]
     cache.add_rows(2)  # more rows than the room left: the stores double
     assert row_values(cache) == [3.0, 1.0, 0.0, 0.0, 0.0] and cache.num_bytes() == 2 * allocated
+
+
+def stores(cache: SlotCache) -> list[torch.Tensor]:
+    return [store for layer in cache.layers for store in (layer._key_store, layer._value_store)]
+
+
+def test_a_released_cache_hands_its_stores_to_the_next_cache_of_its_pool_zeroed_layer_by_layer():
+    pool = StorePool(capacity_multiple=8)
+    first = SlotCache(num_layers=2, capacity=5, num_rows=2, pool=pool)
+    assert first.capacity == 8  # rounded up, so that caches of other prompt lengths share shapes
+    first.place(torch.tensor([[0, 1]]), torch.tensor([[0, 0]]), kv_length=1, seq_length=0)
+    for layer in first.layers:
+        layer.update(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2))
+    beside = written_cache(2, capacity=8)  # no pool: stores of its own
+    addresses = [store.data_ptr() for store in stores(first)]
+    first.release()
+    second = SlotCache(num_layers=2, capacity=3, num_rows=2, pool=pool)
+    second.place(torch.tensor([[1]]), torch.tensor([[2]]), kv_length=3, seq_length=0)
+    for layer in second.layers:
+        keys, _ = layer.update(torch.full((1, 1, 1, 2), 5.0), torch.full((1, 1, 1, 2), 5.0))
+        assert keys[:, 0, :, 0].tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 5.0]]  # the first cache's ones are gone
+    assert [store.data_ptr() for store in stores(second)] == addresses  # each layer's key and value stores
+    assert not set(addresses) & {store.data_ptr() for store in stores(beside)}
+    third = SlotCache(num_layers=2, capacity=8, num_rows=2, pool=pool)  # while `second` holds them: new ones
+    third.place(torch.tensor([[0]]), torch.tensor([[0]]), kv_length=1, seq_length=0)
+    for layer in third.layers:
+        layer.update(torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2))
+    assert not set(addresses) & {store.data_ptr() for store in stores(third)}
+    second.reserve(9)  # outgrows them: they go back to the pool, for the next cache of their shape
+    assert second.capacity == 16 and pool.num_bytes() == sum(t.numel() * 4 for t in stores(third))
 
 
 def test_packed_rows_are_written_at_their_own_requests_row_and_slot():
@@ -224,6 +254,37 @@ def test_a_compiled_step_runs_its_bucketed_shapes_through_the_compiled_forward(l
     assert shapes and all(shape == (2, (2, 1, 1, 256)) for shape in shapes)  # the prefill ran eagerly
     alone = decode_async(model, tokenizer, [ids], config, ReservationPolicy())[0].token_ids
     assert [i.main_ids for i in interpreters] == [alone, alone]
+
+
+def test_consecutive_compiled_decodes_write_into_the_same_cache_stores(lively, monkeypatch):
+    """CUDA graphs replay on the stores' addresses: a compiled step's next decode call (a new batch, a new cache)
+    gets the stores the last one released. Without compiling: the compiled function is the eager step."""
+    model, tokenizer = lively
+    addresses = []
+
+    def compiled(model, cache, input_ids, position_ids, ragged):
+        logits = model_step(model, cache, input_ids, position_ids, ragged)
+        addresses[-1].append([store.data_ptr() for store in stores(cache)])
+        return logits
+
+    prompts = [encode_prompt(tokenizer, "Give three tips."), encode_prompt(tokenizer, "Name a fruit, please, now.")]
+    config = DecodeConfig(max_new_tokens=8)
+    answers = []
+    for ids in prompts:  # prompts of other lengths: their capacities round up to the same slot bucket
+        forward = StepForward(model, compile=True)
+        monkeypatch.setattr(forward, "_compiled", compiled)
+        interpreter = async_request(model, tokenizer, ids, config)
+        addresses.append([])
+        with StepBatch(model, pad_token_id(tokenizer), forward) as batch:
+            batch.join(interpreter, greedy, len(ids) + 72)
+            while batch.members:
+                batch.step()
+            assert batch.cache is None
+        answers.append(interpreter.main_ids)
+    first_step = addresses[0][0]
+    assert all(steps and all(step == first_step for step in steps) for steps in addresses)
+    assert answers == [decode_async(model, tokenizer, [ids], config, ReservationPolicy())[0].token_ids
+                       for ids in prompts]
 
 
 def test_a_step_is_timed_once_and_each_request_counts_its_prefill_and_decode_steps(lively):

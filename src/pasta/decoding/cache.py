@@ -15,9 +15,15 @@ Why not transformers' caches: `DynamicCache` concatenates (a copy of the whole c
 `StaticCache` attends over its whole preallocated length; both advance every request by the same number of rows.
 A request's row starts at `initial_capacity` slots and doubles when a step would overflow it. Requests join
 (`add_rows`) and leave (`remove`) between steps, which is what continuous batching needs.
+
+A compiled step's caches take their stores from the model's `StorePool` and give them back when dropped
+(`release`), so the next decode call writes into the same tensors: CUDA graphs recorded on their addresses replay
+instead of being recorded again for every cache.
 """
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -45,15 +51,59 @@ def _static_store(store: torch.Tensor) -> torch.Tensor:
     return store
 
 
+class StorePool:
+    """Key and value stores kept between the caches of one model: a cache asking for a store of a layer, kind and
+    shape that an earlier cache released gets that tensor back (zeroed), at its address.
+
+    Why: a CUDA-graph step replays on the stores' addresses (`_static_store`). A store at a new address makes
+    torch.compile's CUDA-graph trees record the step again for every shape it meets, and keep the old recordings
+    beside the new: a decode call that started a fresh cache paid one recording per step shape, and a process
+    gathered recordings without bound. Capacities are rounded up to `capacity_multiple` slots so that caches for
+    prompts of different lengths share shapes. What it costs: the stores of the largest cache stay allocated
+    between calls."""
+
+    def __init__(self, capacity_multiple: int = 1):
+        self.capacity_multiple = capacity_multiple
+        self._free: defaultdict[tuple, list[torch.Tensor]] = defaultdict(list)
+
+    def capacity(self, num_slots: int) -> int:
+        """The capacity a cache of at least `num_slots` slots gets."""
+        return -(-num_slots // self.capacity_multiple) * self.capacity_multiple
+
+    def take(self, name: tuple, like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """A zeroed store of `shape` with `like`'s dtype and device: the last one given back under `name` and
+        shape, else a new one."""
+        free = self._free[(name, shape, like.dtype, like.device)]
+        return free.pop().zero_() if free else like.new_zeros(shape)
+
+    def give_back(self, name: tuple, store: torch.Tensor) -> None:
+        self._free[(name, tuple(store.shape), store.dtype, store.device)].append(store)
+
+    def num_bytes(self) -> int:
+        """Memory of the stores waiting to be taken."""
+        return sum(t.numel() * t.element_size() for stores in self._free.values() for t in stores)
+
+
 class SlotLayer(CacheLayerMixin):
     """One layer's keys and values [B, H_kv, capacity, D], written at the owner's current slots."""
 
     is_compileable = True
     is_sliding = False
 
-    def __init__(self, owner: SlotCache):
+    def __init__(self, owner: SlotCache, index: int):
         super().__init__()
         self.owner = owner
+        self.index = index  # the layer's number: its stores' name in the owner's pool
+
+    def _new_store(self, kind: str, like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """A zeroed store: from the owner's pool, if it has one."""
+        pool = self.owner.pool
+        return pool.take((self.index, kind), like, shape) if pool is not None else like.new_zeros(shape)
+
+    def _give_back(self, *stores_by_kind: tuple[str, torch.Tensor]) -> None:
+        if self.owner.pool is not None:
+            for kind, store in stores_by_kind:
+                self.owner.pool.give_back((self.index, kind), store)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         num_heads = key_states.shape[1]
@@ -61,8 +111,9 @@ class SlotLayer(CacheLayerMixin):
         num_rows, num_slots = self.owner.num_rows, self.owner.capacity + 1  # see _static_store
         # keys / values are views of the first B rows of these stores, so rows can leave and join without
         # reallocating the whole cache (continuous batching); a static batch uses every row.
-        self._set_stores(key_states.new_zeros(num_rows, num_heads, num_slots, key_states.shape[-1]),  # [R, H, C+1, D]
-                         value_states.new_zeros(num_rows, num_heads, num_slots, value_states.shape[-1]), num_rows)
+        self._set_stores(
+            self._new_store("key", key_states, (num_rows, num_heads, num_slots, key_states.shape[-1])),  # [R, H, C+1, D]
+            self._new_store("value", value_states, (num_rows, num_heads, num_slots, value_states.shape[-1])), num_rows)
         self.is_initialized = True
 
     def _set_stores(self, key_store: torch.Tensor, value_store: torch.Tensor, num_rows: int) -> None:
@@ -89,10 +140,11 @@ class SlotLayer(CacheLayerMixin):
         """New stores of this size, holding the live rows."""
         num_rows = self.keys.shape[0]
         stores = []
-        for old in (self._key_store, self._value_store):
-            new = old.new_zeros(num_store_rows, old.shape[1], capacity + 1, old.shape[-1])  # see _static_store
+        for kind, old in (("key", self._key_store), ("value", self._value_store)):
+            new = self._new_store(kind, old, (num_store_rows, old.shape[1], capacity + 1, old.shape[-1]))  # see _static_store
             new[:num_rows, :, : old.shape[2]] = old[:num_rows]
             stores.append(new)
+        self._give_back(("key", self._key_store), ("value", self._value_store))
         self._set_stores(*stores, num_rows)
 
     def grow(self, capacity: int) -> None:
@@ -119,6 +171,13 @@ class SlotLayer(CacheLayerMixin):
         if self.is_initialized:
             self._use_rows(num_rows)
 
+    def release(self) -> None:
+        """The stores go back to the owner's pool; the layer holds none."""
+        if self.is_initialized:
+            self._give_back(("key", self._key_store), ("value", self._value_store))
+            self._key_store = self._value_store = self.keys = self.values = None
+            self.is_initialized = False
+
     def num_bytes(self) -> int:
         """Memory of the stores (live rows and the spare ones)."""
         if not self.is_initialized:
@@ -136,21 +195,23 @@ class SlotLayer(CacheLayerMixin):
 
 
 class SlotCache(Cache):
-    """The batch's cache: `num_rows` cache rows of `capacity` slots. Call `place` before each forward."""
+    """The batch's cache: `num_rows` cache rows of `capacity` slots. Call `place` before each forward. With a
+    `pool`, its stores come from there (the capacity rounded up to the pool's multiple) and `release` returns them."""
 
-    def __init__(self, num_layers: int, capacity: int, num_rows: int = 1):
-        self.capacity = capacity
+    def __init__(self, num_layers: int, capacity: int, num_rows: int = 1, pool: StorePool | None = None):
+        self.pool = pool
+        self.capacity = pool.capacity(capacity) if pool is not None else capacity
         self.num_rows = num_rows
         self.row_ids: torch.Tensor | None = None  # [1, N]: the cache row of each row of the next forward
         self.slot_ids: torch.Tensor | None = None  # [1, N]: its slot
         self.kv_length = 0  # slots the next forward attends over
         self.seq_length = 0  # the largest first slot of the next forward (transformers' `get_seq_length`)
-        super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
+        super().__init__(layers=[SlotLayer(self, index) for index in range(num_layers)])
 
     @classmethod
-    def for_model(cls, model, capacity: int, num_rows: int = 1) -> SlotCache:
+    def for_model(cls, model, capacity: int, num_rows: int = 1, pool: StorePool | None = None) -> SlotCache:
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        return cls(config.num_hidden_layers, capacity, num_rows)
+        return cls(config.num_hidden_layers, capacity, num_rows, pool)
 
     def place(self, row_ids: torch.Tensor, slot_ids: torch.Tensor, kv_length: int, seq_length: int) -> None:
         """The next forward writes its row i's key and value at (row_ids[0, i], slot_ids[0, i]), [1, N] each, and
@@ -166,9 +227,9 @@ class SlotCache(Cache):
     def grow(self, capacity: int) -> None:
         """At least `capacity` slots per row, what was written kept."""
         if capacity > self.capacity:
-            self.capacity = capacity
+            self.capacity = self.pool.capacity(capacity) if self.pool is not None else capacity
             for layer in self.layers:
-                layer.grow(capacity)
+                layer.grow(self.capacity)
 
     def add_rows(self, num_rows: int) -> None:
         """Append empty cache rows for requests joining a running batch (their slots start at 0)."""
@@ -191,6 +252,11 @@ class SlotCache(Cache):
         for layer in self.layers:
             layer.truncate(len(order))
         return order
+
+    def release(self) -> None:
+        """Done with: every layer's stores go back to the pool (without one, they are freed with the cache)."""
+        for layer in self.layers:
+            layer.release()
 
     def num_bytes(self) -> int:
         """Memory held by the keys and values of every layer."""

@@ -146,7 +146,7 @@ class StepBatch:
         """Add a request: its prompt's prefill rides in the next step's forward, beside the others' rows.
         `capacity` sizes the cache when this request starts it (it grows on demand anyway)."""
         if self.cache is None:
-            self.cache = SlotCache.for_model(self.model, capacity)
+            self.cache = SlotCache.for_model(self.model, capacity, pool=self.forward.store_pool)
         else:
             self.cache.add_rows(1)
         member = Member(request, choose)
@@ -162,11 +162,17 @@ class StepBatch:
         order = self.cache.remove(indices)
         self.members = [self.members[b] for b in order]
         if not self.members:
-            self.cache = None
+            self._drop_cache()
 
     def clear(self) -> None:
         """Every member leaves and the cache is dropped (after a step that raised: the batch may be what broke)."""
-        self.members, self.cache = [], None
+        self.members = []
+        self._drop_cache()
+
+    def _drop_cache(self) -> None:
+        if self.cache is not None:
+            self.cache.release()
+        self.cache = None
 
     # --- one step ------------------------------------------------------------------------------------------------
 

@@ -17,20 +17,22 @@ would cost attention. A step that feeds a prompt (a length of its own) always ru
 symbolic in its graph, so a new bucket compiles nothing; torch.compile specializes a size of 1, so one-row steps
 (the sequential baseline's, one request at a time) have a graph of their own, and more than 8 rows switch the CPU
 linears (a guard in pasta/decoding/linears.py): a few graphs per model. On CUDA, mode `reduce-overhead` replays a
-CUDA graph, recorded once per bucket. A step that cannot be compiled stops the decode with a PastaError saying so;
+CUDA graph, recorded once per bucket and cache store: a compiled step's caches keep their stores in the model's
+`StorePool` (pasta/decoding/cache.py) between calls, their capacity in multiples of SLOT_BUCKET. A step that cannot be compiled stops the decode with a PastaError saying so;
 it never falls back to eager in silence.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import torch
 import torch.fx.experimental._config
 
 from pasta.decoding.attention import RaggedAttention
-from pasta.decoding.cache import SlotCache
-from pasta.decoding.packing import PackedStep
+from pasta.decoding.cache import SlotCache, StorePool
+from pasta.decoding.packing import SLOT_BUCKET, PackedStep
 from pasta.errors import PastaError
 from pasta.transformers_api import CACHE_ARGUMENT
 
@@ -60,6 +62,17 @@ def _compiled_step(mode: str) -> Callable:
     return _compiled_steps[mode]
 
 
+# One pool per model, for as long as the model lives: every compiled decode call of the process shares its stores.
+_store_pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def store_pool(model) -> StorePool:
+    """The model's cache store pool (the compiled steps' caches)."""
+    if model not in _store_pools:
+        _store_pools[model] = StorePool(capacity_multiple=SLOT_BUCKET)
+    return _store_pools[model]
+
+
 def compile_mode(mode: str | None, device: torch.device) -> str:
     """The torch.compile mode for `decode.compile_mode`: null gives CUDA graphs on CUDA and inductor's default
     elsewhere (CUDA graphs need CUDA)."""
@@ -69,12 +82,14 @@ def compile_mode(mode: str | None, device: torch.device) -> str:
 
 
 class StepForward:
-    """The forward of packed steps for one model: `model_step` eagerly, or compiled when `compile` is set."""
+    """The forward of packed steps for one model: `model_step` eagerly, or compiled when `compile` is set (its
+    caches then take their stores from `store_pool`)."""
 
     def __init__(self, model, *, compile: bool = False, mode: str | None = None):
         self.model = model
         self.mode = compile_mode(mode, model.device) if compile else None
         self._compiled = _compiled_step(self.mode) if compile else None
+        self.store_pool = store_pool(model) if compile else None
         self._cuda_graphs = compile and model.device.type == "cuda" and self.mode in ("reduce-overhead", "max-autotune")
 
     @property
