@@ -767,3 +767,27 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     if scored["candidates"][pair["chosen"]["index"]] in ended:
         assert forking[0]["annotated"] == pair["chosen"]["annotated"]
     assert info["rounds"][0]["num_forking_records"] == len(forking)
+
+
+def test_a_heldout_check_resumed_under_other_decode_settings_stops_and_keeps_its_answers(tiny_model_and_tokenizer,
+                                                                                        tmp_path):
+    """Its summary compares policies: answers of two decoders in one summary would compare nothing."""
+    from pasta.lang import ReservationPolicy
+    from pasta.training.heldout import ANSWERS, check_policy
+
+    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
+    records = [Record(instruction=f"Give {n} tips.", output="Sleep well.") for n in (2, 3)]
+
+    def check(limit: int, max_new_tokens: int):
+        return check_policy(model, tokenizer, records[:limit], ConstantJudge(), ReservationPolicy(),
+                            max_new_tokens=max_new_tokens, batch_size=1, out_dir=tmp_path)
+
+    check(1, 6)  # killed after its first prompt, say
+    saved = (tmp_path / ANSWERS).read_text()
+    with pytest.raises(PastaError, match=r"holds answers decoded with decode.max_new_tokens=6, this check asks 8"):
+        check(2, 8)
+    assert (tmp_path / ANSWERS).read_text() == saved
+    older = [{key: value for key, value in answer.items() if key != "decoding"} for answer in read_jsonl(
+        tmp_path / ANSWERS)]  # a check written before the settings were recorded resumes as it did
+    (tmp_path / ANSWERS).write_text("".join(json.dumps(answer) + "\n" for answer in older))
+    assert check(2, 8).num_prompts == 2

@@ -36,7 +36,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from pasta.config import as_json, first_difference, schema_from, with_defaults
+from pasta.config import as_json, first_difference, schema_from, with_decode_defaults
 from pasta.data import JsonlAppender, write_json_atomic
 from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeError, DecodeResult, decode
 from pasta.errors import PastaError
@@ -181,12 +181,9 @@ def _run_meta(
     }
 
 
-DECODING_DEFAULTS = as_json(dataclasses.asdict(DecodeConfig()))
-
-
 def _check_resumable(run_dir: Path, previous: dict[str, Any], meta: dict[str, Any]) -> None:
     """Refuse to resume into `run_dir` (whose run.json holds `previous`) a run that differs in a RESUME_KEYS key."""
-    previous = {**previous, "decoding": with_defaults(previous.get("decoding"), DECODING_DEFAULTS)}
+    previous = {**previous, "decoding": with_decode_defaults(previous.get("decoding"))}
     for key in RESUME_KEYS:
         if key in RECORDED_SINCE and key not in previous:
             continue  # an older run.json: its run used the config's value, as this one does

@@ -9,8 +9,10 @@ greedily with the asynchronous decoder, and `heldout.json` keeps what PASTA is a
 - the quality proxy: the stage's judge scoring each plain answer against the record's reference answer (with the
   default embedding judge, cosine similarity to e.g. the GPT-4 Turbo answer of AlpacaEval). A proxy, labelled with
   the judge's name, not a win rate.
-Answers go to `heldout.jsonl` one line per prompt as they are decoded, so a killed check resumes where it stopped;
-under `accelerate launch` each process decodes its share and the main process gathers them (pasta.parallel).
+Answers go to `heldout.jsonl` one line per prompt as they are decoded, each with the decode settings that gave it,
+so a killed check resumes where it stopped, and refuses to when the settings changed (a summary over two decoders'
+answers would compare nothing); under `accelerate launch` each process decodes its share and the main process
+gathers them (pasta.parallel).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from pasta.config import resolve_device
+from pasta.config import as_json, first_difference, resolve_device, with_decode_defaults
 from pasta.data import Record, load_instructions, write_json_atomic
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+from pasta.errors import PastaError
 from pasta.judges import JudgeItem
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import encode_prompt, load_model, model_at
@@ -85,10 +88,12 @@ def check_policy(
     answers_path = out_dir / ANSWERS
     store = ShardedJsonl(answers_path, processes, key="id")
     store.gather()
-    done = store.keys()
-    todo = processes.shard([r for r in records if r.id not in done])
     config = DecodeConfig(max_new_tokens=max_new_tokens, max_total_tokens=max_new_tokens,
                           sampling=SamplingConfig(temperature=0.0, no_repeat_ngram_size=no_repeat_ngram_size))
+    decoding = as_json(asdict(config))
+    check_saved_answers(store.records(), decoding, answers_path)
+    done = store.keys()
+    todo = processes.shard([r for r in records if r.id not in done])
     model.eval()
     with store.appender() as out:
         for start in range(0, len(todo), batch_size):
@@ -112,6 +117,7 @@ def check_policy(
                         "num_malformed": sum(result.stats.malformed.values()),
                         "quality": quality,
                         "judge": judge.name,
+                        "decoding": decoding,
                     }
                 )
     ids = [r.id for r in records]
@@ -132,6 +138,18 @@ def check_policy(
     if processes.is_main:
         write_json_atomic(out_dir / SUMMARY, asdict(summary))
     return summary
+
+
+def check_saved_answers(answers: list[dict], decoding: dict, answers_path: Path) -> None:
+    """Refuse to resume a check whose saved answers were decoded with other settings than `decoding` (this run's,
+    through JSON). Answers written before the settings were recorded pass."""
+    for answer in answers:
+        if "decoding" not in answer:
+            continue
+        name, recorded, asked = first_difference("decode", with_decode_defaults(answer["decoding"]), decoding)
+        if recorded != asked:
+            raise PastaError(f"{answers_path} holds answers decoded with {name}={recorded}, this check asks {asked}: "
+                             "resume with the run's settings, or pass another output_dir (the saved answers are kept)")
 
 
 def mean_of(answers: list[dict], key: str) -> float | None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig
 
-from pasta.config import as_json, first_difference, resolve_device, with_defaults
+from pasta.config import as_json, first_difference, resolve_device, with_decode_defaults
 from pasta.data import Record
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, encode_text
@@ -163,16 +163,12 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
         raise PastaError(f"{scores_path} holds candidates {what}: resume with the run's settings, or pass another "
                          "output_dir (the saved candidates are kept)")
 
-    from pasta.decoding import DecodeConfig
-
-    decoding_defaults = as_json(asdict(DecodeConfig()))
     for entry in saved:
         for key, value in sampling.items():
             if entry.sampling is None or key not in entry.sampling:
                 continue
             if key == "decoding":  # as pasta.eval's run.json: a setting added since decoded as its default does
-                name, recorded, asked = first_difference("decode", with_defaults(entry.sampling[key],
-                                                                                 decoding_defaults), value)
+                name, recorded, asked = first_difference("decode", with_decode_defaults(entry.sampling[key]), value)
             else:
                 name, recorded, asked = f"stage.{key}", entry.sampling[key], value
             if recorded != asked:
