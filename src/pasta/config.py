@@ -222,14 +222,6 @@ def with_defaults(recorded: Any, defaults: Any) -> Any:
     return {**defaults, **{key: with_defaults(value, defaults.get(key)) for key, value in recorded.items()}}
 
 
-def with_decode_defaults(recorded: Any) -> Any:
-    """A run file's recorded decode settings (`as_json` of a DecodeConfig) with the settings added since it was
-    written at their defaults, ready to compare with this run's."""
-    from pasta.decoding.config import DecodeConfig
-
-    return with_defaults(recorded, as_json(dataclasses.asdict(DecodeConfig())))
-
-
 def first_difference(key: str, recorded: Any, asked: Any) -> tuple[str, Any, Any]:
     """The innermost setting where `recorded` and `asked` differ, as (dotted key, recorded value, asked value)."""
     if isinstance(recorded, dict) and isinstance(asked, dict):

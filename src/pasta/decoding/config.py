@@ -9,7 +9,8 @@ against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 
 from pasta.errors import PastaError
 
@@ -173,3 +174,9 @@ class DecodeConfig:
         max_new_tokens and as many again in each chunk, and a comparison with the sequential decoder would give it
         more text to write."""
         return self.max_new_tokens if self.max_total_tokens is None else self.max_total_tokens
+
+
+def recorded_defaults() -> dict:
+    """DecodeConfig's defaults as run files record a decode config (through JSON): what a setting added after a file
+    was written reads as, when a resumed run compares the file's settings with its own."""
+    return json.loads(json.dumps(asdict(DecodeConfig())))

@@ -36,9 +36,10 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from pasta.config import as_json, first_difference, schema_from, with_decode_defaults
+from pasta.config import as_json, first_difference, schema_from, with_defaults
 from pasta.data import JsonlAppender, write_json_atomic
 from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeError, DecodeResult, decode
+from pasta.decoding.config import recorded_defaults
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig, Timing
 from pasta.evaluation.eval_set import eval_prompts, subset_meta
@@ -183,7 +184,7 @@ def _run_meta(
 
 def _check_resumable(run_dir: Path, previous: dict[str, Any], meta: dict[str, Any]) -> None:
     """Refuse to resume into `run_dir` (whose run.json holds `previous`) a run that differs in a RESUME_KEYS key."""
-    previous = {**previous, "decoding": with_decode_defaults(previous.get("decoding"))}
+    previous = {**previous, "decoding": with_defaults(previous.get("decoding"), recorded_defaults())}
     for key in RESUME_KEYS:
         if key in RECORDED_SINCE and key not in previous:
             continue  # an older run.json: its run used the config's value, as this one does

@@ -26,9 +26,10 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from pasta.config import as_json, first_difference, resolve_device, with_decode_defaults
+from pasta.config import as_json, first_difference, resolve_device, with_defaults
 from pasta.data import Record, load_instructions, write_json_atomic
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+from pasta.decoding.config import recorded_defaults
 from pasta.errors import PastaError
 from pasta.judges import JudgeItem
 from pasta.lang import ReservationPolicy, add_tag_tokens
@@ -146,7 +147,8 @@ def check_saved_answers(answers: list[dict], decoding: dict, answers_path: Path)
     for answer in answers:
         if "decoding" not in answer:
             continue
-        name, recorded, asked = first_difference("decode", with_decode_defaults(answer["decoding"]), decoding)
+        recorded_decoding = with_defaults(answer["decoding"], recorded_defaults())
+        name, recorded, asked = first_difference("decode", recorded_decoding, decoding)
         if recorded != asked:
             raise PastaError(f"{answers_path} holds answers decoded with {name}={recorded}, this check asks {asked}: "
                              "resume with the run's settings, or pass another output_dir (the saved answers are kept)")

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig
 
-from pasta.config import as_json, first_difference, resolve_device, with_decode_defaults
+from pasta.config import as_json, first_difference, resolve_device, with_defaults
 from pasta.data import Record
+from pasta.decoding.config import recorded_defaults
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, encode_text
 from pasta.models import encode_prompt, load_model, model_at
@@ -168,7 +169,8 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
             if entry.sampling is None or key not in entry.sampling:
                 continue
             if key == "decoding":  # as pasta.eval's run.json: a setting added since decoded as its default does
-                name, recorded, asked = first_difference("decode", with_decode_defaults(entry.sampling[key]), value)
+                recorded_decoding = with_defaults(entry.sampling[key], recorded_defaults())
+                name, recorded, asked = first_difference("decode", recorded_decoding, value)
             else:
                 name, recorded, asked = f"stage.{key}", entry.sampling[key], value
             if recorded != asked:
