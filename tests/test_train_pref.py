@@ -33,7 +33,7 @@ from pasta.lang import (
     sequence_logprobs,
 )
 from pasta.training.candidates import Candidate, ScoredPrompt
-from pasta.training.config import Reference, SpeedReward, settings_from_cfg
+from pasta.training.config import Reference, RejectedSide, SpeedReward, settings_from_cfg
 from pasta.training.examples import build_sft_examples, token_doc_of
 from pasta.training.feedback import usable_promises
 from pasta.training.pairs import Scored, best_and_worst, combined_score, make_pairs, summarize
@@ -124,6 +124,39 @@ def scored_entry(key, qualities, speedups=None, status="scored", texts=None):
         "input": "",
         "reference": "",
     })
+
+
+def test_an_untagged_pair_is_the_best_fork_against_its_own_words_decoded_sequentially():
+    # Candidate 0 is plain and scores best; 1 and 2 fork, 2 the faster; 3 forks fastest but is malformed. The chosen
+    # side is 2, the rejected side its own text without tags, one token a step (eos kept: it ended). Prompt "b"
+    # never forks: no pair.
+    entry = scored_entry("a", [0.9, 0.5, 0.5, 0.5], speedups=[1.0, 1.2, 1.5, 3.0],
+                         texts=["plain", "fork one", "fork two", "broken"])
+    fork = {"main_ids": [7, 8], "opener_ids": [[9]], "body_ids": [[10, 11]], "num_predicted": [2]}
+    entry = dataclasses.replace(entry, candidates=[
+        entry.candidates[0],
+        *(dataclasses.replace(c, tokens=fork, finish_reason="eos") for c in entry.candidates[1:3]),
+        dataclasses.replace(entry.candidates[3], tokens=fork, malformed={"unclosed": 1}),
+    ])
+    encoded = []
+
+    def plain_ids(text, ended):
+        encoded.append((text, ended))
+        return [ord(ch) for ch in text] + ([0] if ended else [])
+
+    pairs, skipped = make_pairs([entry, scored_entry("b", [0.5, 0.4])], 1.0, SpeedReward.theoretical,
+                                rejected_side=RejectedSide.untagged, plain_ids=plain_ids)
+    (pair,) = pairs
+    assert skipped == Counter({"no_fork": 1}) and encoded == [("fork two", True)]
+    assert (pair.chosen.index, pair.rejected.index) == (2, 2) and pair.chosen.tokens == fork
+    assert pair.rejected.tokens == {"main_ids": [*map(ord, "fork two"), 0], "opener_ids": [], "body_ids": [],
+                                    "num_predicted": []}
+    assert pair.rejected.text == pair.rejected.annotated == pair.chosen.text == "fork two"
+    assert pair.rejected.speedup == 1.0 and pair.rejected.quality == pair.chosen.quality
+    assert pair.chosen.score > pair.rejected.score  # the same words, the same quality: the fork is faster
+    with pytest.raises(PastaError, match="pair_length_tolerance applies to rejected_side=worst"):
+        settings_from_cfg(compose("train", ["stage=pref", "stage.rejected_side=untagged",
+                                            "stage.pair_length_tolerance=0.2"]).stage)
 
 
 def test_make_pairs_skips_ties_and_failed_judging_and_names_the_judge_on_every_score():

@@ -93,6 +93,15 @@ class SpeedReward(Choice):
         return self != SpeedReward.theoretical
 
 
+class RejectedSide(Choice):
+    """What a prompt's chosen candidate is paired against (pasta.training.pairs)."""
+
+    worst = "worst"  # the prompt's worst candidate: the paper's best-vs-worst
+    # the chosen answer's own words without their tags, as a sequential answer: a pair that differs only in how the
+    # answer is decoded, where it forks, never in what it says or its length
+    untagged = "untagged"
+
+
 @dataclass
 class OptimSettings:
     """The optimisation loop shared by both stages (transformers TrainingArguments underneath)."""
@@ -279,6 +288,13 @@ class PrefSettings(OptimSettings):
                           "(metrics.json's skipped.no_length_match); null = the worst of all candidates (the "
                           "paper's)"},
     )
+    rejected_side: RejectedSide = field(
+        default=RejectedSide.worst,
+        metadata={"help": "what each prompt's chosen answer is paired against: worst (its worst candidate, the "
+                          "paper's) | untagged (the best forked well-formed candidate against its own words "
+                          "without tags, decoded sequentially: the pair differs only where the answer forks; a "
+                          "prompt with no such candidate is skipped, metrics.json's skipped.no_fork)"},
+    )
     alpha: float = field(
         default=0.5, metadata={"help": "BoNBoN: alpha * SFT(best) + (1 - alpha) * IPO(margin)"}
     )
@@ -350,6 +366,9 @@ class PrefSettings(OptimSettings):
             )
         if self.pair_length_tolerance is not None and not self.pair_length_tolerance >= 0:
             raise PastaError(f"{where}.pair_length_tolerance={self.pair_length_tolerance} must be >= 0 or null")
+        if self.pair_length_tolerance is not None and self.rejected_side == RejectedSide.untagged:
+            raise PastaError(f"{where}.pair_length_tolerance applies to rejected_side=worst; an untagged side has "
+                             "the chosen answer's length already")
         if not 0.0 <= self.alpha <= 1.0:
             raise PastaError(f"{where}.alpha={self.alpha} must lie in [0, 1]")
         if self.quality_weight < 0 or math.isnan(self.quality_weight):

@@ -227,6 +227,11 @@ def response_document(record: Record, *, strip_annotations: bool, min_promises: 
     return doc
 
 
+def plain_answer_ids(tokenizer, text: str, ended: bool) -> list[int]:
+    """A plain answer's ids as Baseline-SFT trains on them (eos appended when the answer `ended`)."""
+    return tokenize_document(Document((Text(text),)), tokenizer, add_eos=ended).main_ids
+
+
 def example_from_doc(prompt_ids: list[int], doc: TokenDoc) -> dict[str, Any]:
     return {
         "prompt_ids": list(prompt_ids),

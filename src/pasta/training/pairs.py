@@ -9,6 +9,10 @@ candidate of a prompt make its pair; a prompt whose candidates all score the sam
 With `stage.pair_length_tolerance` the worst is taken among the candidates about as long as the best: a pair of a
 short and a long answer teaches "be short" at any lambda, one at equal length can only teach what else differs,
 forking among it.
+With `stage.rejected_side=untagged` a pair teaches nothing but the structure: the prompt's best forked candidate
+against its own words without tags, decoded sequentially (re-encoded as plain text, so its steps are its tokens).
+Both sides say the same thing at the same length; what differs is the promise tokens and the chunks' layout, the
+few tokens a best-vs-worst pair spreads its signal over among all the others.
 `make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
 scores, the judge's name, its text and its thread ids; `summarize` puts a round's samples and pairs in numbers.
 
@@ -21,15 +25,17 @@ side, and it is the rejected side when the prompt has one: the pair then teaches
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pasta.errors import PastaError
-from pasta.training.candidates import Candidate, Pair, PairSide, ScoredPrompt
-from pasta.training.config import SpeedReward
+from pasta.training.candidates import Candidate, Pair, PairSide, ScoredPrompt, ThreadIds
+from pasta.training.config import RejectedSide, SpeedReward
 
 
 @dataclass(frozen=True)
@@ -114,10 +120,28 @@ def pair_side(candidate: Candidate, scored: Scored, index: int, quality_weight: 
     )
 
 
+def untagged(candidate: Candidate, plain_ids: Callable[[str, bool], list[int]]) -> Candidate:
+    """`candidate`'s words as a sequential answer: its text encoded by `plain_ids(text, ended)` (eos appended when
+    `ended`, as the candidate's own main thread has it), one token a step."""
+    ended = candidate.finish_reason in ("eos", "stop_string")
+    ids = plain_ids(candidate.text, ended)
+    tokens: ThreadIds = {"main_ids": ids, "opener_ids": [], "body_ids": [], "num_predicted": []}
+    return dataclasses.replace(candidate, annotated=candidate.text, speedup=1.0, num_tokens=len(ids),
+                               num_steps=len(ids), malformed={}, tokens=tokens)
+
+
+def best_forked(candidates: list[Candidate], scores: list[Scored], quality_weight: float) -> int | None:
+    """Index of the best well-formed candidate that forked (the earliest among equals), or None."""
+    forked = [i for i, c in enumerate(candidates) if c.num_malformed == 0 and c.tokens.get("body_ids")]
+    return max(forked, key=lambda i: (combined_score(scores[i], quality_weight), -i), default=None)
+
+
 def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
-               length_tolerance: float | None = None) -> tuple[list[Pair], Counter]:
-    """Best-vs-worst pairs of the scored prompts (the worst within `length_tolerance` of the best's length, when
-    given), and the count of prompts skipped by reason."""
+               length_tolerance: float | None = None, rejected_side: RejectedSide = RejectedSide.worst,
+               plain_ids: Callable[[str, bool], list[int]] | None = None) -> tuple[list[Pair], Counter]:
+    """Pairs of the scored prompts and the count of prompts skipped by reason: best vs worst (the worst within
+    `length_tolerance` of the best's length, when given), or with `rejected_side=untagged` the best fork vs its
+    own words untagged (`plain_ids` encodes them; see the module docstring)."""
     pairs: list[Pair] = []
     skipped: Counter = Counter()
     for entry in scored:
@@ -125,6 +149,19 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
             skipped[entry.status] += 1
             continue
         candidates = [scored_of(c, entry, reward) for c in entry.candidates]
+        if rejected_side == RejectedSide.untagged:
+            best = best_forked(entry.candidates, candidates, quality_weight)
+            if best is None:
+                skipped["no_fork"] += 1
+                continue
+            plain = untagged(entry.candidates[best], plain_ids)
+            pairs.append(Pair(
+                id=entry.id, instruction=entry.instruction, judge=entry.judge,
+                quality_weight=json_number(quality_weight), prompt_ids=entry.prompt_ids,
+                chosen=pair_side(entry.candidates[best], candidates[best], best, quality_weight),
+                rejected=pair_side(plain, scored_of(plain, entry, reward), best, quality_weight),
+            ))
+            continue
         chosen = best_and_worst(candidates, quality_weight, length_tolerance)
         if chosen is None:
             if length_tolerance is not None and best_and_worst(candidates, quality_weight) is not None:

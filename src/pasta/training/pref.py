@@ -12,7 +12,8 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    record goes to `scores.jsonl` (appended and fsynced: a crash loses at most the batch in flight), the judge's
    name next to every score;
 3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped; with
-   `stage.pair_length_tolerance` the worst of those about as long as the best); each prompt's
+   `stage.pair_length_tolerance` the worst of those about as long as the best; with `stage.rejected_side=untagged`
+   the best fork against its own words untagged, pasta.training.pairs); each prompt's
    best well-formed fork that ended by itself and is judged no worse than its median candidate goes to
    `forking.jsonl` as an SFT record (pasta.training.feedback; `data.extra_paths` trains on them);
 4. train BoNBoN, alpha * SFT(best) + (1 - alpha) * IPO(margin), with TRL's DPOTrainer (its "sft" and "ipo" loss
@@ -49,7 +50,7 @@ from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
 from pasta.training.config import Finetune, PrefSettings, Reference, settings_from_cfg
-from pasta.training.examples import loader_config, with_min_promises
+from pasta.training.examples import loader_config, plain_answer_ids, with_min_promises
 from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
@@ -176,7 +177,8 @@ def run_round(
     )
     sample_seconds = time.perf_counter() - start
     pairs, skipped = make_pairs(scored, settings.quality_weight, settings.speed_reward,
-                                settings.pair_length_tolerance)
+                                settings.pair_length_tolerance, settings.rejected_side,
+                                lambda text, ended: plain_answer_ids(tokenizer, text, ended))
     summary = summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward)
     forking = forking_records(scored, settings.quality_weight, settings.speed_reward, round_index)
     summary["num_forking_records"] = len(forking)
