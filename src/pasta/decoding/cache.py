@@ -111,9 +111,10 @@ class SlotLayer(CacheLayerMixin):
         num_rows, num_slots = self.owner.num_rows, self.owner.capacity + 1  # see _static_store
         # keys / values are views of the first B rows of these stores, so rows can leave and join without
         # reallocating the whole cache (continuous batching); a static batch uses every row.
-        self._set_stores(
-            self._new_store("key", key_states, (num_rows, num_heads, num_slots, key_states.shape[-1])),  # [R, H, C+1, D]
-            self._new_store("value", value_states, (num_rows, num_heads, num_slots, value_states.shape[-1])), num_rows)
+        key_shape = (num_rows, num_heads, num_slots, key_states.shape[-1])  # [R, H, C+1, D]
+        value_shape = (num_rows, num_heads, num_slots, value_states.shape[-1])
+        self._set_stores(self._new_store("key", key_states, key_shape),
+                         self._new_store("value", value_states, value_shape), num_rows)
         self.is_initialized = True
 
     def _set_stores(self, key_store: torch.Tensor, value_store: torch.Tensor, num_rows: int) -> None:
@@ -141,7 +142,8 @@ class SlotLayer(CacheLayerMixin):
         num_rows = self.keys.shape[0]
         stores = []
         for kind, old in (("key", self._key_store), ("value", self._value_store)):
-            new = self._new_store(kind, old, (num_store_rows, old.shape[1], capacity + 1, old.shape[-1]))  # see _static_store
+            shape = (num_store_rows, old.shape[1], capacity + 1, old.shape[-1])  # see _static_store
+            new = self._new_store(kind, old, shape)
             new[:num_rows, :, : old.shape[2]] = old[:num_rows]
             stores.append(new)
         self._give_back(("key", self._key_store), ("value", self._value_store))

@@ -18,8 +18,8 @@ symbolic in its graph, so a new bucket compiles nothing; torch.compile specializ
 (the sequential baseline's, one request at a time) have a graph of their own, and more than 8 rows switch the CPU
 linears (a guard in pasta/decoding/linears.py): a few graphs per model. On CUDA, mode `reduce-overhead` replays a
 CUDA graph, recorded once per bucket and cache store: a compiled step's caches keep their stores in the model's
-`StorePool` (pasta/decoding/cache.py) between calls, their capacity in multiples of SLOT_BUCKET. A step that cannot be compiled stops the decode with a PastaError saying so;
-it never falls back to eager in silence.
+`StorePool` (pasta/decoding/cache.py) between calls, their capacity in multiples of SLOT_BUCKET. A step that
+cannot be compiled stops the decode with a PastaError saying so; it never falls back to eager in silence.
 """
 
 from __future__ import annotations
