@@ -154,6 +154,11 @@ def test_an_untagged_pair_is_the_best_fork_against_its_own_words_decoded_sequent
     assert pair.rejected.text == pair.rejected.annotated == pair.chosen.text == "fork two"
     assert pair.rejected.speedup == 1.0 and pair.rejected.quality == pair.chosen.quality
     assert pair.chosen.score > pair.rejected.score  # the same words, the same quality: the fork is faster
+    entry = dataclasses.replace(entry, reference_num_tokens=9)  # the rejected side's length is its own plain tokens
+    (pair,), _ = make_pairs([entry], 1.0, SpeedReward.theoretical, rejected_side=RejectedSide.untagged,
+                            plain_ids=plain_ids)
+    summary = summarize([entry], [pair], Counter(), 1.0, SpeedReward.theoretical)
+    assert summary["rejected_mean_length_ratio"] == pytest.approx(9 / 9)  # "fork two" and eos
     with pytest.raises(PastaError, match="pair_length_tolerance applies to rejected_side=worst"):
         settings_from_cfg(compose("train", ["stage=pref", "stage.rejected_side=untagged",
                                             "stage.pair_length_tolerance=0.2"]).stage)

@@ -87,6 +87,7 @@ class PairSide:
     text: str
     annotated: str
     tokens: ThreadIds
+    num_tokens: int = 0  # the side's sampled tokens (an untagged side: its plain tokens); 0 in older pairs files
 
     @property
     def forked(self) -> bool:

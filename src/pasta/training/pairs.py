@@ -117,6 +117,7 @@ def pair_side(candidate: Candidate, scored: Scored, index: int, quality_weight: 
         text=candidate.text,
         annotated=candidate.annotated,
         tokens=candidate.tokens,
+        num_tokens=candidate.num_tokens,
     )
 
 
@@ -201,7 +202,7 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
         for pair in pairs:
             entry = by_id[pair.id]
             if entry.reference_num_tokens:
-                ratios.append(entry.candidates[getattr(pair, side).index].num_tokens / entry.reference_num_tokens)
+                ratios.append(getattr(pair, side).num_tokens / entry.reference_num_tokens)
         return ratios
 
     return {
