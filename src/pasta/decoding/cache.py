@@ -202,13 +202,17 @@ class SlotCache(Cache):
 
     def __init__(self, num_layers: int, capacity: int, num_rows: int = 1, pool: StorePool | None = None):
         self.pool = pool
-        self.capacity = pool.capacity(capacity) if pool is not None else capacity
+        self.capacity = self._rounded(capacity)
         self.num_rows = num_rows
         self.row_ids: torch.Tensor | None = None  # [1, N]: the cache row of each row of the next forward
         self.slot_ids: torch.Tensor | None = None  # [1, N]: its slot
         self.kv_length = 0  # slots the next forward attends over
         self.seq_length = 0  # the largest first slot of the next forward (transformers' `get_seq_length`)
         super().__init__(layers=[SlotLayer(self, index) for index in range(num_layers)])
+
+    def _rounded(self, capacity: int) -> int:
+        """The capacity the stores get: the pool's multiple, so caches of other lengths share shapes."""
+        return self.pool.capacity(capacity) if self.pool is not None else capacity
 
     @classmethod
     def for_model(cls, model, capacity: int, num_rows: int = 1, pool: StorePool | None = None) -> SlotCache:
@@ -229,7 +233,7 @@ class SlotCache(Cache):
     def grow(self, capacity: int) -> None:
         """At least `capacity` slots per row, what was written kept."""
         if capacity > self.capacity:
-            self.capacity = self.pool.capacity(capacity) if self.pool is not None else capacity
+            self.capacity = self._rounded(capacity)
             for layer in self.layers:
                 layer.grow(self.capacity)
 

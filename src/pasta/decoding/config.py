@@ -135,8 +135,9 @@ class DecodeConfig:
         default=False,
         metadata={"help": "torch.compile the decode steps of both decoders (pasta/decoding/step.py): the first decode "
                           "pays the compilation (minutes on a CPU), later ones reuse it and the cache stores the last "
-                          "one released (kept allocated, so CUDA graphs replay); greedy answers stay the eager ones. A step that cannot be compiled (no C++ compiler, an unsupported op) stops "
-                          "with an error; false = eager"},
+                          "one released (kept allocated, so CUDA graphs replay); greedy answers stay the eager ones. "
+                          "A step that cannot be compiled (no C++ compiler, an unsupported op) stops with an error; "
+                          "false = eager"},
     )
     compile_mode: str | None = field(
         default=None,

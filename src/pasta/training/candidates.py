@@ -12,6 +12,8 @@ from typing import Any
 
 # A candidate's thread ids as training examples hold them: main_ids, opener_ids, body_ids, num_predicted.
 ThreadIds = dict[str, Any]
+# The decoder's finish reasons of an answer that ended by itself (DecodeStats.finish_reason).
+ENDED_BY_ITSELF = ("eos", "stop_string")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,11 @@ class Candidate:
     @property
     def num_malformed(self) -> int:
         return sum(self.malformed.values())
+
+    @property
+    def ended(self) -> bool:
+        """The answer ended by itself (not cut by its budget)."""
+        return self.finish_reason in ENDED_BY_ITSELF
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> Candidate:

@@ -24,10 +24,6 @@ from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import SpeedReward
 from pasta.training.pairs import combined_score, scored_of
 
-# The decoder's finish reasons of an answer that ended by itself (DecodeStats.finish_reason).
-ENDED_BY_ITSELF = ("eos", "stop_string")
-
-
 # A chunk that opens as a numbered list item: "3. ...", "3) ...".
 ITEM_NUMBER = re.compile(r"\s*(\d+)[.)]\s")
 
@@ -62,7 +58,7 @@ def forking_records(
             (index, candidate)
             for index, candidate in enumerate(entry.candidates)
             if not candidate.num_malformed
-            and candidate.finish_reason in ENDED_BY_ITSELF
+            and candidate.ended
             and candidate.quality >= floor
             and usable_promises(candidate) > 0
         ]

@@ -144,10 +144,11 @@ def check_policy(
 def check_saved_answers(answers: list[dict], decoding: dict, answers_path: Path) -> None:
     """Refuse to resume a check whose saved answers were decoded with other settings than `decoding` (this run's,
     through JSON). Answers written before the settings were recorded pass."""
+    defaults = recorded_defaults()
     for answer in answers:
         if "decoding" not in answer:
             continue
-        recorded_decoding = with_defaults(answer["decoding"], recorded_defaults())
+        recorded_decoding = with_defaults(answer["decoding"], defaults)
         name, recorded, asked = first_difference("decode", recorded_decoding, decoding)
         if recorded != asked:
             raise PastaError(f"{answers_path} holds answers decoded with {name}={recorded}, this check asks {asked}: "

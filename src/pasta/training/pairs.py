@@ -124,8 +124,7 @@ def pair_side(candidate: Candidate, scored: Scored, index: int, quality_weight: 
 def untagged(candidate: Candidate, plain_ids: Callable[[str, bool], list[int]]) -> Candidate:
     """`candidate`'s words as a sequential answer: its text encoded by `plain_ids(text, ended)` (eos appended when
     `ended`, as the candidate's own main thread has it), one token a step."""
-    ended = candidate.finish_reason in ("eos", "stop_string")
-    ids = plain_ids(candidate.text, ended)
+    ids = plain_ids(candidate.text, candidate.ended)
     tokens: ThreadIds = {"main_ids": ids, "opener_ids": [], "body_ids": [], "num_predicted": []}
     return dataclasses.replace(candidate, annotated=candidate.text, speedup=1.0, num_tokens=len(ids),
                                num_steps=len(ids), malformed={}, tokens=tokens)

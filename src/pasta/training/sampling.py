@@ -164,12 +164,13 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
         raise PastaError(f"{scores_path} holds candidates {what}: resume with the run's settings, or pass another "
                          "output_dir (the saved candidates are kept)")
 
+    decoding_defaults = recorded_defaults()
     for entry in saved:
         for key, value in sampling.items():
             if entry.sampling is None or key not in entry.sampling:
                 continue
             if key == "decoding":  # as pasta.eval's run.json: a setting added since decoded as its default does
-                recorded_decoding = with_defaults(entry.sampling[key], recorded_defaults())
+                recorded_decoding = with_defaults(entry.sampling[key], decoding_defaults)
                 name, recorded, asked = first_difference("decode", recorded_decoding, value)
             else:
                 name, recorded, asked = f"stage.{key}", entry.sampling[key], value
