@@ -126,18 +126,25 @@ def scored_entry(key, qualities, speedups=None, status="scored", texts=None):
     })
 
 
-def test_an_untagged_pair_is_the_best_fork_against_its_own_words_decoded_sequentially():
-    # Candidate 0 is plain and scores best; 1 and 2 fork, 2 the faster; 3 forks fastest but is malformed. The chosen
-    # side is 2, the rejected side its own text without tags, one token a step (eos kept: it ended). Prompt "b"
-    # never forks: no pair.
+FORK = {"main_ids": [7, 8], "opener_ids": [[9]], "body_ids": [[10, 11]], "num_predicted": [2]}
+
+
+def forked_entry():
+    """Candidate 0 is plain and scores second best (lambda 1); 1 and 2 fork, 2 the faster and the best; 3 forks
+    fastest but is malformed."""
     entry = scored_entry("a", [0.9, 0.5, 0.5, 0.5], speedups=[1.0, 1.2, 1.5, 3.0],
                          texts=["plain", "fork one", "fork two", "broken"])
-    fork = {"main_ids": [7, 8], "opener_ids": [[9]], "body_ids": [[10, 11]], "num_predicted": [2]}
-    entry = dataclasses.replace(entry, candidates=[
+    return dataclasses.replace(entry, candidates=[
         entry.candidates[0],
-        *(dataclasses.replace(c, tokens=fork, finish_reason="eos") for c in entry.candidates[1:3]),
-        dataclasses.replace(entry.candidates[3], tokens=fork, malformed={"unclosed": 1}),
+        *(dataclasses.replace(c, tokens=FORK, finish_reason="eos") for c in entry.candidates[1:3]),
+        dataclasses.replace(entry.candidates[3], tokens=FORK, malformed={"unclosed": 1}),
     ])
+
+
+def test_an_untagged_pair_is_the_best_fork_against_its_own_words_decoded_sequentially():
+    # The chosen side is 2, the rejected side its own text without tags, one token a step (eos kept: it ended).
+    # Prompt "b" never forks: no pair.
+    entry, fork = forked_entry(), FORK
     encoded = []
 
     def plain_ids(text, ended):
@@ -162,6 +169,21 @@ def test_an_untagged_pair_is_the_best_fork_against_its_own_words_decoded_sequent
     with pytest.raises(PastaError, match="pair_length_tolerance applies to rejected_side=worst"):
         settings_from_cfg(compose("train", ["stage=pref", "stage.rejected_side=untagged",
                                             "stage.pair_length_tolerance=0.2"]).stage)
+
+
+def test_with_both_rejected_sides_a_prompt_gives_its_untagged_pair_and_its_best_vs_worst_pair():
+    # "a": the best fork (2) against its untagged words, and against the worst candidate (3, malformed); "b" never
+    # forks, so only its best-vs-worst pair; the skipped count says which pair is missing.
+    plain = scored_entry("b", [0.5, 0.4])
+    pairs, skipped = make_pairs([forked_entry(), plain], 1.0, SpeedReward.theoretical,
+                                rejected_side=RejectedSide.both, plain_ids=lambda text, ended: [1] * len(text))
+    assert [(p.id, p.chosen.index, p.rejected.index, p.rejected.forked) for p in pairs] == [
+        ("a", 2, 2, False), ("a", 2, 3, True), ("b", 0, 1, False)]
+    assert pairs[0].rejected.text == pairs[0].chosen.text == "fork two"
+    assert skipped == Counter({"no_fork": 1})
+    settings = settings_from_cfg(compose("train", ["stage=pref", "stage.rejected_side=both",
+                                                   "stage.pair_length_tolerance=0.2"]).stage)
+    assert (settings.rejected_side, settings.pair_length_tolerance) == (RejectedSide.both, 0.2)
 
 
 def test_make_pairs_skips_ties_and_failed_judging_and_names_the_judge_on_every_score():

@@ -100,6 +100,7 @@ class RejectedSide(Choice):
     # the chosen answer's own words without their tags, as a sequential answer: a pair that differs only in how the
     # answer is decoded, where it forks, never in what it says or its length
     untagged = "untagged"
+    both = "both"  # each prompt's two pairs: untagged for the structure, worst for what the answer says
 
 
 @dataclass
@@ -293,7 +294,9 @@ class PrefSettings(OptimSettings):
         metadata={"help": "what each prompt's chosen answer is paired against: worst (its worst candidate, the "
                           "paper's) | untagged (the best forked well-formed candidate against its own words "
                           "without tags, decoded sequentially: the pair differs only where the answer forks; a "
-                          "prompt with no such candidate is skipped, metrics.json's skipped.no_fork)"},
+                          "prompt with no such candidate is skipped, metrics.json's skipped.no_fork) | both (each "
+                          "prompt gives both pairs: the untagged one, and best vs worst, within "
+                          "pair_length_tolerance when set)"},
     )
     alpha: float = field(
         default=0.5, metadata={"help": "BoNBoN: alpha * SFT(best) + (1 - alpha) * IPO(margin)"}
@@ -367,8 +370,8 @@ class PrefSettings(OptimSettings):
         if self.pair_length_tolerance is not None and not self.pair_length_tolerance >= 0:
             raise PastaError(f"{where}.pair_length_tolerance={self.pair_length_tolerance} must be >= 0 or null")
         if self.pair_length_tolerance is not None and self.rejected_side == RejectedSide.untagged:
-            raise PastaError(f"{where}.pair_length_tolerance applies to rejected_side=worst; an untagged side has "
-                             "the chosen answer's length already")
+            raise PastaError(f"{where}.pair_length_tolerance applies to rejected_side=worst or both; an untagged "
+                             "side has the chosen answer's length already")
         if not 0.0 <= self.alpha <= 1.0:
             raise PastaError(f"{where}.alpha={self.alpha} must lie in [0, 1]")
         if self.quality_weight < 0 or math.isnan(self.quality_weight):

@@ -12,7 +12,9 @@ forking among it.
 With `stage.rejected_side=untagged` a pair teaches nothing but the structure: the prompt's best forked candidate
 against its own words without tags, decoded sequentially (re-encoded as plain text, so its steps are its tokens).
 Both sides say the same thing at the same length; what differs is the promise tokens and the chunks' layout, the
-few tokens a best-vs-worst pair spreads its signal over among all the others.
+few tokens a best-vs-worst pair spreads its signal over among all the others. With `stage.rejected_side=both`
+each prompt gives both pairs: the untagged one for the structure, best vs worst (at equal length with
+`stage.pair_length_tolerance`) for what an answer says, which untagged pairs alone give no signal on.
 `make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
 scores, the judge's name, its text and its thread ids; `summarize` puts a round's samples and pairs in numbers.
 
@@ -136,12 +138,29 @@ def best_forked(candidates: list[Candidate], scores: list[Scored], quality_weigh
     return max(forked, key=lambda i: (combined_score(scores[i], quality_weight), -i), default=None)
 
 
+def untagged_pair(entry: ScoredPrompt, scores: list[Scored], quality_weight: float, reward: SpeedReward,
+                  plain_ids: Callable[[str, bool], list[int]]) -> Pair | None:
+    """The prompt's best forked candidate against its own words untagged, or None when no candidate forked."""
+    best = best_forked(entry.candidates, scores, quality_weight)
+    if best is None:
+        return None
+    plain = untagged(entry.candidates[best], plain_ids)
+    return pair_of(entry, quality_weight, pair_side(entry.candidates[best], scores[best], best, quality_weight),
+                   pair_side(plain, scored_of(plain, entry, reward), best, quality_weight))
+
+
+def pair_of(entry: ScoredPrompt, quality_weight: float, chosen: PairSide, rejected: PairSide) -> Pair:
+    return Pair(id=entry.id, instruction=entry.instruction, judge=entry.judge,
+                quality_weight=json_number(quality_weight), prompt_ids=entry.prompt_ids, chosen=chosen,
+                rejected=rejected)
+
+
 def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
                length_tolerance: float | None = None, rejected_side: RejectedSide = RejectedSide.worst,
                plain_ids: Callable[[str, bool], list[int]] | None = None) -> tuple[list[Pair], Counter]:
-    """Pairs of the scored prompts and the count of prompts skipped by reason: best vs worst (the worst within
-    `length_tolerance` of the best's length, when given), or with `rejected_side=untagged` the best fork vs its
-    own words untagged (`plain_ids` encodes them; see the module docstring)."""
+    """Pairs of the scored prompts and the count of pairs not made, by reason: best vs worst (the worst within
+    `length_tolerance` of the best's length, when given), with `rejected_side=untagged` the best fork vs its own
+    words untagged (`plain_ids` encodes them; see the module docstring), with `both` each prompt's two pairs."""
     pairs: list[Pair] = []
     skipped: Counter = Counter()
     for entry in scored:
@@ -149,18 +168,13 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
             skipped[entry.status] += 1
             continue
         candidates = [scored_of(c, entry, reward) for c in entry.candidates]
-        if rejected_side == RejectedSide.untagged:
-            best = best_forked(entry.candidates, candidates, quality_weight)
-            if best is None:
+        if rejected_side in (RejectedSide.untagged, RejectedSide.both):
+            pair = untagged_pair(entry, candidates, quality_weight, reward, plain_ids)
+            if pair is None:
                 skipped["no_fork"] += 1
-                continue
-            plain = untagged(entry.candidates[best], plain_ids)
-            pairs.append(Pair(
-                id=entry.id, instruction=entry.instruction, judge=entry.judge,
-                quality_weight=json_number(quality_weight), prompt_ids=entry.prompt_ids,
-                chosen=pair_side(entry.candidates[best], candidates[best], best, quality_weight),
-                rejected=pair_side(plain, scored_of(plain, entry, reward), best, quality_weight),
-            ))
+            else:
+                pairs.append(pair)
+        if rejected_side == RejectedSide.untagged:
             continue
         chosen = best_and_worst(candidates, quality_weight, length_tolerance)
         if chosen is None:
@@ -170,17 +184,9 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
                 skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
             continue
         best, worst = chosen
-        pairs.append(
-            Pair(
-                id=entry.id,
-                instruction=entry.instruction,
-                judge=entry.judge,
-                quality_weight=json_number(quality_weight),
-                prompt_ids=entry.prompt_ids,
-                chosen=pair_side(entry.candidates[best], candidates[best], best, quality_weight),
-                rejected=pair_side(entry.candidates[worst], candidates[worst], worst, quality_weight),
-            )
-        )
+        pairs.append(pair_of(entry, quality_weight,
+                             pair_side(entry.candidates[best], candidates[best], best, quality_weight),
+                             pair_side(entry.candidates[worst], candidates[worst], worst, quality_weight)))
     return pairs, skipped
 
 

@@ -13,7 +13,7 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    name next to every score;
 3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped; with
    `stage.pair_length_tolerance` the worst of those about as long as the best; with `stage.rejected_side=untagged`
-   the best fork against its own words untagged, pasta.training.pairs); each prompt's
+   the best fork against its own words untagged, with `both` both pairs, pasta.training.pairs); each prompt's
    best well-formed fork that ended by itself and is judged no worse than its median candidate goes to
    `forking.jsonl` as an SFT record (pasta.training.feedback; `data.extra_paths` trains on them);
 4. train BoNBoN, alpha * SFT(best) + (1 - alpha) * IPO(margin), with TRL's DPOTrainer (its "sft" and "ipo" loss
