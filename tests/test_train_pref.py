@@ -166,6 +166,10 @@ def test_an_untagged_pair_is_the_best_fork_against_its_own_words_decoded_sequent
                             plain_ids=plain_ids)
     summary = summarize([entry], [pair], Counter(), 1.0, SpeedReward.theoretical)
     assert summary["rejected_mean_length_ratio"] == pytest.approx(9 / 9)  # "fork two" and eos
+    # A fork whose tags cost more steps than its chunks save is slower than its own words: not taught.
+    slow = dataclasses.replace(entry, candidates=[dataclasses.replace(c, speedup=0.9) for c in entry.candidates])
+    assert make_pairs([slow], 1.0, SpeedReward.theoretical, rejected_side=RejectedSide.untagged,
+                      plain_ids=plain_ids) == ([], Counter({"fork_not_better": 1}))
     with pytest.raises(PastaError, match="pair_length_tolerance applies to rejected_side=worst"):
         settings_from_cfg(compose("train", ["stage=pref", "stage.rejected_side=untagged",
                                             "stage.pair_length_tolerance=0.2"]).stage)
@@ -181,6 +185,11 @@ def test_with_both_rejected_sides_a_prompt_gives_its_untagged_pair_and_its_best_
         ("a", 2, 2, False), ("a", 2, 3, True), ("b", 0, 1, False)]
     assert pairs[0].rejected.text == pairs[0].chosen.text == "fork two"
     assert skipped == Counter({"no_fork": 1})
+    # Quality only (lambda inf): the fork and its own words score the same, so no untagged pair is made.
+    pairs, skipped = make_pairs([forked_entry(), plain], math.inf, SpeedReward.theoretical,
+                                rejected_side=RejectedSide.both, plain_ids=lambda text, ended: [1] * len(text))
+    assert [(p.id, p.chosen.index, p.rejected.index) for p in pairs] == [("a", 0, 3), ("b", 0, 1)]
+    assert skipped == Counter({"no_fork": 1, "fork_not_better": 1})
     settings = settings_from_cfg(compose("train", ["stage=pref", "stage.rejected_side=both",
                                                    "stage.pair_length_tolerance=0.2"]).stage)
     assert (settings.rejected_side, settings.pair_length_tolerance) == (RejectedSide.both, 0.2)

@@ -294,7 +294,9 @@ class PrefSettings(OptimSettings):
         metadata={"help": "what each prompt's chosen answer is paired against: worst (its worst candidate, the "
                           "paper's) | untagged (the best forked well-formed candidate against its own words "
                           "without tags, decoded sequentially: the pair differs only where the answer forks; a "
-                          "prompt with no such candidate is skipped, metrics.json's skipped.no_fork) | both (each "
+                          "prompt with no such candidate is skipped, metrics.json's skipped.no_fork, and so is one "
+                          "whose fork scores no better than its words untagged, skipped.fork_not_better: always at "
+                          "quality_weight=inf) | both (each "
                           "prompt gives both pairs: the untagged one, and best vs worst, within "
                           "pair_length_tolerance when set)"},
     )

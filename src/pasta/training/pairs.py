@@ -12,7 +12,9 @@ forking among it.
 With `stage.rejected_side=untagged` a pair teaches nothing but the structure: the prompt's best forked candidate
 against its own words without tags, decoded sequentially (re-encoded as plain text, so its steps are its tokens).
 Both sides say the same thing at the same length; what differs is the promise tokens and the chunks' layout, the
-few tokens a best-vs-worst pair spreads its signal over among all the others. With `stage.rejected_side=both`
+few tokens a best-vs-worst pair spreads its signal over among all the others. The pair is made only when the fork
+scores above its untagged words: a fork whose tags cost more steps than its chunks save is not taught, and at
+lambda = inf (quality only) the two tie. With `stage.rejected_side=both`
 each prompt gives both pairs: the untagged one for the structure, best vs worst (at equal length with
 `stage.pair_length_tolerance`) for what an answer says, which untagged pairs alone give no signal on.
 `make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
@@ -172,6 +174,10 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
             pair = untagged_pair(entry, candidates, quality_weight, reward, plain_ids)
             if pair is None:
                 skipped["no_fork"] += 1
+            elif pair.chosen.score <= pair.rejected.score:
+                # the same words judged the same: only speed separates them, and a fork whose tags cost more steps
+                # than its chunks save is slower (or, at lambda inf, speed has no weight)
+                skipped["fork_not_better"] += 1
             else:
                 pairs.append(pair)
         if rejected_side == RejectedSide.untagged:
