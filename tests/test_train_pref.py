@@ -144,7 +144,7 @@ def forked_entry():
 def test_an_untagged_pair_is_the_best_fork_against_its_own_words_decoded_sequentially():
     # The chosen side is 2, the rejected side its own text without tags, one token a step (eos kept: it ended).
     # Prompt "b" never forks: no pair.
-    entry, fork = forked_entry(), FORK
+    entry = forked_entry()
     encoded = []
 
     def plain_ids(text, ended):
@@ -155,7 +155,7 @@ def test_an_untagged_pair_is_the_best_fork_against_its_own_words_decoded_sequent
                                 rejected_side=RejectedSide.untagged, plain_ids=plain_ids)
     (pair,) = pairs
     assert skipped == Counter({"no_fork": 1}) and encoded == [("fork two", True)]
-    assert (pair.chosen.index, pair.rejected.index) == (2, 2) and pair.chosen.tokens == fork
+    assert (pair.chosen.index, pair.rejected.index) == (2, 2) and pair.chosen.tokens == FORK
     assert pair.rejected.tokens == {"main_ids": [*map(ord, "fork two"), 0], "opener_ids": [], "body_ids": [],
                                     "num_predicted": []}
     assert pair.rejected.text == pair.rejected.annotated == pair.chosen.text == "fork two"

@@ -296,9 +296,8 @@ class PrefSettings(OptimSettings):
                           "without tags, decoded sequentially: the pair differs only where the answer forks; a "
                           "prompt with no such candidate is skipped, metrics.json's skipped.no_fork, and so is one "
                           "whose fork scores no better than its words untagged, skipped.fork_not_better: always at "
-                          "quality_weight=inf) | both (each "
-                          "prompt gives both pairs: the untagged one, and best vs worst, within "
-                          "pair_length_tolerance when set)"},
+                          "quality_weight=inf) | both (each prompt gives both pairs: the untagged one, and best vs "
+                          "worst, within pair_length_tolerance when set)"},
     )
     alpha: float = field(
         default=0.5, metadata={"help": "BoNBoN: alpha * SFT(best) + (1 - alpha) * IPO(margin)"}

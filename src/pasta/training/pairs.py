@@ -14,9 +14,9 @@ against its own words without tags, decoded sequentially (re-encoded as plain te
 Both sides say the same thing at the same length; what differs is the promise tokens and the chunks' layout, the
 few tokens a best-vs-worst pair spreads its signal over among all the others. The pair is made only when the fork
 scores above its untagged words: a fork whose tags cost more steps than its chunks save is not taught, and at
-lambda = inf (quality only) the two tie. With `stage.rejected_side=both`
-each prompt gives both pairs: the untagged one for the structure, best vs worst (at equal length with
-`stage.pair_length_tolerance`) for what an answer says, which untagged pairs alone give no signal on.
+lambda = inf (quality only) the two tie. With `stage.rejected_side=both` each prompt gives both pairs: the
+untagged one for the structure, best vs worst (at equal length with `stage.pair_length_tolerance`) for what an
+answer says, which untagged pairs alone give no signal on.
 `make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
 scores, the judge's name, its text and its thread ids; `summarize` puts a round's samples and pairs in numbers.
 
