@@ -8,6 +8,9 @@ import torch
 
 from pasta.lang import TokenDoc
 
+# The finish reasons of an answer that ended by itself; the others (max_new_tokens, max_total_tokens) are budget cuts.
+ENDED_BY_ITSELF = ("eos", "stop_string")
+
 
 @dataclass
 class DecodeStats:
@@ -32,6 +35,11 @@ class DecodeStats:
     # with the cache it attends (their running sum), so its latency alone is priced on the cost model
     # (pasta/decoding/step_costs.py) from these.
     step_rows: list[int] = field(default_factory=list)
+
+    @property
+    def ended(self) -> bool:
+        """The answer ended by itself (eos or a stop string), not at its budget."""
+        return self.finish_reason in ENDED_BY_ITSELF
 
     @property
     def theoretical_speedup(self) -> float:

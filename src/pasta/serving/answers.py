@@ -205,7 +205,7 @@ def _cancel_unfinished(engine: Engine, requests: list[EngineRequest], done: list
 
 
 def _finish_reason(result: DecodeResult) -> str:
-    return "stop" if result.stats.finish_reason in ("eos", "stop_string") else "length"
+    return "stop" if result.stats.ended else "length"
 
 
 def usage(prompt_ids: list[int], finished: list[Finished]) -> Usage:

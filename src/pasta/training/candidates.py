@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pasta.decoding.result import ENDED_BY_ITSELF
+
 # A candidate's thread ids as training examples hold them: main_ids, opener_ids, body_ids, num_predicted.
 ThreadIds = dict[str, Any]
-# The decoder's finish reasons of an answer that ended by itself (DecodeStats.finish_reason).
-ENDED_BY_ITSELF = ("eos", "stop_string")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,11 @@ class Candidate:
     def ended(self) -> bool:
         """The answer ended by itself (not cut by its budget)."""
         return self.finish_reason in ENDED_BY_ITSELF
+
+    @property
+    def forked(self) -> bool:
+        """The answer decoded at least one chunk."""
+        return bool(self.tokens.get("body_ids"))
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> Candidate:

@@ -136,7 +136,7 @@ def untagged(candidate: Candidate, plain_ids: Callable[[str, bool], list[int]]) 
 
 def best_forked(candidates: list[Candidate], scores: list[Scored], quality_weight: float) -> int | None:
     """Index of the best well-formed candidate that forked (the earliest among equals), or None."""
-    forked = [i for i, c in enumerate(candidates) if c.num_malformed == 0 and c.tokens.get("body_ids")]
+    forked = [i for i, c in enumerate(candidates) if c.num_malformed == 0 and c.forked]
     return max(forked, key=lambda i: (combined_score(scores[i], quality_weight), -i), default=None)
 
 
