@@ -39,7 +39,7 @@ def test_an_eval_set_with_a_prompt_twice_is_refused_before_any_model_is_loaded(t
 @pytest.mark.parametrize(
     ("override", "says"),
     [("lang.reservation.scale=3", r"reservation\.scale=2\.0, not 3"),
-     ("decode.max_new_tokens=5", r"decoding\.max_new_tokens=4, not 5"), ("seed=1", "seed=0, not 1")],
+     ("decode.max_new_tokens=5", r"decode\.max_new_tokens=4, not 5"), ("seed=1", "seed=0, not 1")],
 )
 def test_resuming_with_a_setting_that_changes_the_tokens_is_refused_naming_it(tmp_path, override, says):
     run = ["eval.limit=1", f"output_dir={tmp_path / 'run'}", "decode=async"]

@@ -97,7 +97,7 @@ def test_a_run_recorded_before_a_decode_setting_existed_resumes_but_not_under_an
     generate(tmp_path, "pasta", "async", "eval.limit=2")
     assert len(stats_instructions(tmp_path / "pasta")) == 2
     meta_path.write_text(json.dumps(meta))
-    with pytest.raises(PastaError, match=r"holds a run with decoding\.sampling\.no_repeat_ngram_size=0, not 3: "):
+    with pytest.raises(PastaError, match=r"holds a run with decode\.sampling\.no_repeat_ngram_size=0, not 3: "):
         generate(tmp_path, "pasta", "async", "eval.limit=3", "decode.sampling.no_repeat_ngram_size=3")
 
 

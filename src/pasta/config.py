@@ -16,7 +16,6 @@ come from those same dataclasses, stored in Hydra's ConfigStore (pasta.schemas) 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import random
 import re
@@ -203,29 +202,3 @@ def setup_runtime(cfg: DictConfig) -> None:
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
-
-
-# --- recorded settings: what a run file keeps, compared on resume ----------------------------------------------
-
-
-def as_json(value: Any) -> Any:
-    """`value` through JSON, so that it compares equal to what a resumed run reads back from its file (a tuple is a
-    list there)."""
-    return json.loads(json.dumps(value))
-
-
-def with_defaults(recorded: Any, defaults: Any) -> Any:
-    """`recorded` (a run file's settings) with the settings it lacks taken from `defaults`, nested dicts included: a
-    setting added after a run was recorded did not exist then, so that run ran as its default does."""
-    if not isinstance(recorded, dict) or not isinstance(defaults, dict):
-        return recorded
-    return {**defaults, **{key: with_defaults(value, defaults.get(key)) for key, value in recorded.items()}}
-
-
-def first_difference(key: str, recorded: Any, asked: Any) -> tuple[str, Any, Any]:
-    """The innermost setting where `recorded` and `asked` differ, as (dotted key, recorded value, asked value)."""
-    if isinstance(recorded, dict) and isinstance(asked, dict):
-        for name in (*recorded, *(k for k in asked if k not in recorded)):
-            if recorded.get(name) != asked.get(name):
-                return first_difference(f"{key}.{name}", recorded.get(name), asked.get(name))
-    return key, recorded, asked

@@ -9,10 +9,11 @@ against.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from pasta.errors import PastaError
+from pasta.records import as_json, first_difference, with_defaults
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # The decoders: PASTA-LANG interpreted as it is written, and the baseline that feeds one token per step.
@@ -177,7 +178,9 @@ class DecodeConfig:
         return self.max_new_tokens if self.max_total_tokens is None else self.max_total_tokens
 
 
-def recorded_defaults() -> dict:
-    """DecodeConfig's defaults as run files record a decode config (through JSON): what a setting added after a file
-    was written reads as, when a resumed run compares the file's settings with its own."""
-    return json.loads(json.dumps(asdict(DecodeConfig())))
+def decode_difference(recorded: Any, asked: dict) -> tuple[str, Any, Any] | None:
+    """Where a run file's recorded decode config differs from this run's `asked` (both through JSON), as (`decode.`
+    dotted key, recorded value, asked value), or None when they agree. A setting added since the file was written
+    reads as its default: the run that wrote it decoded that way."""
+    recorded = with_defaults(recorded, as_json(asdict(DecodeConfig())))
+    return None if recorded == asked else first_difference("decode", recorded, asked)

@@ -36,10 +36,10 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from pasta.config import as_json, first_difference, schema_from, with_defaults
+from pasta.config import schema_from
 from pasta.data import JsonlAppender, write_json_atomic
 from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeError, DecodeResult, decode
-from pasta.decoding.config import recorded_defaults
+from pasta.decoding.config import decode_difference
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig, Timing
 from pasta.evaluation.eval_set import eval_prompts, subset_meta
@@ -55,6 +55,7 @@ from pasta.evaluation.run_files import (
 from pasta.lang import ReservationPolicy
 from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import Processes, ShardedJsonl, current_processes
+from pasta.records import as_json, first_difference
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +185,17 @@ def _run_meta(
 
 def _check_resumable(run_dir: Path, previous: dict[str, Any], meta: dict[str, Any]) -> None:
     """Refuse to resume into `run_dir` (whose run.json holds `previous`) a run that differs in a RESUME_KEYS key."""
-    previous = {**previous, "decoding": with_defaults(previous.get("decoding"), recorded_defaults())}
     for key in RESUME_KEYS:
         if key in RECORDED_SINCE and key not in previous:
             continue  # an older run.json: its run used the config's value, as this one does
-        if previous.get(key) != meta[key]:
-            name, recorded, asked = first_difference(key, previous.get(key), meta[key])
+        if key == "decoding":
+            difference = decode_difference(previous.get(key), meta[key])
+        elif previous.get(key) != meta[key]:
+            difference = first_difference(key, previous.get(key), meta[key])
+        else:
+            difference = None
+        if difference is not None:
+            name, recorded, asked = difference
             raise PastaError(
                 f"{run_dir} holds a run with {name}={recorded!r}, not {asked!r}: "
                 "give another output_dir (or eval.generator) for this run"

@@ -26,15 +26,16 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from pasta.config import as_json, first_difference, resolve_device, with_defaults
+from pasta.config import resolve_device
 from pasta.data import Record, load_instructions, write_json_atomic
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
-from pasta.decoding.config import recorded_defaults
+from pasta.decoding.config import decode_difference
 from pasta.errors import PastaError
 from pasta.judges import JudgeItem
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import encode_prompt, load_model, model_at
 from pasta.parallel import Processes, ShardedJsonl
+from pasta.records import as_json
 from pasta.training.config import PrefSettings
 
 log = logging.getLogger(__name__)
@@ -144,13 +145,12 @@ def check_policy(
 def check_saved_answers(answers: list[dict], decoding: dict, answers_path: Path) -> None:
     """Refuse to resume a check whose saved answers were decoded with other settings than `decoding` (this run's,
     through JSON). Answers written before the settings were recorded pass."""
-    defaults = recorded_defaults()
     for answer in answers:
         if "decoding" not in answer:
             continue
-        recorded_decoding = with_defaults(answer["decoding"], defaults)
-        name, recorded, asked = first_difference("decode", recorded_decoding, decoding)
-        if recorded != asked:
+        difference = decode_difference(answer["decoding"], decoding)
+        if difference is not None:
+            name, recorded, asked = difference
             raise PastaError(f"{answers_path} holds answers decoded with {name}={recorded}, this check asks {asked}: "
                              "resume with the run's settings, or pass another output_dir (the saved answers are kept)")
 

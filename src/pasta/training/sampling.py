@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig
 
-from pasta.config import as_json, first_difference, resolve_device, with_defaults
+from pasta.config import resolve_device
 from pasta.data import Record
-from pasta.decoding.config import recorded_defaults
+from pasta.decoding.config import decode_difference
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, encode_text
 from pasta.models import encode_prompt, load_model, model_at
 from pasta.parallel import Processes, ShardedJsonl
+from pasta.records import as_json
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import PrefSettings, Reference
 from pasta.training.examples import example_from_doc
@@ -164,17 +165,16 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
         raise PastaError(f"{scores_path} holds candidates {what}: resume with the run's settings, or pass another "
                          "output_dir (the saved candidates are kept)")
 
-    decoding_defaults = recorded_defaults()
     for entry in saved:
         for key, value in sampling.items():
             if entry.sampling is None or key not in entry.sampling:
                 continue
-            if key == "decoding":  # as pasta.eval's run.json: a setting added since decoded as its default does
-                recorded_decoding = with_defaults(entry.sampling[key], decoding_defaults)
-                name, recorded, asked = first_difference("decode", recorded_decoding, value)
+            if key == "decoding":
+                difference = decode_difference(entry.sampling[key], value)
             else:
-                name, recorded, asked = f"stage.{key}", entry.sampling[key], value
-            if recorded != asked:
+                difference = None if entry.sampling[key] == value else (f"stage.{key}", entry.sampling[key], value)
+            if difference is not None:
+                name, recorded, asked = difference
                 refuse(f"sampled with {name}={recorded}, this run asks {asked}")
         if entry.judge != judge_name:
             refuse(f"judged by {entry.judge}, this run's judge is {judge_name}")
