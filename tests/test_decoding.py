@@ -8,7 +8,6 @@ while every forward still runs through the real model and the decoder's cache.
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
@@ -42,7 +41,6 @@ from pasta.errors import PastaError
 from pasta.lang import (
     ReservationPolicy,
     TagIds,
-    add_tag_tokens,
     build_layout,
     encode_text,
     parse,
@@ -490,7 +488,9 @@ def test_sequential_steps_attend_as_generate_does_without_a_mask(lively, monkeyp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("torch_threads", [1, 2], indirect=True)  # 2: the CPU multi-row linears, compiled too
+# 2 threads: the CPU multi-row linears, compiled too; the plain linears compiled are the one-thread tests below (a
+# chunked answer across slot buckets, teacher forcing), which make a 1-thread run of this one a repeat
+@pytest.mark.parametrize("torch_threads", [2], indirect=True)
 def test_compiled_decoders_give_the_eager_greedy_answers_on_the_tiny_model(lively, torch_threads):
     model, tokenizer = lively
     speaker, go = pasta_speaker(model, tokenizer, free_chunks=True)
@@ -580,17 +580,3 @@ def test_a_decode_step_that_cannot_be_compiled_stops_with_one_error_line_saying_
     assert done.returncode == 2 and len(errors) == 1, done.stderr
     assert "could not compile the decode step" in errors[0] and "C++ compiler" in errors[0]
     assert "decode.compile=false" in errors[0]
-
-
-@pytest.mark.slow
-def test_compiled_decoders_give_the_eager_greedy_answers_on_the_embedded_model(embedded_model_and_tokenizer):
-    model, tokenizer = (copy.deepcopy(x) for x in embedded_model_and_tokenizer)  # the session's stays as it is
-    add_tag_tokens(tokenizer, model)  # the asynchronous decoder needs them
-    ids = prompt(tokenizer, "Give three tips for staying healthy.")
-    answers = {}
-    for compile in (False, True):
-        config = DecodeConfig(max_new_tokens=24, compile=compile)
-        answers[compile] = (decode_sequential(model, tokenizer, [ids], config)[0].token_ids,
-                            decode_async(model, tokenizer, [ids], config, ReservationPolicy())[0].token_ids)
-    assert answers[True] == answers[False]
-    assert len(set(answers[True][0])) > 10  # an answer, not a token repeated
