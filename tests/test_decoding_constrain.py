@@ -160,6 +160,27 @@ def test_a_topic_with_the_words_of_one_this_list_promised_cannot_close(tagged):
     assert result.stats.masked["duplicate_topic"] == 2  # the second promise_end after ' wore', then after ':'
 
 
+def test_a_list_cannot_close_a_topic_an_earlier_list_of_the_answer_promised(tagged):
+    """The language allows a topic again after a sync; the grammar does not: the measured topic loops left after the
+    list rules were a second list repeating the first one's topic ('Use SSH', then 'Use ssh'), which the evaluation
+    counts as a topic loop, and no training record holds one."""
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    (he,), (wore,), (colon,), (hats,), (newline,), (text,) = (
+        encode_text(tokenizer, w) for w in ("he", " wore", ":", " hats", "\n", " ok"))
+    student = Scripted(model, {newline: tags.promise, tags.promise: he, he: wore, wore: (tags.promise_end, colon),
+                               colon: (tags.promise_end, hats), hats: tags.promise_end, tags.promise_end: tags.sync,
+                               tags.sync: (tags.promise, text), tags.async_body: text,
+                               text: (tags.async_end, tokenizer.eos_token_id)})
+    config = DecodeConfig(max_new_tokens=40, max_chunk_tokens=4, max_promises=2)
+    result = decode_async(student, tokenizer, [encode_prompt(tokenizer, "Tips")], config, ReservationPolicy())[0]
+    assert_well_formed(result, tokenizer)
+    assert result.annotated.count("<sync/>") == 2  # two lists
+    topics = [tokenizer.decode(c.opener_ids[1:-1]) for c in result.token_doc.chunks]
+    assert topics == ["he wore", "he wore: hats"] and not topics_loop(topics)
+    assert result.stats.masked["duplicate_topic"] == 2
+
+
 def test_where_a_topic_cannot_grow_the_tokens_that_would_give_it_a_promised_topics_words_are_masked(tagged):
     from pasta.decoding.grammar import grammar_for
 

@@ -18,10 +18,11 @@ have left of `max_total_tokens`, the free tags of `decode.free_tag_tokens` inclu
                         a token with `"`, `<`, `>`, a control character or no character; a      bad_topic
                         blank first token; one that takes the topic past `max_topic_chars`;
                         <|promise_tokens|> or <|promise_end|> after an empty or invalid topic
-                        <|promise_tokens|> or <|promise_end|> after a topic this group already   duplicate_topic
-                        promised, or one with its words (`topic_words`: 'He wore' after 'he
-                        wore'); a token that would complete such a topic where it could no
-                        longer grow
+                        <|promise_tokens|> or <|promise_end|> after a topic this answer already  duplicate_topic
+                        promised, in this list or an earlier one (the language forbids only a
+                        list's exact repeat), or one with its words (`topic_words`: 'He wore'
+                        after 'he wore'); a token that would complete such a topic where it
+                        could no longer grow
                         a token that would repeat a pair of the topic's own words ('a plan and   topic_loop
                         a plan'): a topic looping inside itself, not malformed, but never a topic
                         a topic token with budget < 2, <|promise_tokens|> with budget < 3        unclosed_promise
@@ -166,9 +167,10 @@ class Grammar:
             return self._main_text_capped
         return self._main_text if budget >= PROMISE_MIN_TOKENS else self._main_text_short
 
-    def topic(self, topic_ids: list[int], topic: str, group_topics: set[str], budget: int,
+    def topic(self, topic_ids: list[int], topic: str, promised: set[str], budget: int,
               max_chars: int = MAX_TOPIC_CHARS) -> Constraint:
-        """In a promise's topic: `topic` is `topic_ids` decoded; `group_topics` the topics this group promised;
+        """In a promise's topic: `topic` is `topic_ids` decoded; `promised` the topics the answer promised before
+        (every list's: a list that repeats an earlier list's topic is the evaluation's topic loop too);
         `max_chars` the longest topic allowed (at most the language's MAX_TOPIC_CHARS)."""
         tags = self.tags
         num_chars = sum(self.num_chars[i] for i in topic_ids)
@@ -176,9 +178,9 @@ class Grammar:
         bad = self._bad_topic_token | too_long | (self._blank if not topic_ids else torch.zeros_like(too_long))
         rules = [self._in_topic_escape, Rule("bad_topic", bad & self._text)]
         words = topic_words(topic)
-        named = {topic_words(other) for other in group_topics} - {()}
+        named = {topic_words(other) for other in promised} - {()}
         closing_kind = ("bad_topic" if not topic_ids or validate_topic(topic) else
-                        "duplicate_topic" if topic in group_topics or words in named else None)
+                        "duplicate_topic" if topic in promised or words in named else None)
         if closing_kind:
             rules.append(Rule(closing_kind, self._ids_mask([tags.promise_tokens, tags.promise_end])))
         if budget < 3:  # <|promise_tokens|> digit <|promise_end|> would not fit
@@ -189,7 +191,7 @@ class Grammar:
         # not (no budget, or no characters left), a closing tag would be the only way on, and it is forbidden.
         stuck = [
             token_id
-            for other in group_topics
+            for other in promised
             if other.startswith(topic) and (budget <= 2 or len(other) >= min(max_chars, MAX_TOPIC_CHARS))
             for token_id in self._ids_by_text.get(other[len(topic) :], [])
         ]

@@ -151,7 +151,7 @@ class Interpreter:
                      self.config.total_token_budget - self.num_sampled) + self.config.free_tag_tokens
         parser = self.parser
         if parser.mode == PromiseMode.TOPIC:
-            return grammar.topic(parser.topic_ids, self.decode(parser.topic_ids), parser.group_topics, budget,
+            return grammar.topic(parser.topic_ids, self.decode(parser.topic_ids), parser.answer_topics, budget,
                                  self.config.max_topic_chars)
         if parser.mode == PromiseMode.COUNT:
             return grammar.count(parser.count_ids, self.decode(parser.count_ids), budget)

@@ -76,7 +76,9 @@ class PromiseParser:
         self.mode = PromiseMode.TEXT  # where the main thread is inside a promise tag
         self.topic_ids: list[int] = []
         self.count_ids: list[int] = []
-        self.group_topics: set[str] = set()  # topics promised since the last sync
+        self.group_topics: set[str] = set()  # topics promised since the last sync: the language's duplicate rule
+        # every topic of the answer: the grammar keeps them apart (a list that repeats an earlier list's topic loops)
+        self.answer_topics: set[str] = set()
 
     def feed(self, token_id: int) -> list[MainEvent]:
         """The events of one main-thread token (a fallback before the tag that caused it)."""
@@ -151,6 +153,7 @@ class PromiseParser:
         if topic in self.group_topics:
             return self._fall_back("duplicate_topic")
         self.group_topics.add(topic)
+        self.answer_topics.add(topic)
         self.mode = PromiseMode.TEXT
         return PromiseClosed(topic, self.topic_ids, self.count_ids, num_predicted)
 
