@@ -390,7 +390,9 @@ def test_constraint_forbids_the_first_token_of_each_malformed_event_the_interpre
     ("main", "chunks"),
     [
         ([1, *promise([5], 2), SY, 2, EOS], [[6, 7, AE]]),
-        ([*promise([5], 1), *promise([5, 6], 12), SY, *promise([5], 3), EOS], [[6, AE], [7, AE], [2, AE]]),
+        # a new topic after the sync: the grammar keeps every topic of an answer apart, though the language allows
+        # a list to repeat an earlier list's (tests/test_decoding_constrain.py)
+        ([*promise([5], 1), *promise([5, 6], 12), SY, *promise([7], 3), EOS], [[6, AE], [7, AE], [2, AE]]),
         ([1, SY, SY, 2, 3, EOS], []),
     ],
 )
