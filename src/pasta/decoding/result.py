@@ -8,8 +8,10 @@ import torch
 
 from pasta.lang import TokenDoc
 
-# The finish reasons of an answer that ended by itself; the others (max_new_tokens, max_total_tokens) are budget cuts.
+# The finish reasons of an answer that ended by itself, and of one its budget cut (all threads' tokens together for
+# max_total_tokens): every finish reason a decode records is in one of the two.
 ENDED_BY_ITSELF = ("eos", "stop_string")
+BUDGET_CUTS = ("max_new_tokens", "max_total_tokens")
 
 
 @dataclass

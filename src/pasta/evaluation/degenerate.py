@@ -26,9 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pasta.decoding.result import BUDGET_CUTS
 from pasta.lang import LangError, parse, topic_words
 
-BUDGET_REASONS = ("max_new_tokens", "max_total_tokens")
 LOOP_MAX_NGRAM = 16  # words in the longest repeated unit looked for
 LOOP_MIN_REPEATS = 3
 LOOP_MIN_WORDS = 12  # "no, no, no" is emphasis; twelve words of one repeated unit are a loop
@@ -93,7 +93,7 @@ def _threads(annotated: str | None) -> tuple[list[str], list[str]]:
 
 def answer_flags(record: dict[str, Any]) -> tuple[bool, bool, bool]:
     """(budget cut, loop, topic loop) of one stats line."""
-    cut = record.get("finish_reason") in BUDGET_REASONS
+    cut = record.get("finish_reason") in BUDGET_CUTS
     chunks, topics = _threads(record.get("annotated"))
     loop = cut and any(ends_in_loop(text) for text in [record.get("output") or "", *chunks])
     return cut, loop, topics_loop(topics)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pasta.decoding.result import BUDGET_CUTS
 from pasta.lang import Document, LangError, Promise, Text, TokenDoc, parse, schedule, tokenize_document
 
 _WORD = re.compile(r"\w+")
@@ -217,9 +218,6 @@ def length_row(group: str, answers: Sequence[AnswerTokens], baseline_tokens: Seq
     )
 
 
-LIMIT_REASONS = ("max_new_tokens", "max_total_tokens")
-
-
 def run_length(stats: Sequence[dict[str, Any]], tokenizer,
                baseline: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The rows (all, forked, plain) of a run's stats records; `baseline` is Baseline-SFT's stats by instruction,
@@ -232,7 +230,7 @@ def run_length(stats: Sequence[dict[str, Any]], tokenizer,
         base = None
         if baseline is not None and record["instruction"] in baseline:
             base = record_tokens(baseline[record["instruction"]], tokenizer)
-        hit = record.get("finish_reason") in LIMIT_REASONS
+        hit = record.get("finish_reason") in BUDGET_CUTS
         for group in ("all", "forked" if answer.forked else "plain"):
             answers, bases, num_hit = rows[group]
             answers.append(answer)
