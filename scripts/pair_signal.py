@@ -2,13 +2,17 @@
 
     python scripts/pair_signal.py outputs/study/pref-lambda1/round-1/scores.jsonl
     python scripts/pair_signal.py SCORES --rewards latency_capped theoretical --lambdas 1 4 inf
+    python scripts/pair_signal.py SCORES --length-tolerance 0.2      # as stage.pair_length_tolerance=0.2
 
 A round learns from one best-vs-worst pair per prompt. It can raise the fork rate only if its chosen sides fork more
-often than its rejected ones, and it keeps the answers' length only if both sides are about as long. For every speed
-reward x lambda, this pairs the round's saved candidates (`scores.jsonl`, which keeps every candidate's tokens, steps
-and quality) with the stage's own pairing (pasta.training.pairs) and prints, per side: how many fork, their
-theoretical speedup (geomean), their tokens over the reference answer's, and their quality. The quality is the
-round's judge, named in the output; the embedding judge is an offline proxy.
+often than its rejected ones, and it keeps the answers' length only if its chosen sides are as long as the samples
+they were chosen from (both sides about as long is not enough: the SFT half of the loss trains on the chosen side).
+For every speed reward x lambda, this pairs the round's saved candidates (`scores.jsonl`, which keeps every
+candidate's tokens, steps and quality) with the stage's own pairing (pasta.training.pairs; best vs worst, within
+`--length-tolerance` when given) and prints, per side: how many fork, their theoretical speedup (geomean), their tokens
+over the reference answer's (and, above the table, every sample's), and their quality. The quality is the round's
+judge, named in the output; the embedding judge is an offline proxy. The untagged pairs of
+`stage.rejected_side=untagged|both` are left out: they need the model's tokenizer, and their sides hold the same words.
 """
 
 from __future__ import annotations
@@ -34,11 +38,13 @@ def read_scores(path: Path) -> list[ScoredPrompt]:
         raise PastaError(f"{path}: not a preference round's scores.jsonl ({exc})") from exc
 
 
-def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward) -> dict[str, float | int | None]:
+def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
+           length_tolerance: float | None = None) -> dict[str, float | int | None]:
     """The pairs this reward and lambda make of the scored prompts, per side, in numbers."""
-    pairs, skipped = make_pairs(scored, quality_weight, reward)
+    pairs, skipped = make_pairs(scored, quality_weight, reward, length_tolerance)
     summary = summarize(scored, pairs, skipped, quality_weight, reward)
     return {
+        "samples_length_ratio": summary["samples_mean_length_ratio"],
         "num_pairs": len(pairs),
         "chosen_num_forked": summary["chosen_num_forked"],
         "rejected_num_forked": summary["rejected_num_forked"],
@@ -76,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="speed rewards (stage.speed_reward) to pair by")
     parser.add_argument("--lambdas", nargs="+", default=["1", "4", "inf"],
                         help="quality weights (stage.quality_weight): numbers >= 0 or inf")
+    parser.add_argument("--length-tolerance", type=float, default=None,
+                        help="the rejected side within this fraction of the chosen one's length "
+                             "(stage.pair_length_tolerance); default: the worst of all candidates")
     args = parser.parse_args(argv)
+    if args.length_tolerance is not None and not args.length_tolerance >= 0:
+        parser.error(f"--length-tolerance: {args.length_tolerance} must be >= 0")
     try:
         lambdas = [float(value) for value in args.lambdas]
     except ValueError:
@@ -87,13 +98,17 @@ def main(argv: list[str] | None = None) -> int:
         scored = read_scores(args.scores)
         if not any(entry.status == "scored" for entry in scored):
             raise PastaError(f"{args.scores}: no scored prompt to pair")
-        rows = [(reward, f"{lam:g}", signal(scored, lam, SpeedReward(reward)))
+        rows = [(reward, f"{lam:g}", signal(scored, lam, SpeedReward(reward), args.length_tolerance))
                 for reward in args.rewards for lam in lambdas]
     except PastaError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 2
     judge = next(entry.judge for entry in scored if entry.status == "scored")
     print(f"{args.scores}: {len(scored)} prompts, {sum(len(e.candidates) for e in scored)} candidates")
+    pool = rows[0][2]["samples_length_ratio"]
+    print("every candidate's tokens / its reference's (mean): " + ("-" if pool is None else f"{pool:.2f}"))
+    if args.length_tolerance is not None:
+        print(f"rejected sides within {args.length_tolerance:g} of the chosen side's length")
     print(table(rows, judge))
     return 0
 

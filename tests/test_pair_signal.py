@@ -7,10 +7,10 @@ import json
 from helpers.scripts import load_script
 
 
-def candidate(quality: float, num_tokens: int, num_steps: int) -> dict:
+def candidate(quality: float, num_tokens: int, num_steps: int, text: str = "x") -> dict:
     forked = num_steps < num_tokens
     return {
-        "text": "x", "annotated": "x", "speedup": num_tokens / num_steps, "quality": quality, "judge": "fake:j",
+        "text": text, "annotated": text, "speedup": num_tokens / num_steps, "quality": quality, "judge": "fake:j",
         "num_tokens": num_tokens, "num_steps": num_steps, "finish_reason": "eos", "malformed": {},
         "tokens": {"main_ids": [5], "opener_ids": [], "body_ids": [[6]] if forked else [], "num_predicted": []},
     }
@@ -33,6 +33,25 @@ def test_quality_alone_chooses_the_plain_answer_and_the_theoretical_reward_the_l
     # Capped latency: the fork's speed is 60 / 80 = 0.75 against the plain answer's 1.0, so the plain one wins.
     assert "| latency_capped | 1 | 1 | 0 / 1 |" in table
     assert "quality (fake:j)" in table
+
+
+def test_the_samples_length_is_shown_beside_the_chosen_side_and_a_tolerance_pairs_as_the_stage(tmp_path, capsys):
+    # Three plain answers to a 60-token reference: as long (best under the capped latency), twice as long (the worst),
+    # and 10% longer, judged a little worse (the worst within 0.2 of the best's length).
+    scores = tmp_path / "scores.jsonl"
+    answers = [candidate(0.5, 60, 60, "x" * 60), candidate(0.5, 120, 120, "x" * 120), candidate(0.4, 66, 66, "x" * 66)]
+    scores.write_text(json.dumps(scores_record("a", answers)) + "\n")
+    pair_signal = load_script("pair_signal")
+    assert pair_signal.main([str(scores), "--rewards", "latency_capped", "--lambdas", "1"]) == 0
+    out = capsys.readouterr().out
+    # The chosen side is shorter than the samples it was chosen from (1.00 against 1.37): the round shortens.
+    assert "every candidate's tokens / its reference's (mean): 1.37" in out
+    assert "| latency_capped | 1 | 1 | 0 / 0 | 1.00 / 1.00 | 1.00 / 2.00 | 0.500 / 0.500 |" in out
+    assert pair_signal.main([str(scores), "--rewards", "latency_capped", "--lambdas", "1",
+                             "--length-tolerance", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "rejected sides within 0.2 of the chosen side's length" in out
+    assert "| latency_capped | 1 | 1 | 0 / 0 | 1.00 / 1.00 | 1.00 / 1.10 | 0.500 / 0.400 |" in out
 
 
 def test_a_file_that_is_not_a_round_s_scores_is_one_error_line(tmp_path, capsys):

@@ -216,6 +216,8 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
                 ratios.append(getattr(pair, side).num_tokens / entry.reference_num_tokens)
         return ratios
 
+    samples_length_ratios = [c.num_tokens / e.reference_num_tokens for e in entries if e.reference_num_tokens
+                             for c in e.candidates]
     return {
         "num_prompts": len(scored),
         "num_pairs": len(pairs),
@@ -240,6 +242,9 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
         # rejected ones cannot raise the fork rate, whatever their speed scores.
         "chosen_num_forked": sum(p.chosen.forked for p in pairs),
         "rejected_num_forked": sum(p.rejected.forked for p in pairs),
+        # Against the samples' own length: a chosen side shorter than the samples it was chosen from trains the
+        # policy to shorten its answers, even when each pair's sides are equally long (pair_length_tolerance).
+        "samples_mean_length_ratio": mean(samples_length_ratios),
         "chosen_mean_length_ratio": mean(length_ratios("chosen")),
         "rejected_mean_length_ratio": mean(length_ratios("rejected")),
         "mean_score_margin": mean([p.chosen.score - p.rejected.score for p in pairs]),
