@@ -5,8 +5,8 @@
     python scripts/pair_signal.py SCORES --length-tolerance 0.2      # as stage.pair_length_tolerance=0.2
 
 A round learns from one best-vs-worst pair per prompt. It can raise the fork rate only if its chosen sides fork more
-often than its rejected ones, and it keeps the answers' length only if its chosen sides are as long as the samples
-they were chosen from (both sides about as long is not enough: the SFT half of the loss trains on the chosen side).
+often than its rejected ones; chosen sides shorter than the samples they were chosen from teach brevity (the SFT half
+of the loss trains on them), even when both sides of each pair are about as long.
 For every speed reward x lambda, this pairs the round's saved candidates (`scores.jsonl`, which keeps every
 candidate's tokens, steps and quality) with the stage's own pairing (pasta.training.pairs; best vs worst, within
 `--length-tolerance` when given) and prints, per side: how many fork, their theoretical speedup (geomean), their tokens

@@ -242,8 +242,8 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
         # rejected ones cannot raise the fork rate, whatever their speed scores.
         "chosen_num_forked": sum(p.chosen.forked for p in pairs),
         "rejected_num_forked": sum(p.rejected.forked for p in pairs),
-        # Against the samples' own length: a chosen side shorter than the samples it was chosen from trains the
-        # policy to shorten its answers, even when each pair's sides are equally long (pair_length_tolerance).
+        # Against the samples' own length: chosen sides shorter than the samples they were chosen from teach
+        # brevity through the SFT half of the loss, even when each pair's sides are equally long.
         "samples_mean_length_ratio": mean(samples_length_ratios),
         "chosen_mean_length_ratio": mean(length_ratios("chosen")),
         "rejected_mean_length_ratio": mean(length_ratios("rejected")),
