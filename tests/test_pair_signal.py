@@ -44,7 +44,7 @@ def test_the_samples_length_is_shown_beside_the_chosen_side_and_a_tolerance_pair
     pair_signal = load_script("pair_signal")
     assert pair_signal.main([str(scores), "--rewards", "latency_capped", "--lambdas", "1"]) == 0
     out = capsys.readouterr().out
-    # The chosen side is shorter than the samples it was chosen from (1.00 against 1.37): the round shortens.
+    # The chosen side is shorter than the samples it was chosen from: 1.00 against 1.37 of the reference's tokens.
     assert "every candidate's tokens / its reference's (mean): 1.37" in out
     assert "| latency_capped | 1 | 1 | 0 / 0 | 1.00 / 1.00 | 1.00 / 2.00 | 0.500 / 0.500 |" in out
     assert pair_signal.main([str(scores), "--rewards", "latency_capped", "--lambdas", "1",
