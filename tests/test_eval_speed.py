@@ -159,6 +159,11 @@ def test_sequential_times_taken_beside_each_answer_replace_the_sequential_runs_o
     own = speed_metrics([stats("a", 2.0, num_tokens=7, num_steps=3)], sequential[:1],
                         bootstrap=BootstrapConfig(num_resamples=20))
     assert not own.wall_timed_beside and own.wall_speedup_geomean.value == pytest.approx(4.5)
+    # A prompt the sequential run decoded in a batch still counts when timed beside: both its times are this run's
+    # (a run timing 50 prompts against a sequential run that timed 20 measures 50).
+    batched = [sequential[0], sequential[1] | {"batch_size": 4}]
+    again = speed_metrics(candidate, batched, bootstrap=BootstrapConfig(num_resamples=20))
+    assert again.num_timed_prompts == 2 and again.wall_speedup_geomean.value == pytest.approx(2.0 ** 0.5)
     candidate[1]["sequential_num_tokens"] = 6
     with pytest.raises(PastaError, match=r"eval.sequential_model decoded 1 of the 2 timed prompts to another length "
                                          r"than baseline-sft's answers \(first: 'b'\)"):

@@ -278,10 +278,13 @@ def speed_metrics(
     if priced:
         fields["cost_speedup_geomean"] = Interval.of(modelled(pairs), geometric_mean, bootstrap)
         fields["cost_curve"] = costs.to_dict()
-    timed = [(c, s) for c, s in pairs if c.timed_alone and s.timed_alone]
+    # Timed beside (eval.sequential_model), both of a prompt's times are this run's: the sequential run need not
+    # have timed that prompt alone (it times its own first `eval.timed_prompts`, which may be fewer).
+    beside_pairs = [(c, s) for c, s in pairs if c.timed_alone and c.sequential_wall_s is not None]
+    timed = beside_pairs or [(c, s) for c, s in pairs if c.timed_alone and s.timed_alone]
     fields["num_timed_prompts"] = len(timed)
     if timed:
-        beside = all(c.sequential_wall_s is not None for c, _ in timed)
+        beside = bool(beside_pairs)
         if beside:
             check_beside(timed, sequential_name)
             sequential_walls = [_positive(c.sequential_wall_s, "sequential_wall_s", "stats") for c, _ in timed]
