@@ -27,7 +27,7 @@ from pasta.errors import PastaError, one_line
 from pasta.measure import geometric_mean
 from pasta.training.candidates import ScoredPrompt
 from pasta.training.config import SpeedReward
-from pasta.training.pairs import make_pairs, summarize
+from pasta.training.pairs import make_pairs, samples_mean_length_ratio, summarize
 
 
 def read_scores(path: Path) -> list[ScoredPrompt]:
@@ -44,7 +44,6 @@ def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedRewar
     pairs, skipped = make_pairs(scored, quality_weight, reward, length_tolerance)
     summary = summarize(scored, pairs, skipped, quality_weight, reward)
     return {
-        "samples_length_ratio": summary["samples_mean_length_ratio"],
         "num_pairs": len(pairs),
         "chosen_num_forked": summary["chosen_num_forked"],
         "rejected_num_forked": summary["rejected_num_forked"],
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     judge = next(entry.judge for entry in scored if entry.status == "scored")
     print(f"{args.scores}: {len(scored)} prompts, {sum(len(e.candidates) for e in scored)} candidates")
-    pool = rows[0][2]["samples_length_ratio"]
+    pool = samples_mean_length_ratio(scored)
     print("every candidate's tokens / its reference's (mean): " + ("-" if pool is None else f"{pool:.2f}"))
     if args.length_tolerance is not None:
         print(f"rejected sides within {args.length_tolerance:g} of the chosen side's length")

@@ -196,6 +196,14 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
     return pairs, skipped
 
 
+def samples_mean_length_ratio(scored: list[ScoredPrompt]) -> float | None:
+    """Every scored candidate's tokens over its prompt's reference answer's, averaged (None without references): what
+    the chosen sides' length is compared with, whatever the reward and lambda that pair them."""
+    ratios = [c.num_tokens / e.reference_num_tokens for e in scored if e.status == "scored" and e.reference_num_tokens
+              for c in e.candidates]
+    return statistics.fmean(ratios) if ratios else None
+
+
 def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, quality_weight: float,
               reward: SpeedReward) -> dict[str, Any]:
     """Mean speed and quality of the samples and of the chosen and rejected sides (a round's `metrics.json`)."""
@@ -216,8 +224,6 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
                 ratios.append(getattr(pair, side).num_tokens / entry.reference_num_tokens)
         return ratios
 
-    samples_length_ratios = [c.num_tokens / e.reference_num_tokens for e in entries if e.reference_num_tokens
-                             for c in e.candidates]
     return {
         "num_prompts": len(scored),
         "num_pairs": len(pairs),
@@ -244,7 +250,7 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
         "rejected_num_forked": sum(p.rejected.forked for p in pairs),
         # Against the samples' own length: chosen sides shorter than the samples they were chosen from teach
         # brevity through the SFT half of the loss, even when each pair's sides are equally long.
-        "samples_mean_length_ratio": mean(samples_length_ratios),
+        "samples_mean_length_ratio": samples_mean_length_ratio(scored),
         "chosen_mean_length_ratio": mean(length_ratios("chosen")),
         "rejected_mean_length_ratio": mean(length_ratios("rejected")),
         "mean_score_margin": mean([p.chosen.score - p.rejected.score for p in pairs]),
