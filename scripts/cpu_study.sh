@@ -214,17 +214,14 @@ first=""
 for lambda in $lambdas; do
     dir=$(pref_dir "$lambda")
     if done_already "$dir/round-$num_rounds"; then first=${first:-$dir}; continue; fi
-    if [ -n "$first" ]; then  # the same round-1 candidates and Baseline-SFT answers: reuse, do not decode again
-        mkdir -p "$dir/round-1"
-        for shared in baseline_answers.jsonl round-1/scores.jsonl; do
-            [ -f "$dir/$shared" ] || [ ! -f "$first/$shared" ] || cp "$first/$shared" "$dir/$shared"
-        done
-    fi
+    # The same round-1 candidates and Baseline-SFT answers as the first lambda's: paired again, not decoded again.
+    reuse=()
+    [ -z "$first" ] || reuse=("stage.candidates_from=$first")
     # shellcheck disable=SC2086
     "$python" -m pasta.train stage=pref "${train[@]}" model.path="$out/sft/final" "stage.quality_weight=$lambda" \
         "stage.rounds=$num_rounds" "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" \
         "stage.max_new_tokens=$max_new_tokens" "stage.no_repeat_ngram_size=$no_repeat" stage.reference=baseline \
-        stage.baseline_model="$out/baseline-sft/final" output_dir="$dir" $pref_args
+        stage.baseline_model="$out/baseline-sft/final" output_dir="$dir" "${reuse[@]}" $pref_args
     first=${first:-$dir}
 done
 

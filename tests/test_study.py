@@ -74,6 +74,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     # scored them against Baseline-SFT's answers.
     shared = [(out / f"pref-lambda{lam}" / "round-1" / "scores.jsonl").read_text() for lam in ("1", "inf")]
     assert shared[0] == shared[1]
+    assert f"stage.candidates_from={out / 'pref-lambda1'}: took the 2 scored prompts of its round 1" in done.stdout + done.stderr
     # Baseline-SFT answers only the prompts the rounds sample (2 rounds x 2 prompts), not all 12 records.
     assert len((out / "pref-lambda1" / "baseline_answers.jsonl").read_text().splitlines()) == 4
     stats = [json.loads(line) for line in (out / "eval" / "pasta-sft" / "stats.jsonl").read_text().splitlines()]

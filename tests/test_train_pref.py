@@ -565,6 +565,59 @@ def test_a_resume_over_a_round_whose_final_weights_are_cut_short_is_one_line(sft
     assert str(info.value).startswith(f"round 1: {weights} is incomplete (")
 
 
+def test_a_run_pairs_another_runs_saved_candidates_again_from_its_policy_without_sampling(
+    sft_folder, tmp_path, monkeypatch
+):
+    """stage.candidates_from + stage.keep_rounds: round 2 of a finished run again, paired under other settings from
+    that run's round-1 policy and its round-2 candidates; nothing is sampled and the source run is left as it was."""
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: LengthJudge())
+    run_pref(rounds_cfg(tmp_path, sft_folder))
+    source = tmp_path / "pref"
+    saved = {path: path.read_bytes() for path in source.rglob("*") if path.is_file()}
+    decoded = []
+    monkeypatch.setattr("pasta.decoding.decode_async", lambda *args, **kwargs: decoded.append(1))
+    again = [f"stage.candidates_from={source}", "stage.keep_rounds=1", "stage.quality_weight=inf"]
+
+    final = run_pref(rounds_cfg(tmp_path / "again", sft_folder, *again))
+    out = tmp_path / "again" / "pref"
+    assert final == out / "round-2" / "final" and (final / "config.json").is_file() and not decoded
+    assert (out / "round-1" / "final" / "model.safetensors").samefile(source / "round-1" / "final" / "model.safetensors")
+    assert not (out / "round-1" / "checkpoints").exists()
+    assert (out / "round-2" / "scores.jsonl").read_bytes() == saved[source / "round-2" / "scores.jsonl"]
+    metrics = json.loads((out / "round-2" / "metrics.json").read_text())
+    assert metrics["policy"] == str(out / "round-1" / "final") and metrics["quality_weight"] == "inf"
+    assert json.loads(saved[source / "round-2" / "metrics.json"])["quality_weight"] == 1.0
+    assert load_file(final / "model.safetensors").keys() and not (final / "model.safetensors").samefile(
+        source / "round-2" / "final" / "model.safetensors")
+    assert {path: path.read_bytes() for path in source.rglob("*") if path.is_file()} == saved
+    # A resumed run takes nothing again and trains nothing again.
+    assert run_pref(rounds_cfg(tmp_path / "again", sft_folder, *again, "resume=true")) == final and not decoded
+
+    other_model = source / "round-1" / "final"
+    for model, overrides, message in (
+        (sft_folder, [f"stage.candidates_from={tmp_path / 'none'}"], "no such folder"),
+        (other_model, [f"stage.candidates_from={source}"],
+         f"started from model {sft_folder}, this run from {other_model} \\(model.path\\)"),
+        (sft_folder, [f"stage.candidates_from={source}", "stage.keep_rounds=2", "stage.rounds=3"],
+         "round-3/scores.jsonl is missing: that run saved no candidates for round 3"),
+        (sft_folder, [f"stage.candidates_from={out / 'round-1'}"], "not a preference run's output_dir"),
+    ):
+        with pytest.raises(PastaError, match=message):
+            run_pref(rounds_cfg(tmp_path / "refused", model, *overrides))
+        assert not any((tmp_path / "refused" / "pref").glob("*"))
+
+
+def test_keep_rounds_needs_a_run_to_keep_them_from_and_a_round_left_to_pair():
+    for overrides, message in (
+        (["stage.keep_rounds=1"], "above 0 only with stage.candidates_from"),
+        (["stage.candidates_from=/runs/a", "stage.keep_rounds=2", "stage.rounds=2"],
+         "raise stage.rounds to at least 3"),
+        (["stage.candidates_from=/runs/a", "stage.keep_rounds=-1"], "must be >= 0"),
+    ):
+        with pytest.raises(PastaError, match=message):
+            settings_from_cfg(compose("train", ["stage=pref", *overrides]).stage)
+
+
 def test_a_baseline_model_that_does_not_load_is_named_by_its_setting(sft_folder, tmp_path, tiny_model_and_tokenizer):
     from pasta.training import sampling
 

@@ -346,6 +346,19 @@ class PrefSettings(OptimSettings):
             "help": "re-asks of the judge for candidates it could not score; then the prompt is skipped"
         },
     )
+    candidates_from: str | None = field(
+        default=None,
+        metadata={"help": "another preference run's output_dir: round keep_rounds + 1 pairs and trains on the candidates "
+                          "that run saved for it (with its Baseline-SFT answers) under this run's settings instead of "
+                          "sampling new ones: an ablation of the pairing or training on the same samples "
+                          "(pasta/training/rounds.py); it must have started from this run's model.path; null = sample"},
+    )
+    keep_rounds: int = field(
+        default=0,
+        metadata={"help": "with candidates_from: that run's first N finished rounds are this run's own (models "
+                          "hard-linked, not trained again), so round N + 1 starts from the policy that sampled its "
+                          "candidates; 0 = round 1 re-pairs its round-1 candidates from model.path"},
+    )
     heldout_path: str | None = field(
         default=None,
         metadata={
@@ -379,6 +392,13 @@ class PrefSettings(OptimSettings):
             raise PastaError(f"{where}.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
         if self.no_repeat_ngram_size < 0:
             raise PastaError(f"{where}.no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0 = off)")
+        if self.keep_rounds < 0 or (self.keep_rounds and not self.candidates_from):
+            raise PastaError(f"{where}.keep_rounds={self.keep_rounds} must be >= 0, and above 0 only with "
+                             f"{where}.candidates_from=<the run whose rounds it keeps>")
+        if self.candidates_from and self.keep_rounds >= self.rounds:
+            raise PastaError(f"{where}.keep_rounds={self.keep_rounds} keeps every one of {where}.rounds={self.rounds}: "
+                             f"raise {where}.rounds to at least {self.keep_rounds + 1}, the round that re-pairs "
+                             f"{where}.candidates_from's candidates")
         if self.heldout_limit < 1:
             raise PastaError(f"{where}.heldout_limit={self.heldout_limit} must be >= 1")
         for key in ("reference", "speed_reference"):

@@ -20,7 +20,8 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    types and weights) on the PASTA-LANG layout, the reference being the round's starting policy; write
    `round-<r>/final` and `round-<r>/metrics.json`.
 A crashed run continues with `resume=true`: finished rounds are kept, sampling picks up after the last prompt
-written, training from its last checkpoint.
+written, training from its last checkpoint. `stage.candidates_from` pairs another run's saved candidates again
+under this run's settings (pasta.training.rounds).
 
 `accelerate launch -m pasta.train stage=pref ...` shards the reference decodes, the sampling and judging of each round
 and the held-out check over the processes (pasta.parallel); every process reads the gathered scores, so all form the
@@ -44,7 +45,7 @@ from pasta.config import resolve_device
 from pasta.data import Record, load_training_records, write_json_atomic, write_jsonl_atomic
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
-from pasta.models import incomplete_weights, load_model, model_at
+from pasta.models import load_model, model_at
 from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
@@ -55,12 +56,18 @@ from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
 from pasta.training.pairs import json_number, make_pairs, summarize
+from pasta.training.rounds import (
+    ROUND_METRICS,
+    SCORES,
+    finished_round_metrics,
+    round_folder,
+    take_saved_rounds,
+)
 from pasta.training.runs import check_same_model, checkpoint_to_resume, resolve_output_dir, write_train_info
 from pasta.training.sampling import References, round_references, sample_and_score
 
 log = logging.getLogger(__name__)
 
-ROUND_METRICS = "metrics.json"
 FORKING_RECORDS = "forking.jsonl"  # the round's best forking answers, as SFT records (pasta.training.feedback)
 
 
@@ -160,10 +167,10 @@ def round_train_metrics(metrics: dict[str, Any], log_history: list[dict[str, Any
 def run_round(
     cfg, settings, round_index, policy_path, records, references, judge, policy, output_dir, processes
 ) -> Path:
-    round_dir = output_dir / f"round-{round_index}"
+    round_dir = round_folder(output_dir, round_index)
     round_dir.mkdir(parents=True, exist_ok=True)
     resume = bool(cfg.get("resume", False))
-    scores_path = round_dir / "scores.jsonl"
+    scores_path = round_dir / SCORES
     model_cfg = cfg.model if policy_path is None else model_at(cfg.model, policy_path)
     # A round's policy is a folder the run wrote: errors name it alone, not as the user's model.path.
     model, tokenizer = load_model(model_cfg, device=resolve_device(cfg.get("device", "auto")),
@@ -215,35 +222,6 @@ def run_round(
     return round_dir / "final"
 
 
-# What `round_line` and the run's summary read of a round's metrics.json.
-_ROUND_METRICS_KEYS = ("round", "mean_score", "mean_score_margin", "train")
-
-
-def finished_round_metrics(round_dir: Path, round_index: int) -> dict[str, Any] | None:
-    """The metrics of a round a resumed run finished before, or None when the round has to run (again).
-
-    A round is finished when it wrote its final model and its metrics.json. A metrics.json that does not read back
-    (a torn write, an edit) is redone: the round runs again from what it kept, its scored prompts and its last
-    checkpoint. A final model whose weights are cut short is one line: it is the next round's policy."""
-    final = round_dir / "final"
-    metrics_path = round_dir / ROUND_METRICS
-    if not (metrics_path.is_file() and (final / "config.json").is_file()):
-        return None
-    problem = incomplete_weights(final)
-    if problem is not None:
-        raise PastaError(f"round {round_index}: {problem}: delete {final} and resume to train the round again")
-    try:
-        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
-        if not isinstance(metrics, dict) or not isinstance(metrics.get("train"), dict) \
-                or any(key not in metrics for key in _ROUND_METRICS_KEYS):
-            raise ValueError("not a round's metrics")
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        log.warning("round %d: %s does not read back (%s): running the round again from its scores and its last "
-                    "checkpoint", round_index, metrics_path, exc)
-        return None
-    return metrics
-
-
 def check_latency_references(settings: PrefSettings, records: list[Record], references: References) -> None:
     """The latency speed reward prices a candidate's steps against its prompt's reference answer: every prompt
     needs one. Prompt-only data has none unless Baseline-SFT decodes them (whose decode, even an empty answer, is
@@ -282,7 +260,9 @@ def run_pref(cfg: DictConfig) -> Path:
             f"{output_dir} holds an earlier run: pass resume=true to continue it, or another output_dir"
         )
     check_same_model(output_dir, cfg.model)
-    processes.wait()  # every process has looked before any writes
+    if settings.candidates_from and processes.is_main:
+        take_saved_rounds(Path(settings.candidates_from).expanduser(), output_dir, settings.keep_rounds, cfg.model)
+    processes.wait()  # every process has looked (and the main one taken saved rounds) before any writes
     # Only the rounds' prompts need a reference: Baseline-SFT answers for the whole pool cost minutes for nothing.
     used_ids = {r.id for i in range(1, settings.rounds + 1) for r in round_prompts(records, settings, i)}
     used = [r for r in records if r.id in used_ids]
@@ -292,11 +272,11 @@ def run_pref(cfg: DictConfig) -> Path:
     if processes.is_main:
         write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name, loaded=loaded.as_dict())
     heldout = HeldoutCheck(cfg, settings, judge, policy, processes)
-    start = heldout.run(None, output_dir / "round-0")
+    start = heldout.run(None, round_folder(output_dir, 0))
     rounds = []
     policy_path: Path | None = None
     for round_index in range(1, settings.rounds + 1):
-        round_dir = output_dir / f"round-{round_index}"
+        round_dir = round_folder(output_dir, round_index)
         metrics_path = round_dir / ROUND_METRICS
         metrics = finished_round_metrics(round_dir, round_index)
         if metrics is not None:

@@ -137,7 +137,7 @@ def model_source(model: Any) -> str:
     return source
 
 
-def _same_source(saved: str, now: str) -> bool:
+def same_source(saved: str, now: str) -> bool:
     if saved == now:
         return True
     try:  # one folder named relatively in one run and absolutely in the other
@@ -154,7 +154,7 @@ def check_same_model(output_dir: Path, model: DictConfig) -> None:
     if not isinstance(saved_model, dict):
         return
     saved, now = model_source(saved_model), model_source(model)
-    if not _same_source(saved, now):
+    if not same_source(saved, now):
         raise PastaError(
             f"{output_dir} was started from model {saved}, this run asks {now} (model.path / model.name): resume it "
             "with the same model, or use another output_dir"

@@ -32,6 +32,7 @@ from pasta.records import as_json
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import PrefSettings, Reference
 from pasta.training.examples import example_from_doc
+from pasta.training.rounds import BASELINE_ANSWERS
 
 if TYPE_CHECKING:
     from pasta.decoding import DecodeConfig
@@ -101,7 +102,7 @@ def reference_answers(
         return {r.id: r.output for r in records}
     from pasta.decoding import DecodeConfig, SamplingConfig, decode_sequential
 
-    path = output_dir / "baseline_answers.jsonl"
+    path = output_dir / BASELINE_ANSWERS
     store = ShardedJsonl(path, processes, key="id")
     store.gather()
     done = store.keys()
@@ -229,7 +230,11 @@ def sample_and_score(
                        settings_drawn, tokenizer, scores_path)
     config = candidate_decode_config(settings)
     num = settings.num_samples
-    todo = processes.shard([(index, r) for index, r in enumerate(prompts) if r.id not in done])
+    todo = [(index, r) for index, r in enumerate(prompts) if r.id not in done]
+    if len(todo) < len(prompts) and processes.is_main:
+        log.info("%s: %d of %d prompts' candidates saved already, %d to sample", scores_path,
+                 len(prompts) - len(todo), len(prompts), len(todo))
+    todo = processes.shard(todo)
     model.eval()
     with store.appender() as out:
         for start in range(0, len(todo), settings.sample_batch_size):
