@@ -59,6 +59,7 @@ from pasta.training.pairs import json_number, make_pairs, summarize
 from pasta.training.rounds import (
     ROUND_METRICS,
     SCORES,
+    check_saved_rounds,
     finished_round_metrics,
     round_folder,
     take_saved_rounds,
@@ -260,8 +261,11 @@ def run_pref(cfg: DictConfig) -> Path:
             f"{output_dir} holds an earlier run: pass resume=true to continue it, or another output_dir"
         )
     check_same_model(output_dir, cfg.model)
-    if settings.candidates_from and processes.is_main:
-        take_saved_rounds(Path(settings.candidates_from).expanduser(), output_dir, settings.keep_rounds, cfg.model)
+    if settings.candidates_from:
+        source = Path(settings.candidates_from).expanduser()
+        check_saved_rounds(source, output_dir, settings.keep_rounds, cfg.model)  # on every process: all stop
+        if processes.is_main:
+            take_saved_rounds(source, output_dir, settings.keep_rounds)
     processes.wait()  # every process has looked (and the main one taken saved rounds) before any writes
     # Only the rounds' prompts need a reference: Baseline-SFT answers for the whole pool cost minutes for nothing.
     used_ids = {r.id for i in range(1, settings.rounds + 1) for r in round_prompts(records, settings, i)}

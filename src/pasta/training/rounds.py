@@ -99,10 +99,9 @@ def check_saved_rounds(source: Path, output_dir: Path, keep_rounds: int, model: 
                          f"(stage.keep_rounds={keep_rounds} re-pairs round keep_rounds + 1)")
 
 
-def take_saved_rounds(source: Path, output_dir: Path, keep_rounds: int, model: Any) -> None:
-    """Give `output_dir` the rounds and candidates of the run at `source` described in the module docstring,
-    checked first (`check_saved_rounds`); what `output_dir` already holds is kept."""
-    check_saved_rounds(source, output_dir, keep_rounds, model)
+def take_saved_rounds(source: Path, output_dir: Path, keep_rounds: int) -> None:
+    """Give `output_dir` the rounds and candidates of the run at `source` described in the module docstring
+    (checked by `check_saved_rounds`); what `output_dir` already holds is kept."""
     _take(source / BASELINE_ANSWERS, output_dir / BASELINE_ANSWERS)
     for index in range(keep_rounds + 1):  # round-0: the starting policy's held-out check
         _take(round_folder(source, index), round_folder(output_dir, index))
