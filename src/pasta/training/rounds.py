@@ -5,8 +5,8 @@
 
 `stage.candidates_from=<a preference run's output_dir>` pairs that run's saved candidates again under this run's
 settings: an ablation of the pairing or the training (lambda, `stage.rejected_side`, `stage.pair_length_tolerance`,
-`stage.beta`, ...) on the same samples, without sampling them again (most of a round's time on a CPU) and without
-the noise of a new draw. `take_saved_rounds` gives the new run, when it starts:
+`stage.beta`, ...) on the same samples: no time spent sampling them again, and no new draw's noise between the
+rows compared. `take_saved_rounds` gives the new run, when it starts:
 - that run's first `stage.keep_rounds` finished rounds as its own (the models hard-linked, everything else but the
   checkpoints copied), so round keep_rounds + 1 starts from the policy that sampled that round's candidates;
 - those candidates (`round-<keep_rounds + 1>/scores.jsonl`), its Baseline-SFT answers and the held-out check of
