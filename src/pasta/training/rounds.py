@@ -30,7 +30,7 @@ from typing import Any
 
 from pasta.errors import PastaError
 from pasta.models import incomplete_weights
-from pasta.training.runs import model_source, read_train_info, same_source
+from pasta.training.runs import model_source, read_train_info, recorded_model_source, same_source
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,10 @@ def check_saved_rounds(source: Path, output_dir: Path, keep_rounds: int, model: 
     info = read_train_info(source)
     if info is None or info.get("stage") != "pref":
         raise PastaError(f"{key}: not a preference run's output_dir (its train_info.json of stage=pref is missing)")
-    saved_model = (info.get("config") or {}).get("model")
-    if isinstance(saved_model, dict):
-        saved, now = model_source(saved_model), model_source(model)
-        if not same_source(saved, now):
-            raise PastaError(f"{key} started from model {saved}, this run from {now} (model.path): its candidates "
-                             "are another policy's")
+    saved, now = recorded_model_source(info), model_source(model)
+    if saved is not None and not same_source(saved, now):
+        raise PastaError(f"{key} started from model {saved}, this run from {now} (model.path): its candidates are "
+                         "another policy's")
     for index in range(1, keep_rounds + 1):
         if finished_round_metrics(round_folder(source, index), index) is None:
             raise PastaError(f"{key}: its round {index} is not finished, and stage.keep_rounds={keep_rounds} takes "

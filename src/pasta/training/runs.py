@@ -146,15 +146,17 @@ def same_source(saved: str, now: str) -> bool:
         return False
 
 
+def recorded_model_source(info: dict[str, Any] | None) -> str | None:
+    """The `model_source` of the model a run's `train_info.json` (read back as `info`) records, or None."""
+    saved_model = ((info or {}).get("config") or {}).get("model")
+    return model_source(saved_model) if isinstance(saved_model, dict) else None
+
+
 def check_same_model(output_dir: Path, model: DictConfig) -> None:
     """A resumed run continues from its own checkpoints and candidates: started from other weights, it would mix
     two models' work without a trace, so it is refused, the folder kept."""
-    previous = read_train_info(output_dir)
-    saved_model = ((previous or {}).get("config") or {}).get("model")
-    if not isinstance(saved_model, dict):
-        return
-    saved, now = model_source(saved_model), model_source(model)
-    if not same_source(saved, now):
+    saved, now = recorded_model_source(read_train_info(output_dir)), model_source(model)
+    if saved is not None and not same_source(saved, now):
         raise PastaError(
             f"{output_dir} was started from model {saved}, this run asks {now} (model.path / model.name): resume it "
             "with the same model, or use another output_dir"
