@@ -5,41 +5,39 @@
     python scripts/skeleton_draft.py RUN --reference BASELINE --max-rows 8     # no step over 8 rows
 
 A forked answer spends its main thread's steps on the list it promises: `\\n2.` `<|promise|>` `Set` `<|promise_end|>`,
-`\\n3.` `<|promise|>` ..., one token a step, while the chunks wait to be forked. Most of those tokens are
-predictable from the list itself: `<|promise_end|>` after a topic token, then the previous item's marker with its
-number one higher, then `<|promise|>`. A decoder could feed that guess as extra rows of the main thread's step and
-keep the tokens the model would have chosen anyway (speculative decoding with the grammar as the draft): under
-greedy decoding the answer is the same token for token, only its steps change. This script estimates it on answers
-already decoded, before anyone builds it: each answer's threads are replayed as pasta/decoding/scheduler.py
-schedules them (a main token sampled at step s is fed at s + 1; a promise_end sampled at step s opens its chunk at
-s + 1 when fewer than `max_threads` run; a sync waits for its group's chunks and feeds their closing tokens), once
-as decoded and once with the draft: a step feeds the main thread's pending token and the draft, and samples the
-draft's tokens that match the answer and one more.
+`\\n3.` `<|promise|>` ..., one token a step. `decode.draft_skeleton=true` feeds a guess of those tokens beside the
+main thread's own and keeps the ones the model chooses (pasta/decoding/draft.py): a greedy answer is the same token
+for token, in fewer steps. This script says what that would save on a run decoded without it, from its saved
+answers alone: each answer's threads are replayed as pasta/decoding/scheduler.py schedules them (a main token sampled
+at step s is fed at s + 1; a promise_end sampled at step s opens its chunk at s + 1 when fewer than `max_threads`
+run; a sync waits for its group's chunks and feeds their closing tokens), once as decoded and once with the draft
+(a step feeds the main thread's pending token and the guess, and samples the guessed tokens that match the answer
+and one more).
 
 It prints, for both: the steps per answer, the main thread's sampling steps per forked answer, the theoretical
 speedup (tokens / steps), the step speedup against `--reference`'s steps (the sequential Baseline-SFT run of the
 same prompts) and the cost-model speedup on the run's own measured step costs (`speed.json`), every one a geomean
 over the answers; the "as decoded" row beside the run's own measured numbers says how close the replay is (it
-re-tokenizes each saved answer, as pasta.lang.tokenize_document would). An estimate of a decoder that does not
-exist: the draft's rows cost what the cost model says a step's rows cost, and nothing else.
+re-tokenizes each saved answer, as pasta.lang.tokenize_document would). An estimate: the guesses' rows cost what
+the cost model says a step's rows cost, and nothing else; decoding the run again with `decode.draft_skeleton=true`
+measures it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from pasta.data import read_jsonl
+from pasta.decoding.draft import SkeletonDraft
 from pasta.decoding.step_costs import StepCosts
+from pasta.decoding.text import text_decoder
 from pasta.errors import PastaError, one_line
 from pasta.lang import LangError, TagIds, TokenDoc, encode_text, parse, tokenize_document
 from pasta.measure import geometric_mean
-
-MAX_GAP_TOKENS = 8  # a list's marker between two promises ("\n\n12. "); anything longer is text, not a skeleton
 
 
 @dataclass(frozen=True)
@@ -53,35 +51,11 @@ class Replay:
     num_accepted: int  # draft tokens the answer took
 
 
-class SkeletonDraft:
-    """The guess after the main thread's pending token: `<|promise_end|>` after a topic token, and after a
-    promise_end the marker that followed the previous promise_end, its first number one higher, then `<|promise|>`."""
-
-    def __init__(self, tokenizer, tag_ids: TagIds):
-        self.tokenizer = tokenizer
-        self.tag_ids = tag_ids
-
-    def __call__(self, main_ids: list[int]) -> list[int]:
-        """The draft after `main_ids` (the main thread's tokens so far, its pending one last)."""
-        tags = self.tag_ids
-        opened = max((i for i, t in enumerate(main_ids) if t == tags.promise), default=-1)
-        closed = max((i for i, t in enumerate(main_ids) if t == tags.promise_end), default=-1)
-        if opened > closed and main_ids[-1] != tags.promise:  # after a topic token: the promise may end here
-            return [tags.promise_end, *self._next_marker(main_ids, opened)]
-        if main_ids[-1] == tags.promise_end:
-            return self._next_marker(main_ids, opened)
-        return []
-
-    def _next_marker(self, main_ids: list[int], opened: int) -> list[int]:
-        """The marker between the promise opened at `opened` and the promise_end before it, its first number one
-        higher, then `<|promise|>`; nothing when no promise_end comes before or the gap is not a short marker."""
-        tags = self.tag_ids
-        before = [i for i in range(opened) if main_ids[i] == tags.promise_end]
-        gap = main_ids[before[-1] + 1 : opened] if before else []
-        if not gap or len(gap) > MAX_GAP_TOKENS or any(t in tags.all for t in gap):
-            return []
-        marker = re.sub(r"\d+", lambda m: str(int(m.group()) + 1), self.tokenizer.decode(gap), count=1)
-        return [*encode_text(self.tokenizer, marker), tags.promise]
+def in_topic(main_ids: list[int], tags: TagIds) -> bool:
+    """The main thread's tokens end inside a promise's topic, after at least one topic token (the decoder's parser
+    says so in TOPIC mode)."""
+    opened = max((i for i, t in enumerate(main_ids) if t == tags.promise), default=-1)
+    return opened >= 0 and all(t not in tags.all for t in main_ids[opened + 1 :]) and opened < len(main_ids) - 1
 
 
 def replay(doc: TokenDoc, num_prompt_rows: int, draft: SkeletonDraft | None, *, max_threads: int,
@@ -137,7 +111,7 @@ def replay(doc: TokenDoc, num_prompt_rows: int, draft: SkeletonDraft | None, *, 
                 num_sampled += 1
                 take(main[num_sampled - 1 : num_sampled])
         elif not main_done:
-            guess = draft(main[:num_sampled]) if draft is not None else []
+            guess = draft(main[:num_sampled], in_topic(main[:num_sampled], tags)) if draft is not None else []
             if max_rows is not None:
                 guess = guess[: max(0, max_rows - rows - 1)]
             accepted = 0
@@ -264,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         max_threads = int((info.get("decoding") or {}).get("max_threads", 8))
         speed = json.loads((args.run / "speed.json").read_text()) if (args.run / "speed.json").is_file() else {}
         costs = StepCosts.from_dict(speed["cost_curve"]) if "cost_curve" in speed else None
-        draft = SkeletonDraft(tokenizer, tag_ids)
+        draft = SkeletonDraft(tag_ids, text_decoder(tokenizer), lambda text: encode_text(tokenizer, text))
         rows = [("as decoded (measured)", measured_row(args.run))]
         for name, guess in (("as decoded (replayed)", None), ("skeleton draft", draft)):
             replays = [replay(a.doc, a.num_prompt_rows, guess, max_threads=max_threads, max_rows=args.max_rows)

@@ -12,7 +12,17 @@ from helpers.models import lively_model
 from helpers.scripts import load_script
 from pasta.config import compose
 from pasta.decoding import teacher_forced_logprobs
-from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens, parse, schedule, tokenize_document
+from pasta.decoding.draft import SkeletonDraft
+from pasta.decoding.text import text_decoder
+from pasta.lang import (
+    ReservationPolicy,
+    TagIds,
+    add_tag_tokens,
+    encode_text,
+    parse,
+    schedule,
+    tokenize_document,
+)
 from pasta.models.loading import load_tokenizer
 
 LIST = ('Tips:\n1.<promise topic="Sleep"/>\n2.<promise topic="Eat"/>\n3.<promise topic="Move"/>'
@@ -56,23 +66,21 @@ def test_replayed_as_decoded_an_answer_takes_the_decoders_own_steps_and_rows(scr
         assert replayed.num_main_steps == len(doc.main_ids)  # one token a step: nothing drafted
 
 
-def test_the_draft_after_a_topic_closes_the_promise_and_writes_the_next_marker_one_higher(script, tokenizer_dir):
+def test_the_replay_knows_when_the_main_thread_is_inside_a_topic(script, tokenizer_dir):
     tokenizer, tags = tokenizer_and_tags(script, tokenizer_dir)
     main_ids = tokenize_document(parse(LIST), tokenizer).main_ids
-    draft = script.SkeletonDraft(tokenizer, tags)
     after_eat = main_ids.index(tags.promise_end, main_ids.index(tags.promise_end) + 1)  # the second promise's end
-    assert tokenizer.decode(draft(main_ids[:after_eat])) == "<|promise_end|>\n3.<|promise|>"
-    assert tokenizer.decode(draft(main_ids[: after_eat + 1])) == "\n3.<|promise|>"
-    # The first item has no marker before it to copy: only its end is guessed; text guesses nothing.
-    first_topic = main_ids.index(tags.promise) + 1
-    assert draft(main_ids[: first_topic + 1]) == [tags.promise_end]
-    assert draft(main_ids[:1]) == []
+    # The replay reads where the main thread stands from its tokens, as the decoder's parser does.
+    assert script.in_topic(main_ids[:after_eat], tags) and not script.in_topic(main_ids[: after_eat + 1], tags)
+    first = main_ids.index(tags.promise)
+    assert not script.in_topic(main_ids[: first + 1], tags) and script.in_topic(main_ids[: first + 2], tags)
+    assert not script.in_topic(main_ids[:first], tags)
 
 
 def test_a_drafted_list_takes_the_steps_its_taken_tokens_save_and_a_row_cap_cuts_the_draft(script, tokenizer_dir):
     tokenizer, tags = tokenizer_and_tags(script, tokenizer_dir)
     doc = tokenize_document(parse(LIST), tokenizer)
-    draft = script.SkeletonDraft(tokenizer, tags)
+    draft = SkeletonDraft(tags, text_decoder(tokenizer), lambda text: encode_text(tokenizer, text))
     plain = script.replay(doc, 7, None, max_threads=8)
     drafted = script.replay(doc, 7, draft, max_threads=8)
     marker = len(tokenizer("\n3.", add_special_tokens=False)["input_ids"])

@@ -125,6 +125,15 @@ class DecodeConfig:
                           "malformed ones decoded as text and counted in stats.malformed, for measuring what the "
                           "model writes on its own"},
     )
+    draft_skeleton: bool = field(
+        default=False,
+        metadata={"help": "async, greedy: feed a guess of the main thread's next tokens beside its token each step "
+                          "(<|promise_end|> after a topic token, the next list item's marker, <|promise|>: "
+                          "pasta/decoding/draft.py) and keep the guessed tokens the model chooses anyway, so a list "
+                          "takes fewer steps; the answer is the same token for token, unless max_total_tokens cuts "
+                          "it (what each thread had written when the budget ran out depends on the steps); a "
+                          "sampled request decodes without it"},
+    )
     cpu_multirow_linears: bool = field(
         default=True,
         metadata={"help": "CPU, 2+ torch threads: decode steps of up to 8 rows run linear layers as W @ x^T, which "

@@ -17,7 +17,9 @@ parser's rules). Stray tags in the main thread or in a chunk are stripped. eos i
 reaching `max_chunk_tokens` is force-closed; an empty chunk is dropped. Each event is counted in `malformed`.
 The model's raw tokens stay in the cache as sampled; `token_doc()` is the cleaned structure (a valid TokenDoc).
 With `decode.constrain`, the sampler asks `constraint(thread, grammar)` for the tokens that keep a thread
-well-formed (pasta/decoding/grammar.py) and counts each choice it had to replace in `masked`.
+well-formed (pasta/decoding/grammar.py) and counts each choice it had to replace in `masked`. With
+`decode.draft_skeleton` (greedy), each plan carries a guess of the main thread's next tokens (pasta/decoding/draft.py);
+the chooser keeps the ones the model chooses (`keep_drafted`), and `commit` settles the rest.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable
 import torch
 
 from pasta.decoding.config import DecodeConfig
+from pasta.decoding.draft import SkeletonDraft
 from pasta.decoding.grammar import Constraint, Grammar
 from pasta.decoding.parser import (
     FallBack,
@@ -77,6 +80,7 @@ class Interpreter:
         decode: Callable[[list[int]], str],
         capacity: int,
         device: torch.device | str = "cpu",
+        encode: Callable[[str], list[int]] | None = None,
     ):
         if not prompt_ids:
             raise ValueError("empty prompt")
@@ -92,6 +96,13 @@ class Interpreter:
         self.chunks: list[Chunk] = []
         self.scheduler = Scheduler(self.prompt_ids, self.main, self.chunks, self.visibility, policy=policy,
                                    max_threads=config.max_threads, sync_id=tag_ids.sync)
+        self.policy = policy
+        # A guess is kept when it is the token the sampler would choose at its own step: exact for greedy choices;
+        # a sampled request's rows would draw from its generator in another order, so it decodes without a draft.
+        drafting = config.draft_skeleton and config.sampling.greedy and encode is not None
+        self.draft = SkeletonDraft(tag_ids, decode, encode) if drafting else None
+        self._num_kept = 0  # drafted tokens kept this step
+        self._draft_stale = False  # a kept guess moved the main thread where the later guesses were not fed
 
         self.num_steps = 0
         self.step_rows: list[int] = []  # rows fed at each step, the prompt's prefill first
@@ -101,6 +112,8 @@ class Interpreter:
         self.malformed: Counter[str] = Counter()
         self.masked: Counter[str] = Counter()  # constrained choices replaced, by the malformed event they would cause
         self.num_forced = 0  # constrained choices with one legal token (what jump-forward would skip a step for)
+        self.num_drafted = 0  # guessed main-thread tokens fed (decode.draft_skeleton)
+        self.num_draft_kept = 0  # of them, the ones the model chose
         self.finish_reason: str | None = None
         self.topic_loop = False  # a topic extended an earlier one word by word: no more promises (stop_topic_loops)
         self.main_ids: list[int] = []  # everything the main thread sampled, as sampled
@@ -158,19 +171,67 @@ class Interpreter:
         capped = self.config.max_promises is not None and len(self.chunks) >= self.config.max_promises
         return grammar.main_text(budget, can_promise=not capped and not self.topic_loop)
 
+    @property
+    def main_samples(self) -> bool:
+        """The main thread still chooses tokens (running, not waiting at a sync, not done)."""
+        return self.main.state == MainState.RUNNING
+
     def plan(self) -> StepPlan:
         """The tokens this request feeds into the next forward; sets their slots in the visibility table."""
         self.num_steps += 1
-        plan = self.scheduler.plan()
+        draft_ids, spans = self._draft()
+        plan = self.scheduler.plan(draft_ids, spans)
+        self.num_drafted += len(plan.draft_ids)
+        self._num_kept = 0
+        self._draft_stale = False
         self.step_rows.append(len(plan.token_ids))
         return plan
 
+    def _draft(self) -> tuple[list[int], list[int]]:
+        """The guess to feed after the main thread's pending token, and the positions the main thread skips after
+        each guessed token (a promise_end's chunk span, as the scheduler's fork skips them)."""
+        if (self.draft is None or self.main.pending is None or not self.main_samples
+                or self.parser.mode == PromiseMode.COUNT):
+            return [], []
+        in_topic = self.parser.mode == PromiseMode.TOPIC and bool(self.parser.topic_ids)
+        draft_ids = self.draft(self.main_ids, in_topic)
+        opener = 2 + len(self.parser.topic_ids)  # <|async|> topic <|async_body|>, the uncounted promise's chunk
+        spans = [self.policy.span(opener, None) if t == self.tag_ids.promise_end else 0 for t in draft_ids]
+        return draft_ids, spans
+
+    def keep_drafted(self, token_id: int) -> bool:
+        """The chooser chose the next guessed token of this step: commit it as a main-thread token already fed.
+        False, and nothing done, where the step could not take it (the budget spent, the main thread done): the
+        choice is then the main thread's next token, as without a draft."""
+        spent = self._spent(self.num_sampled, self.num_tag_tokens) >= self.config.total_token_budget
+        if not self.main_samples or spent or self._draft_stale:
+            return False
+        index = self._num_kept
+        self.num_sampled += 1
+        self._commit_main(token_id)
+        self.main.pending = None  # fed this step, as a guess
+        forking = [c for c in self.chunks if c.state == ChunkState.FORKING]
+        if forking:
+            self.scheduler.fork_drafted(forking[0], index)
+        elif token_id == self.tag_ids.promise_end:
+            # A promise_end that closed no promise (unconstrained: a topic the parser refused) forks nothing: the
+            # guesses after it were fed past a chunk span that is not there, so none of them can be kept.
+            self.scheduler.drafted_without_fork(index)
+            self._draft_stale = True
+        self._num_kept += 1
+        self.num_draft_kept += 1
+        return True
+
     # --- committing sampled tokens -------------------------------------------------------------------------------
 
-    def commit(self, plan: StepPlan, token_ids: list[int]) -> None:
-        """Take the tokens chosen at `plan.sample_feeds`, in order."""
+    def commit(self, plan: StepPlan, token_ids: list[int | None]) -> None:
+        """Take the tokens chosen at `plan.sample_feeds`, in order (None: a drafted row whose token was kept, or one
+        after the main thread's choice)."""
+        self.scheduler.settle_draft(self._num_kept)
         cap = self.config.total_token_budget
         for thread, token_id in zip(plan.sample_threads, token_ids, strict=True):
+            if token_id is None:
+                continue
             if self._spent(self.num_sampled, self.num_tag_tokens) >= cap:
                 break  # the rest of this step's tokens are over the budget
             self.num_sampled += 1

@@ -52,6 +52,7 @@ class PlainInterpreter:
         self.malformed: Counter[str] = Counter()  # tags are plain tokens here: nothing is malformed
         self.masked: Counter[str] = Counter()  # and nothing is constrained
         self.num_forced = 0
+        self.num_drafted = self.num_draft_kept = 0  # nothing to guess: no promise list
         self._max_stop_len = max((len(s) for s in config.stop_strings), default=0)
 
     @property

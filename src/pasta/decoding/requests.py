@@ -5,7 +5,8 @@ engine (pasta/serving/engine.py), so a request gets the same tokens, stats and e
 - `new_request(mode, ...)`: an `Interpreter` (decode=async: PASTA-LANG interpreted as it is written) or a
   `PlainInterpreter` (decode=sequential: the baseline);
 - `sampling_chooser`: the request's own sampling settings and generator, kept to well-formed PASTA-LANG when
-  `decode.constrain` (pasta/decoding/grammar.py); the sequential baseline writes plain text, nothing to constrain;
+  `decode.constrain` (pasta/decoding/grammar.py), and the drafted main-thread tokens it chooses kept
+  (`decode.draft_skeleton`); the sequential baseline writes plain text, nothing to constrain;
 - `request_result`: its DecodeResult, the stats from the request and its clock (pasta/decoding/timing.py).
 """
 
@@ -25,7 +26,7 @@ from pasta.decoding.scheduler import StepPlan
 from pasta.decoding.text import eos_token_ids, text_decoder
 from pasta.decoding.timing import RequestClock
 from pasta.errors import PastaError
-from pasta.lang import MAIN_THREAD, ReservationPolicy, TagIds
+from pasta.lang import MAIN_THREAD, ReservationPolicy, TagIds, encode_text
 
 DecodeRequest = Interpreter | PlainInterpreter
 
@@ -67,7 +68,7 @@ def new_request(mode: str, model, tokenizer, prompt_ids: list[int], config: Deco
         raise ValueError("decode=async needs the reservation policy")
     return Interpreter(prompt_ids, tag_ids=_tag_ids(model, tokenizer), eos_ids=eos_token_ids(model, tokenizer),
                        policy=policy, config=config, decode=text_decoder(tokenizer), capacity=capacity,
-                       device=model.device)
+                       device=model.device, encode=lambda text: encode_text(tokenizer, text))
 
 
 def thread_history(interpreter: Interpreter, thread: int) -> list[int]:
@@ -99,12 +100,42 @@ def choose_request_tokens(interpreter: Interpreter, tokenizer, logits: torch.Ten
     return token_ids
 
 
+def choose_with_draft(interpreter: Interpreter, tokenizer, logits: torch.Tensor, plan: StepPlan,
+                      config: DecodeConfig, generator: torch.Generator | None) -> list[int | None]:
+    """A step that fed drafted main-thread tokens (`plan.draft_ids`): the chunks' rows choose as always; the main
+    thread's rows (its own token's, then each guess's) choose one at a time, each as it would at its own step, after
+    the guesses kept before it. A guess the row before it chose is kept (`Interpreter.keep_drafted`: committed, fed
+    already); the first choice that is not kept is the main thread's next token, and the rows after it choose
+    nothing (None)."""
+    threads = plan.sample_threads
+    token_ids: list[int | None] = [None] * len(threads)
+    chunk_rows = [i for i, thread in enumerate(threads) if thread != MAIN_THREAD]
+    if chunk_rows:
+        chosen = choose_request_tokens(interpreter, tokenizer, logits[chunk_rows], [threads[i] for i in chunk_rows],
+                                       config, generator)
+        for i, token_id in zip(chunk_rows, chosen, strict=True):
+            token_ids[i] = token_id
+    main_rows = [i for i, thread in enumerate(threads) if thread == MAIN_THREAD]
+    for k, row in enumerate(main_rows):
+        if not interpreter.main_samples:  # a kept guess ended the answer (its budget, a stop string)
+            break
+        (token_id,) = choose_request_tokens(interpreter, tokenizer, logits[row : row + 1], [MAIN_THREAD], config,
+                                            generator)
+        if k < len(plan.draft_ids) and token_id == plan.draft_ids[k] and interpreter.keep_drafted(token_id):
+            continue
+        token_ids[row] = token_id
+        break
+    return token_ids
+
+
 def sampling_chooser(request: DecodeRequest, tokenizer, config: DecodeConfig,
                      generator: torch.Generator | None) -> Chooser:
     """The request's tokens drawn with its own settings and generator (rows in a fixed order: a request samples
     the same tokens alone or in any batch)."""
     if isinstance(request, Interpreter):
-        def choose(logits: torch.Tensor, plan: StepPlan) -> list[int]:
+        def choose(logits: torch.Tensor, plan: StepPlan) -> list[int | None]:
+            if plan.draft_ids:
+                return choose_with_draft(request, tokenizer, logits, plan, config, generator)
             return choose_request_tokens(request, tokenizer, logits, plan.sample_threads, config, generator)
     else:  # the sequential baseline writes plain text: nothing to constrain
         n, exempt = config.sampling.no_repeat_ngram_size, frozenset(request.eos_ids)
@@ -141,6 +172,8 @@ def request_stats(request: DecodeRequest, clock: RequestClock) -> DecodeStats:
         finish_reason=request.finish_reason or "",
         step_rows=list(request.step_rows),
         num_forced=request.num_forced,
+        num_drafted=request.num_drafted,
+        num_draft_kept=request.num_draft_kept,
     )
 
 

@@ -32,6 +32,8 @@ class DecodeStats:
     malformed: dict[str, int] = field(default_factory=dict)  # malformed-output events by kind
     masked: dict[str, int] = field(default_factory=dict)  # decode.constrain: choices replaced, by the event avoided
     num_forced: int = 0  # decode.constrain: tokens the grammar left no choice for (jump-forward's steps to save)
+    num_drafted: int = 0  # decode.draft_skeleton: guessed main-thread tokens fed beside the main thread's own
+    num_draft_kept: int = 0  # of them, the ones the model chose (each a step the main thread did not take)
     finish_reason: str = ""  # eos | stop_string | max_new_tokens | max_total_tokens
     # Rows each forward fed for this request, prefill (the prompt) first: what a step costs grows with them and
     # with the cache it attends (their running sum), so its latency alone is priced on the cost model

@@ -48,7 +48,8 @@ from pasta.decoding.timing import RequestClock, StepTiming
 from pasta.errors import PastaError
 
 # (logits [n, V] of the plan's choosing rows, the plan) -> the n chosen token ids, in `plan.sample_threads` order
-Chooser = Callable[[torch.Tensor, StepPlan], list[int]]
+# (None for a row that chooses nothing: a drafted main-thread row, pasta/decoding/requests.py's choose_with_draft)
+Chooser = Callable[[torch.Tensor, StepPlan], list[int | None]]
 
 
 class Request(Protocol):
@@ -68,7 +69,7 @@ class Request(Protocol):
 
     def plan(self) -> StepPlan: ...
 
-    def commit(self, plan: StepPlan, token_ids: list[int]) -> None: ...
+    def commit(self, plan: StepPlan, token_ids: list[int | None]) -> None: ...
 
 
 @dataclass(eq=False)

@@ -10,7 +10,11 @@ The rules are the ones `pasta.lang.build_layout` and `pasta.lang.schedule` write
 - a `<|sync|>` sampled at step t is fed once every chunk of its group is closed, in the forward after the last one
   (max(t, last chunk step) + 1), together with the waiting `<|async_end|>` tokens of the group; the main thread
   then sees every chunk of the group;
-- eos ends the main thread (the implicit join feeds nothing).
+- eos ends the main thread (the implicit join feeds nothing);
+- with a draft (`decode.draft_skeleton`, pasta/decoding/draft.py), guessed main-thread tokens ride after the main
+  thread's own token, each at the position it would take if chosen (past a drafted promise_end's chunk span), each
+  sampling; at commit the ones the model chose stay (`settle_draft`), a kept promise_end forks its chunk as if it had
+  been fed alone (`fork_drafted`), and the main thread no longer sees the others' slots.
 
 Forked chunks beyond `max_threads` running ones wait (QUEUED) and start when a running chunk closes; their positions
 and visibility are those of their promise, so only the timing changes. The scheduler reads and advances the
@@ -19,6 +23,7 @@ request's thread records (pasta.decoding.threads), which the interpreter updates
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pasta.decoding.threads import Chunk, ChunkState, MainState, MainThread
@@ -38,6 +43,7 @@ class StepPlan:
     threads: list[int] = field(default_factory=list)  # each token's thread: MAIN_THREAD (prompt too), or chunk + 1
     sample_feeds: list[int] = field(default_factory=list)  # index of each fed token whose logits choose a token
     sample_threads: list[int] = field(default_factory=list)  # the thread each of those tokens goes to
+    draft_ids: list[int] = field(default_factory=list)  # tokens fed as a guess after the main thread's own
     # Every fed token sees every slot of its request up to its own (one thread, nothing hidden): plain causal
     # attention, which the packed step runs without a mask where it can (pasta/decoding/packing.py).
     causal: bool = False
@@ -55,6 +61,16 @@ class StepPlan:
         self.sample_threads.append(thread)
 
 
+@dataclass(frozen=True)
+class DraftedToken:
+    """A guessed main-thread token fed this step: where it went, and where the main thread goes on if it is kept."""
+
+    token_id: int
+    slot: int
+    position: int
+    next_position: int  # past its chunk's span when it is a promise_end
+
+
 class Scheduler:
     """Plans one request's steps over its thread records; sets the fed tokens' slots in its visibility table."""
 
@@ -67,9 +83,11 @@ class Scheduler:
         self.policy = policy
         self.max_threads = max_threads
         self.sync_id = sync_id
+        self.drafted: list[DraftedToken] = []  # this step's guessed main-thread tokens, until settle_draft
 
-    def plan(self) -> StepPlan:
-        """The tokens of the next forward."""
+    def plan(self, draft_ids: Sequence[int] = (), spans: Sequence[int] = ()) -> StepPlan:
+        """The tokens of the next forward; `draft_ids` ride after the main thread's token when it feeds one,
+        `spans[i]` the positions the main thread skips after draft token i (a promise_end's chunk span, else 0)."""
         plan = StepPlan(self.visibility.num_slots, prefill=not self.main.prefilled)
         if plan.prefill:
             self.main.prefilled = True
@@ -77,7 +95,8 @@ class Scheduler:
                 self._feed(plan, token_id, position, MAIN_ROW, MAIN_THREAD)
             plan.sample(MAIN_THREAD)
         else:
-            self._feed_main(plan)
+            if self._feed_main(plan) and draft_ids:
+                self._feed_draft(plan, draft_ids, spans)
             self._start_queued()
             self._feed_chunks(plan)
         plan.causal = self.visibility.main_sees_all and all(row == MAIN_ROW for row in plan.rows)
@@ -91,15 +110,16 @@ class Scheduler:
         self.visibility.take_slot(row, position)
         plan.feed(token_id, position, row, thread)
 
-    def _feed_main(self, plan: StepPlan) -> None:
-        """The main thread's pending token (forking a chunk after its promise_end), or the join it waits for."""
+    def _feed_main(self, plan: StepPlan) -> bool:
+        """The main thread's pending token (forking a chunk after its promise_end), or the join it waits for.
+        Whether it fed its pending token and samples after it (where a draft may follow)."""
         main = self.main
         if main.state == MainState.WAITING:
             if all(c.state == ChunkState.CLOSED for c in self.group()):
                 self._feed_join(plan)
-            return
+            return False
         if main.pending is None:
-            return
+            return False
         self._feed(plan, main.pending, main.position, MAIN_ROW, MAIN_THREAD)
         main.pending = None
         main.position += 1
@@ -108,6 +128,43 @@ class Scheduler:
         forking = [c for c in self.chunks if c.state == ChunkState.FORKING]
         if forking:
             self._fork(forking[0])
+        return main.state == MainState.RUNNING
+
+    def _feed_draft(self, plan: StepPlan, draft_ids: Sequence[int], spans: Sequence[int]) -> None:
+        """Guessed tokens after the main thread's own, each where it would go if chosen; each samples."""
+        for token_id, span in zip(draft_ids, spans, strict=True):
+            slot, position = self.visibility.num_slots, self.main.position
+            self._feed(plan, token_id, position, MAIN_ROW, MAIN_THREAD)
+            plan.sample(MAIN_THREAD)
+            plan.draft_ids.append(token_id)
+            self.main.position += 1 + span
+            self.drafted.append(DraftedToken(token_id, slot, position, self.main.position))
+
+    def fork_drafted(self, chunk: Chunk, index: int) -> None:
+        """The chunk of the kept promise_end drafted `index`-th this step: it sees what the main thread saw through
+        that token, and starts right after it (`_fork`'s rule, for a promise_end the main thread fed as a guess)."""
+        drafted = self.drafted[index]
+        chunk.row = self.visibility.fork(through_slot=drafted.slot)
+        chunk.position = drafted.position + 1
+        chunk.num_reserved = self.policy.num_reserved(chunk.num_predicted)
+        chunk.state = ChunkState.QUEUED
+
+    def drafted_without_fork(self, index: int) -> None:
+        """The promise_end drafted `index`-th this step was kept but closed no promise: the main thread goes on right
+        after it."""
+        drafted = self.drafted[index]
+        self.drafted[index] = DraftedToken(drafted.token_id, drafted.slot, drafted.position, drafted.position + 1)
+
+    def settle_draft(self, num_kept: int) -> None:
+        """The first `num_kept` drafted tokens were chosen: the main thread goes on after the last of them, and no
+        longer sees the others (their slots stay used, unseen)."""
+        if not self.drafted:
+            return
+        kept, dropped = self.drafted[:num_kept], self.drafted[num_kept:]
+        self.main.position = kept[-1].next_position if kept else self.drafted[0].position
+        if dropped:
+            self.visibility.drop_main_slots([d.slot for d in dropped])
+        self.drafted = []
 
     def _fork(self, chunk: Chunk) -> None:
         """The promise_end was just fed: the chunk sees what it saw, and starts right after it."""

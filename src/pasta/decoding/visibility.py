@@ -78,16 +78,25 @@ class VisibilityTable:
             self._num_stored = len(self._positions)
         return store
 
-    def fork(self) -> int:
-        """A free row that sees what the main thread sees now."""
+    def fork(self, through_slot: int | None = None) -> int:
+        """A free row that sees what the main thread sees now, up to `through_slot` (None: every slot): a promise
+        fed among drafted tokens forks once it is kept, and its chunk must not see the tokens drafted after it."""
         if not self._free_rows:
             old = self.rows.shape[0]
             self.rows = torch.cat([self.rows, self.rows.new_zeros(old, self.rows.shape[1])])
             self._free_rows = list(range(2 * old - 1, old - 1, -1))
         row = self._free_rows.pop()
         self.rows[row] = self.rows[MAIN_ROW]
+        if through_slot is not None:
+            self.rows[row, through_slot + 1 :] = False
         self._num_own_slots[row] = 0
         return row
+
+    def drop_main_slots(self, slots: list[int]) -> None:
+        """The main thread no longer sees these slots of its own (drafted tokens the model did not choose): they stay
+        used, and nothing sees them again."""
+        self.rows[MAIN_ROW, slots] = False
+        self._num_main_slots -= len(slots)
 
     def join(self, row: int) -> None:
         """The main thread sees everything `row` sees; the row is free again (kept as is for this step's mask,

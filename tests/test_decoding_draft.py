@@ -1,0 +1,179 @@
+"""The skeleton draft (`decode.draft_skeleton`): guessed main-thread tokens fed beside the main thread's own, kept when
+the model chooses them. A greedy answer must be the same token for token, every kept token and every chunk must see
+what it sees without the draft (the model's raw logits at each position are compared), and it must take fewer
+steps."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from helpers.decoding import prompt, words
+from helpers.models import WrappedModel, lively_model, lively_twin
+from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+from pasta.decoding.draft import SkeletonDraft
+from pasta.decoding.text import text_decoder
+from pasta.lang import ReservationPolicy, TagIds, encode_text
+
+POLICY = ReservationPolicy()
+
+
+class PositionScripted(WrappedModel):
+    """A model whose next token at a row of position p is `script[p]` (a large logit bias), and a chunk's tokens
+    after `<|async_body|>` are `chunk_ids` then `<|async_end|>`. It records the wrapped model's own logits of every
+    row it computes, by position (a later row at a position replaces an earlier one: a guess the model did not
+    choose is fed again there)."""
+
+    def __init__(self, model, script: dict[int, int], chunk_transitions: dict[int, int]):
+        super().__init__(model)
+        self.script, self.chunk_transitions = script, chunk_transitions
+        self.raw: dict[int, torch.Tensor] = {}
+
+    def forward(self, input_ids, position_ids=None, logits_to_keep=0, **kwargs):
+        out = self.model(input_ids=input_ids, position_ids=position_ids, logits_to_keep=logits_to_keep, **kwargs)
+        logits = out.logits  # [1, n, V] or [n, V]
+        if isinstance(logits_to_keep, torch.Tensor):
+            fed, positions = input_ids[logits_to_keep], position_ids[logits_to_keep]  # [n]
+        else:
+            fed, positions = input_ids[0, -logits.shape[-2]:], position_ids[0, -logits.shape[-2]:]  # [n]
+        rows = logits.view(-1, logits.shape[-1])  # [n, V]
+        for i, (token_id, position) in enumerate(zip(fed.tolist(), positions.tolist(), strict=True)):
+            self.raw[position] = rows[i].detach().clone()
+            target = self.script.get(position, self.chunk_transitions.get(token_id))
+            if target is not None:
+                rows[i, target] += 1e4
+        return out
+
+
+def main_positions(main_ids: list[int], num_prompt: int, tags: TagIds) -> list[int]:
+    """The position each main-thread token is fed at: one after another, past each promise's chunk span."""
+    positions, position, topic = [], num_prompt, 0
+    for token_id in main_ids:
+        positions.append(position)
+        position += 1
+        if token_id == tags.promise:
+            topic = 0
+        elif token_id == tags.promise_end:
+            position += POLICY.span(2 + topic, None)
+        else:
+            topic += 1
+    return positions
+
+
+def scripted_list(model, tokenizer):
+    """(tokenizer, prompt ids, the main thread's script as ids, a fresh scripted `model` each call)."""
+    tags = TagIds.from_tokenizer(tokenizer)
+    nl, one, two, three, four, dot, dash, a, b, c, d, e, done, red = words(
+        tokenizer, "\n", "1", "2", "3", "4", ".", "-", " apple", " bread", " cheese", " dates", " eggs", " done",
+        " red")
+    # Three numbered items (the third topic two tokens long), a fourth item with another marker, a sync, text, eos.
+    main = [nl, one, dot, tags.promise, a, tags.promise_end, nl, two, dot, tags.promise, b, tags.promise_end,
+            nl, three, dot, tags.promise, c, d, tags.promise_end, nl, dash, tags.promise, e, tags.promise_end,
+            tags.sync, done, tokenizer.eos_token_id]
+    prompt_ids = prompt(tokenizer, "List some food.")
+    rows = [len(prompt_ids) - 1] + main_positions(main, len(prompt_ids), tags)[:-1]
+    script = dict(zip(rows, main, strict=True))
+
+    def scripted():
+        return PositionScripted(model, script, {tags.async_body: red, red: tags.async_end})
+
+    return tokenizer, prompt_ids, main, scripted
+
+
+@pytest.fixture(scope="module")
+def speaker(tiny_model_and_tokenizer):
+    return scripted_list(*lively_model(tiny_model_and_tokenizer[1]))
+
+
+def decode(speaker, **config):
+    tokenizer, prompt_ids, _, scripted = speaker
+    model = scripted()
+    decode_config = DecodeConfig(**{"max_new_tokens": 64, **config})
+    result = decode_async(model, tokenizer, [prompt_ids], decode_config, POLICY)[0]
+    return result, model.raw
+
+
+@pytest.mark.parametrize("max_threads", [8, 1])
+def test_a_drafted_list_is_the_same_answer_with_the_same_logits_in_fewer_steps(speaker, max_threads):
+    _, _, main, _ = speaker
+    plain, plain_raw = decode(speaker, max_threads=max_threads)
+    drafted, drafted_raw = decode(speaker, max_threads=max_threads, draft_skeleton=True)
+    assert plain.token_ids == main and not plain.stats.malformed  # the script holds
+    assert drafted.token_ids == plain.token_ids
+    assert (drafted.text, drafted.annotated, drafted.token_doc) == (plain.text, plain.annotated, plain.token_doc)
+    assert drafted.stats.num_tokens == plain.stats.num_tokens and drafted.stats.num_threads == 4
+    # Every position the plain decode computed, the drafted one computed alike: the main thread's kept guesses and
+    # the chunks forked from a kept promise_end saw what they see without the draft.
+    for position, logits in plain_raw.items():
+        torch.testing.assert_close(drafted_raw[position], logits, atol=1e-4, rtol=1e-4)
+    # Kept: apple's and bread's promise_end, then "\n" "3" "." <|promise|> after bread's; dates' promise_end (not
+    # cheese's: its topic goes on) and "\n" after it (the next marker is "-", not "4"); eggs' promise_end.
+    assert drafted.stats.num_draft_kept == 9 and plain.stats.num_drafted == 0
+    assert drafted.stats.num_drafted > drafted.stats.num_draft_kept  # the guesses the model did not choose
+    # Each kept guess is a step the main thread does not take, but eggs' promise_end: the sync after it waits for
+    # eggs' chunk, which starts at the same step either way.
+    assert drafted.stats.num_steps == plain.stats.num_steps - 8
+    # Every token is fed once, as a kept guess or as the next step's token; the guesses not kept come on top.
+    assert (sum(drafted.stats.step_rows) - sum(plain.stats.step_rows)
+            == drafted.stats.num_drafted - drafted.stats.num_draft_kept)
+
+
+def test_a_drafted_list_under_a_sliding_window_keeps_every_logit(tiny_model_and_tokenizer):
+    # Mistral's twin slides a window shorter than the prompt over every layer: the window reads each slot's position,
+    # and a guess the model did not choose leaves a slot behind.
+    speaker = scripted_list(*lively_twin(tiny_model_and_tokenizer[1], "mistral"))
+    plain, plain_raw = decode(speaker)
+    drafted, drafted_raw = decode(speaker, draft_skeleton=True)
+    assert drafted.token_ids == plain.token_ids == speaker[2] and drafted.stats.num_draft_kept == 9
+    for position, logits in plain_raw.items():
+        torch.testing.assert_close(drafted_raw[position], logits, atol=1e-4, rtol=1e-4)
+
+
+def test_a_draft_after_the_list_marker_is_the_next_number(speaker):
+    tokenizer, _, main, _ = speaker
+    tags = TagIds.from_tokenizer(tokenizer)
+    draft = SkeletonDraft(tags, text_decoder(tokenizer), lambda text: encode_text(tokenizer, text))
+    bread = main.index(tags.promise_end, main.index(tags.promise_end) + 1) - 1
+    assert tokenizer.decode(draft(main[: bread + 1], in_topic=True)) == "<|promise_end|>\n3.<|promise|>"
+    assert tokenizer.decode(draft(main[: bread + 2], in_topic=False)) == "\n3.<|promise|>"
+    assert draft(main[:5], in_topic=True) == [tags.promise_end]  # the first item: no marker before it to copy
+    assert draft(main[:3], in_topic=False) == []
+
+
+def test_an_unconstrained_drafted_decode_is_the_same_answer(speaker):
+    plain, _ = decode(speaker, constrain=False)
+    drafted, _ = decode(speaker, constrain=False, draft_skeleton=True)
+    assert drafted.token_ids == plain.token_ids and drafted.token_doc == plain.token_doc
+    assert drafted.stats.num_steps < plain.stats.num_steps
+
+
+def test_a_sampled_request_decodes_without_a_draft(speaker):
+    sampling = SamplingConfig(temperature=0.7, seed=3)
+    plain, _ = decode(speaker, sampling=sampling)
+    drafted, _ = decode(speaker, sampling=sampling, draft_skeleton=True)
+    assert drafted.token_ids == plain.token_ids
+    assert drafted.stats.step_rows == plain.stats.step_rows
+
+
+@pytest.mark.parametrize("max_new_tokens", [5, 7, 9])
+def test_the_main_threads_budget_ends_a_drafted_answer_where_it_ends_the_plain_one(speaker, max_new_tokens):
+    # max_new_tokens counts the main thread's text (its tags are free): budgets that stop it inside the list, where
+    # a kept guess ("\n", "3", ".") may spend the last of it.
+    plain, _ = decode(speaker, max_new_tokens=max_new_tokens, max_total_tokens=200)
+    drafted, _ = decode(speaker, max_new_tokens=max_new_tokens, max_total_tokens=200, draft_skeleton=True)
+    assert plain.stats.finish_reason == drafted.stats.finish_reason == "max_new_tokens"
+    assert drafted.token_ids == plain.token_ids and drafted.token_doc == plain.token_doc
+
+
+def test_a_batch_decodes_each_drafted_request_as_alone(speaker):
+    tokenizer, prompt_ids, _, scripted = speaker
+    config = DecodeConfig(max_new_tokens=64, draft_skeleton=True)
+    alone = decode_async(scripted(), tokenizer, [prompt_ids], config, POLICY)[0]
+    other = prompt(tokenizer, "Something else entirely.")
+    batch = decode_async(scripted(), tokenizer, [other, prompt_ids], config, POLICY)
+    assert batch[1].token_ids == alone.token_ids and batch[1].stats.num_steps == alone.stats.num_steps
+    assert dataclasses.replace(batch[1].stats, prefill_s=0, decode_s=0, wall_s=0, bookkeeping_s=0, forward_s=0,
+                               choose_s=0) == dataclasses.replace(alone.stats, prefill_s=0, decode_s=0, wall_s=0,
+                                                                  bookkeeping_s=0, forward_s=0, choose_s=0)
