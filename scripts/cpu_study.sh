@@ -26,6 +26,7 @@
 #   PASTA_STUDY_STOP_AFTER=sft scripts/cpu_study.sh          # stop after SFT and Baseline-SFT ($dir/sft/final, ...)
 #   PASTA_STUDY_ROUNDS=2 PASTA_STUDY_EVAL_ROUNDS=all scripts/cpu_study.sh   # decode every round, not only the last
 #   PASTA_STUDY_NO_REPEAT=0 scripts/cpu_study.sh             # no repetition guard (the studies before 2026-11-26)
+#   PASTA_STUDY_DRAFT=0 scripts/cpu_study.sh                 # no skeleton draft (the studies before 2026-11-28)
 #
 # Sizes come from the environment (the test suite runs this script on a tiny random model); every PASTA_STUDY_* setting
 # is checked before step 1 (one `error:` line and exit code 2 for a bad one). The quality numbers are
@@ -67,6 +68,9 @@ max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-320}
 # preference rounds' candidates, so that the rounds score the answers the evaluation sees; 0 = off. Why 3: the sweep
 # in docs/results/study.md ("The repetition guard swept").
 no_repeat=${PASTA_STUDY_NO_REPEAT:-3}
+# The skeleton draft in the PASTA models' evaluations (decode.draft_skeleton): the same greedy answers in fewer steps
+# (docs/results/study.md, "The promise list's skeleton drafted"); 0 = off, as the studies before 2026-11-28 decoded.
+draft=${PASTA_STUDY_DRAFT:-1}
 stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and Baseline-SFT
 
 # --- settings check: every PASTA_STUDY_* setting above, before step 1 -----------------------------------------------
@@ -81,7 +85,7 @@ stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and 
     "PASTA_STUDY_PREF_PROMPTS=$num_prompts" \
     "PASTA_STUDY_SAMPLES=$num_samples" "PASTA_STUDY_PREF_ARGS=$pref_args" "PASTA_STUDY_EVAL_PROMPTS=$num_eval" \
     "PASTA_STUDY_TIMED_PROMPTS=$num_timed" "PASTA_STUDY_MAX_NEW_TOKENS=$max_new_tokens" \
-    "PASTA_STUDY_NO_REPEAT=$no_repeat" "PASTA_STUDY_STOP_AFTER=$stop_after" <<'PY'
+    "PASTA_STUDY_NO_REPEAT=$no_repeat" "PASTA_STUDY_DRAFT=$draft" "PASTA_STUDY_STOP_AFTER=$stop_after" <<'PY'
 import re
 import sys
 
@@ -129,6 +133,7 @@ integer("PASTA_STUDY_PREF_PROMPTS", 1)
 integer("PASTA_STUDY_SAMPLES", 2, why=" (a preference pair needs two candidates)")
 max_new_tokens = integer("PASTA_STUDY_MAX_NEW_TOKENS", 1)
 no_repeat = integer("PASTA_STUDY_NO_REPEAT", 0, why=" (0 = off)")
+integer("PASTA_STUDY_DRAFT", 0, 1, " (1 = the skeleton draft, 0 = off)")
 if settings["PASTA_STUDY_RECORDS"] != "null":
     integer("PASTA_STUDY_RECORDS", 1, why=" or null (every record)")
 
@@ -176,6 +181,7 @@ evaluate=("${common[@]}" "eval_data=$eval_data" "eval.subset=$num_eval" eval.sub
     eval.batch_size=8 "eval.timed_prompts=$num_timed"
     eval.win_rate=false)
 baseline_eval="$out/eval/baseline-sft"
+if [ "$draft" = 1 ]; then draft_skeleton=true; else draft_skeleton=false; fi
 started=$SECONDS
 step() { printf '\n== [%4d s] %s\n' $((SECONDS - started)) "$*"; }
 done_already() { [ -f "$1/final/config.json" ] && echo "   already done: $1/final"; }
@@ -237,7 +243,7 @@ for run in "${runs[@]}"; do
     step "   decode $name on the same prompts"
     # Baseline-SFT decodes each timed prompt again right after the PASTA answer: the wall-clock speedup divides two
     # times taken side by side (this machine ran 1.2x faster at one hour than at another: docs/results/study.md).
-    "$python" -m pasta.eval "${evaluate[@]}" model.path="${run#*:}" decode=async \
+    "$python" -m pasta.eval "${evaluate[@]}" model.path="${run#*:}" decode=async "decode.draft_skeleton=$draft_skeleton" \
         eval.reference="$baseline_eval" eval.sequential="$baseline_eval" \
         eval.sequential_model="$out/baseline-sft/final" eval.generator="$name" output_dir="$out/eval/$name"
 done

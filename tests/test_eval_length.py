@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from helpers.fake_vocab import AE, EOS, PE, SY, TAGS, P, promise
@@ -56,3 +58,6 @@ def test_a_row_compares_content_and_steps_with_baseline_sft_on_the_same_prompts(
     assert row.steps_over_baseline == pytest.approx(2 * answer.num_steps / 40)
     assert row.num_hit_limit == 1
     assert length_row("all", [answer], None, 0).content_over_baseline is None
+    # A drafted decode's kept guesses (stats.num_draft_kept) are the steps it took fewer than the schedule's.
+    drafted = dataclasses.replace(answer, num_draft_kept=3)
+    assert length_row("all", [drafted, answer], None, 0).draft_kept == 1.5 and row.draft_kept == 0

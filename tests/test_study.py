@@ -70,6 +70,8 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     for name in ("baseline-sft", "pasta-sft"):
         run = json.loads((out / "eval" / name / "run.json").read_text())
         assert run["decoding"]["sampling"]["no_repeat_ngram_size"] == 2
+        # The PASTA models decode with the skeleton draft (PASTA_STUDY_DRAFT=1 by default).
+        assert run["decoding"]["draft_skeleton"] == (name == "pasta-sft")
     # Round 1 samples the same candidates for every lambda: the second lambda reused the first one's, and both
     # scored them against Baseline-SFT's answers.
     shared = [(out / f"pref-lambda{lam}" / "round-1" / "scores.jsonl").read_text() for lam in ("1", "inf")]
@@ -101,6 +103,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     ("PASTA_STUDY_STOP_AFTER", "pref", "PASTA_STUDY_STOP_AFTER=pref: use sft"),
     ("PASTA_STUDY_EVAL_ROUNDS", "first", "PASTA_STUDY_EVAL_ROUNDS=first: use last"),
     ("PASTA_STUDY_NO_REPEAT", "-1", "PASTA_STUDY_NO_REPEAT=-1 must be an integer >= 0 (0 = off)"),
+    ("PASTA_STUDY_DRAFT", "2", "PASTA_STUDY_DRAFT=2 must be an integer in 0..1 (1 = the skeleton draft, 0 = off)"),
     ("PASTA_STUDY_TEACHER_ARGS", "teacher.topic_words=0", "PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS / "
                                                           "PASTA_STUDY_TEACHER_ARGS: teacher.topic_words: must be >= 1"),
 ])

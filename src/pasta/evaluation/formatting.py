@@ -234,7 +234,8 @@ def _parallelism_cell(row: dict[str, Any]) -> str:
 def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """Where the answers' tokens and steps go, per answer, against Baseline-SFT's answers to the same prompts."""
     header = ["run", "answers", "tokens", "content", "promise tags + topic + count", "async_end + sync + eos",
-              "overrun", "repeated words", "steps", "main text / tag / wait steps", "forced", "Baseline-SFT tokens",
+              "overrun", "repeated words", "steps", "main text / tag / wait steps", "forced", "kept guesses",
+              "Baseline-SFT tokens",
               "content / Baseline-SFT", "steps / Baseline-SFT", "at the token limit"]
     body = [
         [row["name"], f"{row['group']} {row['num_answers']}", _fmt(row["tokens"], 1), _fmt(row["content"], 1),
@@ -242,7 +243,7 @@ def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
          f"{_fmt(row['async_end'], 1)} + {_fmt(row['sync'], 1)} + {_fmt(row['eos'], 1)}", _fmt(row["overrun"], 1),
          _fmt(None if row["repeated_share"] is None else 100 * row["repeated_share"], 1, "%"), _fmt(row["steps"], 1),
          f"{_fmt(row['main_text_steps'], 1)} / {_fmt(row['main_tag_steps'], 1)} / {_fmt(row['wait_steps'], 1)}",
-         _fmt(row.get("forced"), 2), _fmt(row["baseline_tokens"], 1), _fmt(row["content_over_baseline"]), _fmt(row["steps_over_baseline"]),
+         _fmt(row.get("forced"), 2), _fmt(row.get("draft_kept"), 2), _fmt(row["baseline_tokens"], 1), _fmt(row["content_over_baseline"]), _fmt(row["steps_over_baseline"]),
          row["num_hit_limit"]]
         for row in rows
     ]
@@ -251,8 +252,10 @@ def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
              "Content: text a reader sees; overrun: chunk tokens past the promise's count; repeated words: content "
              "words in a word 4-gram another thread of the answer also writes. Steps of the ideal schedule: the "
              "main thread sampling text (or eos), sampling tags, and waiting for chunks. Forced: tokens the "
-             "constrained decoder had one legal choice for (the steps jump-forward would save). Baseline-SFT takes "
-             "one step per token, so steps / Baseline-SFT below 1 is the step speedup."]
+             "constrained decoder had one legal choice for (the steps jump-forward would save). Kept guesses: "
+             "main-thread tokens decode.draft_skeleton guessed and the model chose, each a step the decoder took "
+             "fewer than the ideal schedule counted here. Baseline-SFT takes one step per token, so steps / "
+             "Baseline-SFT below 1 is the step speedup."]
     return "\n".join(lines) + "\n"
 
 

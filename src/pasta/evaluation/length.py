@@ -13,7 +13,9 @@ tokenizer, `pasta.lang.tokenize_document`, so the counts can differ from the sam
 - steps (the ideal schedule, `pasta.lang.schedule`): main-thread text steps, main-thread tag steps (promise
   skeleton, topic, count, sync), and waits (the main thread idle at a sync or after eos while chunks finish);
 - forced: tokens the constrained decoder found only one legal choice for (`DecodeStats.num_forced`), the steps a
-  jump-forward engine (SGLang's compressed grammar) would save by feeding them without a forward.
+  jump-forward engine (SGLang's compressed grammar) would save by feeding them without a forward;
+- kept guesses: main-thread tokens `decode.draft_skeleton` guessed and the model chose (`DecodeStats.num_draft_kept`),
+  each a step the decoder took fewer than the ideal schedule above counts.
 
 Baseline-SFT decodes one token a step, so its tokens are its steps: `steps / baseline tokens` is the step ratio
 the wall-clock speedup rests on, `content / baseline tokens` the length gap in content.
@@ -56,6 +58,7 @@ class AnswerTokens:
     num_wait_steps: int  # steps the main thread waited for chunks (at a sync or after eos)
     forked: bool
     num_forced: int = 0  # the decoder's tokens that had one legal choice (jump-forward could skip their steps)
+    num_draft_kept: int = 0  # guessed main-thread tokens the model chose (decode.draft_skeleton): steps saved
 
     @property
     def num_tokens(self) -> int:
@@ -146,7 +149,8 @@ def record_tokens(record: dict[str, Any], tokenizer) -> AnswerTokens | None:
     except (KeyError, TypeError, LangError):
         return None
     answer = answer_tokens(doc, token_doc, tokenizer.eos_token_id if ended else -1)
-    return dataclasses.replace(answer, num_forced=int(record.get("num_forced", 0)))
+    return dataclasses.replace(answer, num_forced=int(record.get("num_forced", 0)),
+                               num_draft_kept=int(record.get("num_draft_kept", 0)))
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,7 @@ class LengthRow:
     main_tag_steps: float
     wait_steps: float
     forced: float  # tokens with one legal choice: what jump-forward would save in steps
+    draft_kept: float  # guessed main-thread tokens the model chose (decode.draft_skeleton): steps saved
     baseline_tokens: float | None  # Baseline-SFT's tokens (= its steps) on the same prompts
     content_over_baseline: float | None  # total content tokens / total Baseline-SFT tokens
     steps_over_baseline: float | None  # total steps / total Baseline-SFT steps
@@ -211,6 +216,7 @@ def length_row(group: str, answers: Sequence[AnswerTokens], baseline_tokens: Seq
         main_tag_steps=mean(lambda a: a.num_main_tag_steps),
         wait_steps=mean(lambda a: a.num_wait_steps),
         forced=mean(lambda a: a.num_forced),
+        draft_kept=mean(lambda a: a.num_draft_kept),
         baseline_tokens=baseline_total / num if baseline_tokens and num else None,
         content_over_baseline=sum(content) / baseline_total if baseline_total else None,
         steps_over_baseline=sum(a.num_steps for a in answers) / baseline_total if baseline_total else None,
