@@ -47,33 +47,35 @@ class PositionScripted(WrappedModel):
         return out
 
 
-def main_positions(main_ids: list[int], num_prompt: int, tags: TagIds) -> list[int]:
-    """The position each main-thread token is fed at: one after another, past each promise's chunk span."""
-    positions, position, topic = [], num_prompt, 0
+def main_positions(main_ids: list[int], num_prompt: int, tags: TagIds, refused: int | None = None) -> list[int]:
+    """The position each main-thread token is fed at: one after another, past each promise's chunk span (not a
+    promise whose topic holds `refused`: it forks nothing)."""
+    positions, position, topic = [], num_prompt, []
     for token_id in main_ids:
         positions.append(position)
         position += 1
         if token_id == tags.promise:
-            topic = 0
-        elif token_id == tags.promise_end:
-            position += POLICY.span(2 + topic, None)
+            topic = []
+        elif token_id == tags.promise_end and refused not in topic:
+            position += POLICY.span(2 + len(topic), None)
         else:
-            topic += 1
+            topic.append(token_id)
     return positions
 
 
-def scripted_list(model, tokenizer):
-    """(tokenizer, prompt ids, the main thread's script as ids, a fresh scripted `model` each call)."""
+def scripted_list(model, tokenizer, bad_topic=False):
+    """(tokenizer, prompt ids, the main thread's script as ids, a fresh scripted `model` each call). `bad_topic`: the
+    second item's topic is a quote, which an unconstrained decode writes and the parser refuses at its promise_end."""
     tags = TagIds.from_tokenizer(tokenizer)
-    nl, one, two, three, four, dot, dash, a, b, c, d, e, done, red = words(
+    nl, one, two, three, four, dot, dash, a, b, c, d, e, done, red, quote = words(
         tokenizer, "\n", "1", "2", "3", "4", ".", "-", " apple", " bread", " cheese", " dates", " eggs", " done",
-        " red")
+        " red", '"')
     # Three numbered items (the third topic two tokens long), a fourth item with another marker, a sync, text, eos.
-    main = [nl, one, dot, tags.promise, a, tags.promise_end, nl, two, dot, tags.promise, b, tags.promise_end,
-            nl, three, dot, tags.promise, c, d, tags.promise_end, nl, dash, tags.promise, e, tags.promise_end,
-            tags.sync, done, tokenizer.eos_token_id]
+    main = [nl, one, dot, tags.promise, a, tags.promise_end, nl, two, dot, tags.promise, quote if bad_topic else b,
+            tags.promise_end, nl, three, dot, tags.promise, c, d, tags.promise_end, nl, dash, tags.promise, e,
+            tags.promise_end, tags.sync, done, tokenizer.eos_token_id]
     prompt_ids = prompt(tokenizer, "List some food.")
-    rows = [len(prompt_ids) - 1] + main_positions(main, len(prompt_ids), tags)[:-1]
+    rows = [len(prompt_ids) - 1] + main_positions(main, len(prompt_ids), tags, quote)[:-1]
     script = dict(zip(rows, main, strict=True))
 
     def scripted():
@@ -147,6 +149,19 @@ def test_an_unconstrained_drafted_decode_is_the_same_answer(speaker):
     drafted, _ = decode(speaker, constrain=False, draft_skeleton=True)
     assert drafted.token_ids == plain.token_ids and drafted.token_doc == plain.token_doc
     assert drafted.stats.num_steps < plain.stats.num_steps
+
+
+def test_a_kept_promise_end_that_closes_no_promise_keeps_nothing_guessed_after_it(tiny_model_and_tokenizer):
+    # Unconstrained, the second topic is a quote: its guessed promise_end is the model's choice and is kept, but the
+    # parser refuses the promise (bad_topic), so no chunk forks and the marker guessed past its span is not kept.
+    speaker = scripted_list(*lively_model(tiny_model_and_tokenizer[1]), bad_topic=True)
+    plain, plain_raw = decode(speaker, constrain=False)
+    drafted, drafted_raw = decode(speaker, constrain=False, draft_skeleton=True)
+    assert plain.stats.malformed == drafted.stats.malformed == {"bad_topic": 1}
+    assert drafted.token_ids == plain.token_ids == speaker[2] and drafted.token_doc == plain.token_doc
+    assert drafted.stats.num_threads == plain.stats.num_threads == 3 and drafted.stats.num_draft_kept > 0
+    for position, logits in plain_raw.items():
+        torch.testing.assert_close(drafted_raw[position], logits, atol=1e-4, rtol=1e-4)
 
 
 def test_a_sampled_request_decodes_without_a_draft(speaker):
