@@ -253,8 +253,9 @@ def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
              "words in a word 4-gram another thread of the answer also writes. Steps of the ideal schedule: the "
              "main thread sampling text (or eos), sampling tags, and waiting for chunks. Forced: tokens the "
              "constrained decoder had one legal choice for (the steps jump-forward would save). Kept guesses: "
-             "main-thread tokens decode.draft_skeleton guessed and the model chose, each a step the decoder took "
-             "fewer than the ideal schedule counted here. Baseline-SFT takes one step per token, so steps / "
+             "main-thread tokens decode.draft_skeleton guessed and the model chose, each a step the main thread "
+             "did not take (the decode took up to that many fewer steps than this schedule: fewer where the main "
+             "thread then waited for a chunk anyway). Baseline-SFT takes one step per token, so steps / "
              "Baseline-SFT below 1 is the step speedup."]
     return "\n".join(lines) + "\n"
 

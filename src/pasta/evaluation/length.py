@@ -15,7 +15,8 @@ tokenizer, `pasta.lang.tokenize_document`, so the counts can differ from the sam
 - forced: tokens the constrained decoder found only one legal choice for (`DecodeStats.num_forced`), the steps a
   jump-forward engine (SGLang's compressed grammar) would save by feeding them without a forward;
 - kept guesses: main-thread tokens `decode.draft_skeleton` guessed and the model chose (`DecodeStats.num_draft_kept`),
-  each a step the decoder took fewer than the ideal schedule above counts.
+  each a step the main thread did not take: the decode took up to that many fewer steps than the schedule above
+  (fewer where the main thread then waited for a chunk anyway).
 
 Baseline-SFT decodes one token a step, so its tokens are its steps: `steps / baseline tokens` is the step ratio
 the wall-clock speedup rests on, `content / baseline tokens` the length gap in content.
