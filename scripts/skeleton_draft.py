@@ -148,21 +148,25 @@ def read_run(run: Path) -> tuple[list[dict], dict]:
     return list(read_jsonl(stats)), json.loads(info.read_text())
 
 
-def load_answers(run: Path, reference: Path, tokenizer, tag_ids: TagIds) -> list[Answer]:
+def load_answers(run: Path, reference: Path, tokenizer) -> list[Answer]:
+    """`run`'s answers re-tokenized, each with its reference answer's steps; a record without the fields an
+    evaluation writes is a PastaError naming its file."""
     records, _ = read_run(run)
-    reference_records = {r["instruction"]: r for r in read_run(reference)[0]}
-    answers = []
-    for record in records:
-        ref = reference_records.get(record["instruction"])
-        if ref is None:
-            raise PastaError(f"{reference}: no answer to {record['instruction'][:60]!r}, which {run} answers: "
-                             "the reference must decode the same prompts")
-        try:
+    try:
+        reference_records = {r["instruction"]: r for r in read_run(reference)[0]}
+        answers = []
+        for record in records:
+            ref = reference_records.get(record["instruction"])
+            if ref is None:
+                raise PastaError(f"{reference}: no answer to {record['instruction'][:60]!r}, which {run} answers: "
+                                 "the reference must decode the same prompts")
             doc = tokenize_document(parse(record["annotated"]), tokenizer,
                                     add_eos=record.get("finish_reason") == "eos")
-        except LangError as exc:
-            raise PastaError(f"{run}: an answer that does not parse ({exc})") from exc
-        answers.append(Answer(doc, record["step_rows"][0], ref["num_steps"], ref["step_rows"]))
+            answers.append(Answer(doc, record["step_rows"][0], ref["num_steps"], ref["step_rows"]))
+    except LangError as exc:
+        raise PastaError(f"{run}: an answer that does not parse ({exc})") from exc
+    except (KeyError, TypeError, IndexError) as exc:
+        raise PastaError(f"{run} or {reference}: a stats.jsonl record without an evaluation's fields ({exc!r})") from exc
     if not answers:
         raise PastaError(f"{run}/stats.jsonl: no answer to replay")
     return answers
@@ -234,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, TypeError) as exc:
             raise PastaError(f"{source}: no tokenizer to read ({one_line(str(exc))}); pass --tokenizer") from None
         tag_ids = TagIds.from_tokenizer(tokenizer)
-        answers = load_answers(args.run, args.reference, tokenizer, tag_ids)
+        answers = load_answers(args.run, args.reference, tokenizer)
         max_threads = int((info.get("decoding") or {}).get("max_threads", 8))
         speed = json.loads((args.run / "speed.json").read_text()) if (args.run / "speed.json").is_file() else {}
         costs = StepCosts.from_dict(speed["cost_curve"]) if "cost_curve" in speed else None

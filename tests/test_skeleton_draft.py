@@ -121,3 +121,8 @@ def test_the_script_prints_the_replay_beside_the_draft_and_refuses_a_folder_with
     assert script.main([str(tmp_path / "empty"), "--reference", str(tmp_path / "baseline")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "stats.jsonl" in err and err.count("\n") == 1
+    # A reference whose records lack the steps an evaluation records: one line, no traceback.
+    write_run(tmp_path / "other", [{"instruction": "tips"}, {"instruction": "plan"}])
+    assert script.main([str(tmp_path / "run"), "--reference", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "num_steps" in err and err.count("\n") == 1
