@@ -67,8 +67,8 @@ def scripted_list(model, tokenizer, bad_topic=False):
     """(tokenizer, prompt ids, the main thread's script as ids, a fresh scripted `model` each call). `bad_topic`: the
     second item's topic is a quote, which an unconstrained decode writes and the parser refuses at its promise_end."""
     tags = TagIds.from_tokenizer(tokenizer)
-    nl, one, two, three, four, dot, dash, a, b, c, d, e, done, red, quote = words(
-        tokenizer, "\n", "1", "2", "3", "4", ".", "-", " apple", " bread", " cheese", " dates", " eggs", " done",
+    nl, one, two, three, dot, dash, a, b, c, d, e, done, red, quote = words(
+        tokenizer, "\n", "1", "2", "3", ".", "-", " apple", " bread", " cheese", " dates", " eggs", " done",
         " red", '"')
     # Three numbered items (the third topic two tokens long), a fourth item with another marker, a sync, text, eos.
     main = [nl, one, dot, tags.promise, a, tags.promise_end, nl, two, dot, tags.promise, quote if bad_topic else b,
