@@ -95,8 +95,8 @@ class Interpreter:
         self.main = MainThread(position=len(prompt_ids))
         self.chunks: list[Chunk] = []
         self.scheduler = Scheduler(self.prompt_ids, self.main, self.chunks, self.visibility, policy=policy,
-                                   max_threads=config.max_threads, sync_id=tag_ids.sync)
-        self.policy = policy
+                                   max_threads=config.max_threads, sync_id=tag_ids.sync,
+                                   promise_end_id=tag_ids.promise_end)
         # A guess is kept when it is the token the sampler would choose at its own step: exact for greedy choices;
         # a sampled request's rows would draw from its generator in another order, so it decodes without a draft.
         drafting = config.draft_skeleton and config.sampling.greedy and encode is not None
@@ -179,32 +179,27 @@ class Interpreter:
     def plan(self) -> StepPlan:
         """The tokens this request feeds into the next forward; sets their slots in the visibility table."""
         self.num_steps += 1
-        draft_ids, spans = self._draft()
-        plan = self.scheduler.plan(draft_ids, spans)
+        # A drafted promise_end closes the topic so far: its chunk's opener is <|async|> topic <|async_body|>.
+        plan = self.scheduler.plan(self._draft(), num_opener_ids=2 + len(self.parser.topic_ids))
         self.num_drafted += len(plan.draft_ids)
         self._num_kept = 0
         self._draft_stale = False
         self.step_rows.append(len(plan.token_ids))
         return plan
 
-    def _draft(self) -> tuple[list[int], list[int]]:
-        """The guess to feed after the main thread's pending token, and the positions the main thread skips after
-        each guessed token (a promise_end's chunk span, as the scheduler's fork skips them)."""
+    def _draft(self) -> list[int]:
+        """The guess to feed after the main thread's pending token (none in a count: the draft knows uncounted
+        promises only)."""
         if (self.draft is None or self.main.pending is None or not self.main_samples
                 or self.parser.mode == PromiseMode.COUNT):
-            return [], []
-        in_topic = self.parser.mode == PromiseMode.TOPIC and bool(self.parser.topic_ids)
-        draft_ids = self.draft(self.main_ids, in_topic)
-        opener = 2 + len(self.parser.topic_ids)  # <|async|> topic <|async_body|>, the uncounted promise's chunk
-        spans = [self.policy.span(opener, None) if t == self.tag_ids.promise_end else 0 for t in draft_ids]
-        return draft_ids, spans
+            return []
+        return self.draft(self.main_ids, self.parser.mode == PromiseMode.TOPIC and bool(self.parser.topic_ids))
 
     def keep_drafted(self, token_id: int) -> bool:
         """The chooser chose the next guessed token of this step: commit it as a main-thread token already fed.
         False, and nothing done, where the step could not take it (the budget spent, the main thread done): the
         choice is then the main thread's next token, as without a draft."""
-        spent = self._spent(self.num_sampled, self.num_tag_tokens) >= self.config.total_token_budget
-        if not self.main_samples or spent or self._draft_stale:
+        if not self.main_samples or self._budget_spent() or self._draft_stale:
             return False
         index = self._num_kept
         self.num_sampled += 1
@@ -228,19 +223,22 @@ class Interpreter:
         """Take the tokens chosen at `plan.sample_feeds`, in order (None: a drafted row whose token was kept, or one
         after the main thread's choice)."""
         self.scheduler.settle_draft(self._num_kept)
-        cap = self.config.total_token_budget
         for thread, token_id in zip(plan.sample_threads, token_ids, strict=True):
             if token_id is None:
                 continue
-            if self._spent(self.num_sampled, self.num_tag_tokens) >= cap:
+            if self._budget_spent():
                 break  # the rest of this step's tokens are over the budget
             self.num_sampled += 1
             if thread == MAIN_THREAD:
                 self._commit_main(token_id)
             else:
                 self._commit_chunk(self.chunks[thread - 1], token_id)
-        if self._spent(self.num_sampled, self.num_tag_tokens) >= cap:
+        if self._budget_spent():
             self._stop_all()
+
+    def _budget_spent(self) -> bool:
+        """All threads together have spent `max_total_tokens` (decode.free_tag_tokens of their tags aside)."""
+        return self._spent(self.num_sampled, self.num_tag_tokens) >= self.config.total_token_budget
 
     def _spent(self, num_tokens: int, num_tags: int) -> int:
         """What `num_tokens` sampled tokens, `num_tags` of them tags, spend of a budget: decode.free_tag_tokens of

@@ -24,7 +24,7 @@ request's thread records (pasta.decoding.threads), which the interpreter updates
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pasta.decoding.threads import Chunk, ChunkState, MainState, MainThread
 from pasta.decoding.visibility import MAIN_ROW, VisibilityTable
@@ -75,7 +75,7 @@ class Scheduler:
     """Plans one request's steps over its thread records; sets the fed tokens' slots in its visibility table."""
 
     def __init__(self, prompt_ids: list[int], main: MainThread, chunks: list[Chunk], visibility: VisibilityTable,
-                 *, policy: ReservationPolicy, max_threads: int, sync_id: int):
+                 *, policy: ReservationPolicy, max_threads: int, sync_id: int, promise_end_id: int | None = None):
         self.prompt_ids = prompt_ids
         self.main = main
         self.chunks = chunks  # the interpreter appends each promised chunk (FORKING)
@@ -83,11 +83,12 @@ class Scheduler:
         self.policy = policy
         self.max_threads = max_threads
         self.sync_id = sync_id
+        self.promise_end_id = promise_end_id  # a drafted one skips its chunk's span (None: nothing is drafted)
         self.drafted: list[DraftedToken] = []  # this step's guessed main-thread tokens, until settle_draft
 
-    def plan(self, draft_ids: Sequence[int] = (), spans: Sequence[int] = ()) -> StepPlan:
-        """The tokens of the next forward; `draft_ids` ride after the main thread's token when it feeds one,
-        `spans[i]` the positions the main thread skips after draft token i (a promise_end's chunk span, else 0)."""
+    def plan(self, draft_ids: Sequence[int] = (), num_opener_ids: int = 0) -> StepPlan:
+        """The tokens of the next forward; `draft_ids` ride after the main thread's token when it feeds one (a
+        drafted promise_end closes an uncounted promise whose chunk's opener holds `num_opener_ids` tokens)."""
         plan = StepPlan(self.visibility.num_slots, prefill=not self.main.prefilled)
         if plan.prefill:
             self.main.prefilled = True
@@ -96,7 +97,7 @@ class Scheduler:
             plan.sample(MAIN_THREAD)
         else:
             if self._feed_main(plan) and draft_ids:
-                self._feed_draft(plan, draft_ids, spans)
+                self._feed_draft(plan, draft_ids, num_opener_ids)
             self._start_queued()
             self._feed_chunks(plan)
         plan.causal = self.visibility.main_sees_all and all(row == MAIN_ROW for row in plan.rows)
@@ -130,14 +131,17 @@ class Scheduler:
             self._fork(forking[0])
         return main.state == MainState.RUNNING
 
-    def _feed_draft(self, plan: StepPlan, draft_ids: Sequence[int], spans: Sequence[int]) -> None:
-        """Guessed tokens after the main thread's own, each where it would go if chosen; each samples."""
-        for token_id, span in zip(draft_ids, spans, strict=True):
+    def _feed_draft(self, plan: StepPlan, draft_ids: Sequence[int], num_opener_ids: int) -> None:
+        """Guessed tokens after the main thread's own, each where it would go if chosen (past a promise_end's chunk
+        span, as `_fork` skips it); each samples."""
+        for token_id in draft_ids:
             slot, position = self.visibility.num_slots, self.main.position
             self._feed(plan, token_id, position, MAIN_ROW, MAIN_THREAD)
             plan.sample(MAIN_THREAD)
             plan.draft_ids.append(token_id)
-            self.main.position += 1 + span
+            self.main.position += 1
+            if token_id == self.promise_end_id:
+                self.main.position += self.policy.span(num_opener_ids, None)
             self.drafted.append(DraftedToken(token_id, slot, position, self.main.position))
 
     def fork_drafted(self, chunk: Chunk, index: int) -> None:
@@ -152,8 +156,7 @@ class Scheduler:
     def drafted_without_fork(self, index: int) -> None:
         """The promise_end drafted `index`-th this step was kept but closed no promise: the main thread goes on right
         after it."""
-        drafted = self.drafted[index]
-        self.drafted[index] = DraftedToken(drafted.token_id, drafted.slot, drafted.position, drafted.position + 1)
+        self.drafted[index] = replace(self.drafted[index], next_position=self.drafted[index].position + 1)
 
     def settle_draft(self, num_kept: int) -> None:
         """The first `num_kept` drafted tokens were chosen: the main thread goes on after the last of them, and no
