@@ -148,10 +148,9 @@ def read_run(run: Path) -> tuple[list[dict], dict]:
     return list(read_jsonl(stats)), json.loads(info.read_text())
 
 
-def load_answers(run: Path, reference: Path, tokenizer) -> list[Answer]:
-    """`run`'s answers re-tokenized, each with its reference answer's steps; a record without the fields an
-    evaluation writes is a PastaError naming its file."""
-    records, _ = read_run(run)
+def load_answers(run: Path, records: list[dict], reference: Path, tokenizer) -> list[Answer]:
+    """`run`'s answers (its stats `records`) re-tokenized, each with its reference answer's steps; a record without
+    the fields an evaluation writes is a PastaError naming its file."""
     try:
         reference_records = {r["instruction"]: r for r in read_run(reference)[0]}
         answers = []
@@ -206,12 +205,8 @@ def table(rows: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
-def measured_row(run: Path) -> dict:
-    """The run's own speed numbers (speed.json), beside which the replay is read."""
-    path = run / "speed.json"
-    if not path.is_file():
-        return {}
-    speed = json.loads(path.read_text())
+def measured_row(speed: dict) -> dict:
+    """The run's own speed numbers (its speed.json), beside which the replay is read."""
     value = lambda key: (speed.get(key) or {}).get("value")  # noqa: E731
     return {"theoretical": value("theoretical_speedup_geomean"), "step_speedup": value("step_speedup_geomean"),
             "cost_speedup": value("cost_speedup_geomean"), "forked": speed.get("num_with_threads")}
@@ -231,19 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
-        _, info = read_run(args.run)
+        records, info = read_run(args.run)
         source = args.tokenizer or info.get("model")
         try:
             tokenizer = AutoTokenizer.from_pretrained(source)
         except (OSError, ValueError, TypeError) as exc:
             raise PastaError(f"{source}: no tokenizer to read ({one_line(str(exc))}); pass --tokenizer") from None
         tag_ids = TagIds.from_tokenizer(tokenizer)
-        answers = load_answers(args.run, args.reference, tokenizer)
+        answers = load_answers(args.run, records, args.reference, tokenizer)
         max_threads = int((info.get("decoding") or {}).get("max_threads", 8))
         speed = json.loads((args.run / "speed.json").read_text()) if (args.run / "speed.json").is_file() else {}
         costs = StepCosts.from_dict(speed["cost_curve"]) if "cost_curve" in speed else None
         draft = SkeletonDraft(tag_ids, text_decoder(tokenizer), lambda text: encode_text(tokenizer, text))
-        rows = [("as decoded (measured)", measured_row(args.run))]
+        rows = [("as decoded (measured)", measured_row(speed))]
         for name, guess in (("as decoded (replayed)", None), ("skeleton draft", draft)):
             replays = [replay(a.doc, a.num_prompt_rows, guess, max_threads=max_threads, max_rows=args.max_rows)
                        for a in answers]

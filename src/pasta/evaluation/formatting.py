@@ -235,8 +235,7 @@ def length_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """Where the answers' tokens and steps go, per answer, against Baseline-SFT's answers to the same prompts."""
     header = ["run", "answers", "tokens", "content", "promise tags + topic + count", "async_end + sync + eos",
               "overrun", "repeated words", "steps", "main text / tag / wait steps", "forced", "kept guesses",
-              "Baseline-SFT tokens",
-              "content / Baseline-SFT", "steps / Baseline-SFT", "at the token limit"]
+              "Baseline-SFT tokens", "content / Baseline-SFT", "steps / Baseline-SFT", "at the token limit"]
     body = [
         [row["name"], f"{row['group']} {row['num_answers']}", _fmt(row["tokens"], 1), _fmt(row["content"], 1),
          f"{_fmt(row['promise_tags'], 1)} + {_fmt(row['topic'], 1)} + {_fmt(row['count'], 1)}",
