@@ -10,78 +10,12 @@ import dataclasses
 import pytest
 import torch
 
-from helpers.decoding import prompt, words
-from helpers.models import WrappedModel, lively_model, lively_twin
+from helpers.decoding import POLICY, PositionScripted, prompt, scripted_list, words
+from helpers.models import lively_model, lively_twin
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.decoding.draft import SkeletonDraft
 from pasta.decoding.text import text_decoder
-from pasta.lang import ReservationPolicy, TagIds, encode_text
-
-POLICY = ReservationPolicy()
-
-
-class PositionScripted(WrappedModel):
-    """A model whose next token at a row of position p is `script[p]` (a large logit bias), and a chunk's tokens
-    after `<|async_body|>` are `chunk_ids` then `<|async_end|>`. It records the wrapped model's own logits of every
-    row it computes, by position (a later row at a position replaces an earlier one: a guess the model did not
-    choose is fed again there)."""
-
-    def __init__(self, model, script: dict[int, int], chunk_transitions: dict[int, int]):
-        super().__init__(model)
-        self.script, self.chunk_transitions = script, chunk_transitions
-        self.raw: dict[int, torch.Tensor] = {}
-
-    def forward(self, input_ids, position_ids=None, logits_to_keep=0, **kwargs):
-        out = self.model(input_ids=input_ids, position_ids=position_ids, logits_to_keep=logits_to_keep, **kwargs)
-        logits = out.logits  # [1, n, V] or [n, V]
-        if isinstance(logits_to_keep, torch.Tensor):
-            fed, positions = input_ids[logits_to_keep], position_ids[logits_to_keep]  # [n]
-        else:
-            fed, positions = input_ids[0, -logits.shape[-2]:], position_ids[0, -logits.shape[-2]:]  # [n]
-        rows = logits.view(-1, logits.shape[-1])  # [n, V]
-        for i, (token_id, position) in enumerate(zip(fed.tolist(), positions.tolist(), strict=True)):
-            self.raw[position] = rows[i].detach().clone()
-            target = self.script.get(position, self.chunk_transitions.get(token_id))
-            if target is not None:
-                rows[i, target] += 1e4
-        return out
-
-
-def main_positions(main_ids: list[int], num_prompt: int, tags: TagIds, refused: int | None = None) -> list[int]:
-    """The position each main-thread token is fed at: one after another, past each promise's chunk span (not a
-    promise whose topic holds `refused`: it forks nothing)."""
-    positions, position, topic = [], num_prompt, []
-    for token_id in main_ids:
-        positions.append(position)
-        position += 1
-        if token_id == tags.promise:
-            topic = []
-        elif token_id == tags.promise_end and refused not in topic:
-            position += POLICY.span(2 + len(topic), None)
-        else:
-            topic.append(token_id)
-    return positions
-
-
-def scripted_list(model, tokenizer, bad_topic=False):
-    """(tokenizer, prompt ids, the main thread's script as ids, a fresh scripted `model` each call). `bad_topic`: the
-    second item's topic is a quote, which an unconstrained decode writes and the parser refuses at its promise_end."""
-    tags = TagIds.from_tokenizer(tokenizer)
-    nl, one, two, three, dot, dash, a, b, c, d, e, done, red, quote = words(
-        tokenizer, "\n", "1", "2", "3", ".", "-", " apple", " bread", " cheese", " dates", " eggs", " done",
-        " red", '"')
-    # Three numbered items (the third topic two tokens long), a fourth item with another marker, a sync, text, eos.
-    main = [nl, one, dot, tags.promise, a, tags.promise_end, nl, two, dot, tags.promise, quote if bad_topic else b,
-            tags.promise_end, nl, three, dot, tags.promise, c, d, tags.promise_end, nl, dash, tags.promise, e,
-            tags.promise_end, tags.sync, done, tokenizer.eos_token_id]
-    prompt_ids = prompt(tokenizer, "List some food.")
-    rows = [len(prompt_ids) - 1] + main_positions(main, len(prompt_ids), tags, quote)[:-1]
-    script = dict(zip(rows, main, strict=True))
-
-    def scripted():
-        return PositionScripted(model, script, {tags.async_body: red, red: tags.async_end})
-
-    return tokenizer, prompt_ids, main, scripted
+from pasta.lang import TagIds, encode_text
 
 
 @pytest.fixture(scope="module")
@@ -164,12 +98,62 @@ def test_a_kept_promise_end_that_closes_no_promise_keeps_nothing_guessed_after_i
         torch.testing.assert_close(drafted_raw[position], logits, atol=1e-4, rtol=1e-4)
 
 
-def test_a_sampled_request_decodes_without_a_draft(speaker):
-    sampling = SamplingConfig(temperature=0.7, seed=3)
-    plain, _ = decode(speaker, sampling=sampling)
-    drafted, _ = decode(speaker, sampling=sampling, draft_skeleton=True)
-    assert drafted.token_ids == plain.token_ids
-    assert drafted.stats.step_rows == plain.stats.step_rows
+class ChoiceScripted(PositionScripted):
+    """`PositionScripted`, but at the positions of `choices` the next token is drawn from {token: probability}."""
+
+    def __init__(self, model, script, chunk_transitions, choices: dict[int, dict[int, float]]):
+        super().__init__(model, script, chunk_transitions)
+        self.choices = choices
+
+    def forward(self, input_ids, position_ids=None, logits_to_keep=0, **kwargs):
+        out = super().forward(input_ids, position_ids=position_ids, logits_to_keep=logits_to_keep, **kwargs)
+        rows = out.logits.view(-1, out.logits.shape[-1])  # [n, V]
+        if isinstance(logits_to_keep, torch.Tensor):
+            positions = position_ids[logits_to_keep]  # [n]
+        else:
+            positions = position_ids[0, -rows.shape[0]:]  # [n]
+        for i, position in enumerate(positions.tolist()):
+            if position in self.choices:
+                rows[i] = -1e9
+                for token_id, probability in self.choices[position].items():
+                    rows[i, token_id] = float(torch.tensor(probability).log())
+        return out
+
+
+def test_a_sampled_drafted_answer_is_distributed_as_without_the_draft(speaker):
+    # The list's second marker is "2" or "9" and its third "3." or "3)": both drafted positions ("\n2." is guessed
+    # after the first item, "\n3." after the second). 100 seeded samples a side against the exact probabilities:
+    # a guess kept whatever the draw, or a row drawn from the wrong position's distribution, moves them.
+    tokenizer, prompt_ids, main, scripted = speaker
+    nine, paren = words(tokenizer, "9", ")")
+    first = scripted()
+    positions = sorted(first.script)  # the row that chooses main[i] is positions[i]
+    two_at, dot_at = positions[7], positions[14]
+    assert (first.script[two_at], first.script[dot_at]) == (main[7], main[8])  # the list's "2" and its third "."
+    choices = {two_at: {main[7]: 0.6, nine: 0.4}, dot_at: {main[8]: 0.7, paren: 0.3}}
+    expected = {(main[7], main[8]): 0.42, (main[7], paren): 0.18, (nine, main[8]): 0.28, (nine, paren): 0.12}
+    num_samples = 100
+    sampling = SamplingConfig(temperature=1.0)
+
+    def sample(draft_skeleton: bool):
+        model = ChoiceScripted(first.model, first.script, first.chunk_transitions, choices)
+        config = DecodeConfig(max_new_tokens=64, sampling=sampling, draft_skeleton=draft_skeleton)
+        return decode_async(model, tokenizer, [prompt_ids] * num_samples, config, POLICY,
+                            seeds=list(range(num_samples)))
+
+    def chi_square(results) -> float:
+        counts = {key: 0 for key in expected}
+        for result in results:
+            key = (result.token_ids[7], result.token_ids[14])
+            assert result.token_ids == [*main[:7], key[0], *main[8:14], key[1], *main[15:]]  # nothing else moves
+            counts[key] += 1
+        return sum((counts[k] - num_samples * p) ** 2 / (num_samples * p) for k, p in expected.items())
+
+    plain, drafted = sample(False), sample(True)
+    assert chi_square(plain) < 16.27 and chi_square(drafted) < 16.27  # 3 degrees of freedom, p = 0.001
+    assert [r.token_ids for r in drafted] != [r.token_ids for r in plain]  # a seed draws another sample
+    assert sum(r.stats.num_draft_kept for r in drafted) > 0 and not any(r.stats.num_drafted for r in plain)
+    assert sum(r.stats.num_steps for r in drafted) < sum(r.stats.num_steps for r in plain)
 
 
 @pytest.mark.parametrize("max_new_tokens", [5, 7, 9])

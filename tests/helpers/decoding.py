@@ -1,11 +1,12 @@
 """Decoding checks shared by the decoder tests and the architecture matrix: prompts, `generate`'s own greedy answer,
-a model scripted to fork, and the comparison of teacher forcing with one forward over the training layout."""
+a model scripted to fork, one scripted by position to write a numbered promise list (the skeleton draft's tests and
+the preference stage's), and the comparison of teacher forcing with one forward over the training layout."""
 
 from __future__ import annotations
 
 import torch
 
-from helpers.models import Scripted
+from helpers.models import Scripted, WrappedModel
 from pasta.decoding import layout_attention, teacher_forced_logprobs
 from pasta.lang import (
     IGNORE_INDEX,
@@ -87,3 +88,70 @@ def assert_teacher_forcing_equals_the_layout_forward(model, tokenizer, prompt_id
         torch.testing.assert_close(chunk_logprobs, per_row[(threads == k + 1) & trained], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(logprobs.total(), per_row.sum(), atol=1e-3, rtol=1e-4)
     return stats
+
+
+POLICY = ReservationPolicy()
+
+
+class PositionScripted(WrappedModel):
+    """A model whose next token at a row of position p is `script[p]` (a large logit bias), and a chunk's tokens
+    after `<|async_body|>` are `chunk_ids` then `<|async_end|>`. It records the wrapped model's own logits of every
+    row it computes, by position (a later row at a position replaces an earlier one: a guess the model did not
+    choose is fed again there)."""
+
+    def __init__(self, model, script: dict[int, int], chunk_transitions: dict[int, int]):
+        super().__init__(model)
+        self.script, self.chunk_transitions = script, chunk_transitions
+        self.raw: dict[int, torch.Tensor] = {}
+
+    def forward(self, input_ids, position_ids=None, logits_to_keep=0, **kwargs):
+        out = self.model(input_ids=input_ids, position_ids=position_ids, logits_to_keep=logits_to_keep, **kwargs)
+        logits = out.logits  # [1, n, V] or [n, V]
+        if isinstance(logits_to_keep, torch.Tensor):
+            fed, positions = input_ids[logits_to_keep], position_ids[logits_to_keep]  # [n]
+        else:
+            fed, positions = input_ids[0, -logits.shape[-2]:], position_ids[0, -logits.shape[-2]:]  # [n]
+        rows = logits.view(-1, logits.shape[-1])  # [n, V]
+        for i, (token_id, position) in enumerate(zip(fed.tolist(), positions.tolist(), strict=True)):
+            self.raw[position] = rows[i].detach().clone()
+            target = self.script.get(position, self.chunk_transitions.get(token_id))
+            if target is not None:
+                rows[i, target] += 1e4
+        return out
+
+
+def main_positions(main_ids: list[int], num_prompt: int, tags: TagIds, refused: int | None = None) -> list[int]:
+    """The position each main-thread token is fed at: one after another, past each promise's chunk span (not a
+    promise whose topic holds `refused`: it forks nothing)."""
+    positions, position, topic = [], num_prompt, []
+    for token_id in main_ids:
+        positions.append(position)
+        position += 1
+        if token_id == tags.promise:
+            topic = []
+        elif token_id == tags.promise_end and refused not in topic:
+            position += POLICY.span(2 + len(topic), None)
+        else:
+            topic.append(token_id)
+    return positions
+
+
+def scripted_list(model, tokenizer, bad_topic=False):
+    """(tokenizer, prompt ids, the main thread's script as ids, a fresh scripted `model` each call). `bad_topic`: the
+    second item's topic is a quote, which an unconstrained decode writes and the parser refuses at its promise_end."""
+    tags = TagIds.from_tokenizer(tokenizer)
+    nl, one, two, three, dot, dash, a, b, c, d, e, done, red, quote = words(
+        tokenizer, "\n", "1", "2", "3", ".", "-", " apple", " bread", " cheese", " dates", " eggs", " done",
+        " red", '"')
+    # Three numbered items (the third topic two tokens long), a fourth item with another marker, a sync, text, eos.
+    main = [nl, one, dot, tags.promise, a, tags.promise_end, nl, two, dot, tags.promise, quote if bad_topic else b,
+            tags.promise_end, nl, three, dot, tags.promise, c, d, tags.promise_end, nl, dash, tags.promise, e,
+            tags.promise_end, tags.sync, done, tokenizer.eos_token_id]
+    prompt_ids = prompt(tokenizer, "List some food.")
+    rows = [len(prompt_ids) - 1] + main_positions(main, len(prompt_ids), tags, quote)[:-1]
+    script = dict(zip(rows, main, strict=True))
+
+    def scripted():
+        return PositionScripted(model, script, {tags.async_body: red, red: tags.async_end})
+
+    return tokenizer, prompt_ids, main, scripted

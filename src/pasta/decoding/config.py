@@ -127,12 +127,12 @@ class DecodeConfig:
     )
     draft_skeleton: bool = field(
         default=False,
-        metadata={"help": "async, greedy: feed a guess of the main thread's next tokens beside its token each step "
+        metadata={"help": "async: feed a guess of the main thread's next tokens beside its token each step "
                           "(<|promise_end|> after a topic token, the next list item's marker, <|promise|>: "
                           "pasta/decoding/draft.py) and keep the guessed tokens the model chooses anyway, so a list "
-                          "takes fewer steps; the answer is the same token for token, unless max_total_tokens cuts "
-                          "it (what each thread had written when the budget ran out depends on the steps); a "
-                          "sampled request decodes without it"},
+                          "takes fewer steps; a greedy answer is the same token for token, unless max_total_tokens "
+                          "cuts it (what each thread had written when the budget ran out depends on the steps); a "
+                          "sampled one is distributed as without the draft, but a seed draws another sample"},
     )
     cpu_multirow_linears: bool = field(
         default=True,

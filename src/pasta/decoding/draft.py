@@ -5,7 +5,9 @@ A forked answer's main thread writes its list one token a step: `\\n2.` `<|promi
 after a promise_end the next item's marker is the previous item's with its number one higher, then `<|promise|>`.
 The asynchronous decoder feeds this guess as extra rows of the main thread's step, and the chooser keeps the guessed
 tokens the model chooses anyway, then one more (speculative decoding with the grammar as the draft): a greedy answer
-is the same token for token, in fewer steps. `scripts/skeleton_draft.py` estimates what it saves on saved answers.
+is the same token for token, in fewer steps, and a sampled one is distributed as without the draft (each main-thread
+row draws from its own distribution, and a guess is kept when the draw is the guess). `scripts/skeleton_draft.py`
+estimates what it saves on saved answers.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ reaching `max_chunk_tokens` is force-closed; an empty chunk is dropped. Each eve
 The model's raw tokens stay in the cache as sampled; `token_doc()` is the cleaned structure (a valid TokenDoc).
 With `decode.constrain`, the sampler asks `constraint(thread, grammar)` for the tokens that keep a thread
 well-formed (pasta/decoding/grammar.py) and counts each choice it had to replace in `masked`. With
-`decode.draft_skeleton` (greedy), each plan carries a guess of the main thread's next tokens (pasta/decoding/draft.py);
+`decode.draft_skeleton`, each plan carries a guess of the main thread's next tokens (pasta/decoding/draft.py);
 the chooser keeps the ones the model chooses (`keep_drafted`), and `commit` settles the rest.
 """
 
@@ -97,9 +97,10 @@ class Interpreter:
         self.scheduler = Scheduler(self.prompt_ids, self.main, self.chunks, self.visibility, policy=policy,
                                    max_threads=config.max_threads, sync_id=tag_ids.sync,
                                    promise_end_id=tag_ids.promise_end)
-        # A guess is kept when it is the token the sampler would choose at its own step: exact for greedy choices;
-        # a sampled request's rows would draw from its generator in another order, so it decodes without a draft.
-        drafting = config.draft_skeleton and config.sampling.greedy and encode is not None
+        # A guess is kept when the sampler, choosing at the guess's row as it would at the guess's own step, picks
+        # it: greedy, the same tokens; sampled, each token drawn from the distribution it has without the draft, so
+        # the answer is distributed alike (its draws come from the generator in another order: another sample).
+        drafting = config.draft_skeleton and encode is not None
         self.draft = SkeletonDraft(tag_ids, decode, encode) if drafting else None
         self._num_kept = 0  # drafted tokens kept this step
         self._draft_stale = False  # a kept guess moved the main thread where the later guesses were not fed
