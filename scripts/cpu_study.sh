@@ -68,8 +68,10 @@ max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-320}
 # preference rounds' candidates, so that the rounds score the answers the evaluation sees; 0 = off. Why 3: the sweep
 # in docs/results/study.md ("The repetition guard swept").
 no_repeat=${PASTA_STUDY_NO_REPEAT:-3}
-# The skeleton draft in the PASTA models' evaluations (decode.draft_skeleton): the same greedy answers in fewer steps
-# (docs/results/study.md, "The promise list's skeleton drafted"); 0 = off, as the studies before 2026-11-28 decoded.
+# The skeleton draft in every PASTA decode (decode.draft_skeleton, stage.draft_skeleton): the evaluations' greedy answers
+# and the rounds' candidates in fewer steps, the same answers (docs/results/study.md, "The promise list's skeleton
+# drafted"), so the rounds' speed reward counts the steps the evaluation takes; 0 = off, as the studies before
+# 2026-11-28 decoded.
 draft=${PASTA_STUDY_DRAFT:-1}
 stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and Baseline-SFT
 
@@ -227,7 +229,8 @@ for lambda in $lambdas; do
     "$python" -m pasta.train stage=pref "${train[@]}" model.path="$out/sft/final" "stage.quality_weight=$lambda" \
         "stage.rounds=$num_rounds" "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" \
         "stage.max_new_tokens=$max_new_tokens" "stage.no_repeat_ngram_size=$no_repeat" stage.reference=baseline \
-        stage.baseline_model="$out/baseline-sft/final" output_dir="$dir" "${reuse[@]}" $pref_args
+        stage.baseline_model="$out/baseline-sft/final" "stage.draft_skeleton=$draft_skeleton" output_dir="$dir" \
+        "${reuse[@]}" $pref_args
     first=${first:-$dir}
 done
 

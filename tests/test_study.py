@@ -67,6 +67,8 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     # The repetition guard reaches every decode: the preference rounds' candidates and both students' evaluations.
     info = json.loads((out / "pref-lambdainf" / "train_info.json").read_text())
     assert info["config"]["stage"]["no_repeat_ngram_size"] == 2
+    # So does the skeleton draft (PASTA_STUDY_DRAFT=1 by default): the rounds' speed reward counts drafted steps.
+    assert info["config"]["stage"]["draft_skeleton"] is True
     for name in ("baseline-sft", "pasta-sft"):
         run = json.loads((out / "eval" / name / "run.json").read_text())
         assert run["decoding"]["sampling"]["no_repeat_ngram_size"] == 2

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
+from helpers.decoding import scripted_list
 from helpers.models import cut_checkpoint, lively_model, looping_model
 from helpers.training import ANNOTATED, hand_pairs
 from pasta.config import compose
@@ -771,6 +772,30 @@ def test_the_candidates_are_sampled_with_the_stage_repetition_guard(tiny_model_a
         assert ids[:3] == [a, b, c] and len(set(trigrams)) == len(trigrams)
     with pytest.raises(PastaError, match="stage.no_repeat_ngram_size=-1 must be >= 0"):
         settings_from_cfg(pref_cfg(tmp_path, "stage.no_repeat_ngram_size=-1").stage)
+
+
+def test_candidates_sampled_with_the_skeleton_draft_score_the_steps_it_saves(tiny_model_and_tokenizer, tmp_path):
+    """stage.draft_skeleton reaches the candidates' decoder: a model scripted to write a numbered promise list samples
+    the same candidate either way, in fewer steps with the draft, so its speed reward counts those steps; the saved
+    candidates record it, and a resume under the other setting is refused."""
+    from pasta.training import sampling
+
+    tokenizer, _, main, scripted = scripted_list(*lively_model(tiny_model_and_tokenizer[1]))
+    record = Record.from_dict({"instruction": "List some food.", "input": "", "output": "food"})
+    references = sampling.References(quality={record.id: "food"}, speed={record.id: "apples and bread " * 20})
+
+    def candidate(draft: bool, path: Path) -> Candidate:
+        settings = settings_from_cfg(pref_cfg(tmp_path, "stage.num_samples=2", "stage.max_new_tokens=64",
+                                              f"stage.draft_skeleton={draft}").stage)
+        scored = sampling.sample_and_score(scripted(), tokenizer, [record], references, ConstantJudge(), settings,
+                                           ReservationPolicy(), path, seed=0)
+        return scored[0].candidates[0]
+
+    plain, drafted = candidate(False, tmp_path / "plain.jsonl"), candidate(True, tmp_path / "drafted.jsonl")
+    assert plain.tokens["main_ids"] == drafted.tokens["main_ids"] == main
+    assert drafted.num_steps < plain.num_steps and drafted.speedup > plain.speedup
+    with pytest.raises(PastaError, match="sampled with decode.draft_skeleton=True, this run asks False"):
+        candidate(False, tmp_path / "drafted.jsonl")
 
 
 # --- the stage optimises its reward ---------------------------------------------------------------------------

@@ -339,6 +339,12 @@ class PrefSettings(OptimSettings):
                           "stage.reference=baseline answers and the held-out check; set it to what the evaluation "
                           "decodes with, so the rounds score the answers it will see; 0 = off"},
     )
+    draft_skeleton: bool = field(
+        default=False,
+        metadata={"help": "the candidates and the held-out check decode with the skeleton draft "
+                          "(decode.draft_skeleton: the same distribution of answers, a list in fewer steps), so the "
+                          "speed reward counts the steps the evaluation takes when it decodes with it"},
+    )
     sample_batch_size: int = field(default=8, metadata={"help": "prompts decoded together while sampling"})
     judge_retries: int = field(
         default=2,

@@ -83,15 +83,17 @@ def check_policy(
     out_dir: Path,
     processes: Processes = Processes(),
     no_repeat_ngram_size: int = 0,
+    draft_skeleton: bool = False,
 ) -> HeldoutSummary:
-    """Decode `records` greedily, with the stage's repetition guard (resuming from `out_dir/heldout.jsonl`), judge
-    them, write `heldout.json`."""
+    """Decode `records` greedily, with the stage's repetition guard and skeleton draft (resuming from
+    `out_dir/heldout.jsonl`), judge them, write `heldout.json`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     answers_path = out_dir / ANSWERS
     store = ShardedJsonl(answers_path, processes, key="id")
     store.gather()
     config = DecodeConfig(max_new_tokens=max_new_tokens, max_total_tokens=max_new_tokens,
-                          sampling=SamplingConfig(temperature=0.0, no_repeat_ngram_size=no_repeat_ngram_size))
+                          sampling=SamplingConfig(temperature=0.0, no_repeat_ngram_size=no_repeat_ngram_size),
+                          draft_skeleton=draft_skeleton)
     decoding = as_json(asdict(config))
     check_saved_answers(store.records(), decoding, answers_path)
     done = store.keys()
@@ -209,4 +211,5 @@ class HeldoutCheck:
             out_dir,
             self.processes,
             self.settings.no_repeat_ngram_size,
+            self.settings.draft_skeleton,
         )

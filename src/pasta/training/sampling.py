@@ -143,7 +143,7 @@ def candidate_decode_config(settings: PrefSettings) -> DecodeConfig:
     sampling = SamplingConfig(temperature=settings.temperature, top_p=settings.top_p,
                               no_repeat_ngram_size=settings.no_repeat_ngram_size)
     return DecodeConfig(max_new_tokens=settings.max_new_tokens, max_total_tokens=settings.max_new_tokens,
-                        sampling=sampling)
+                        sampling=sampling, draft_skeleton=settings.draft_skeleton)
 
 
 def sampling_settings(settings: PrefSettings) -> dict[str, Any]:
