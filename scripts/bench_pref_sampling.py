@@ -2,16 +2,20 @@
 
     python scripts/bench_pref_sampling.py --model-path outputs/cpu/sft/final --out outputs/bench/pref_after.json
     python scripts/bench_pref_sampling.py --override model=tiny --num-prompts 2 --num-samples 2 --max-new-tokens 8  # smoke
+    python scripts/bench_pref_sampling.py --model-path $O/sft/final --data $O/annotated.jsonl --max-new-tokens 320 \
+        --no-repeat-ngram-size 3 --draft-skeleton --compare outputs/bench/pref_undrafted.json    # the study's round
 
-The round's sampling, as the stage runs it (its defaults are PrefSettings'): `--num-prompts` prompts of the data,
-`--num-samples` candidates each, decoded with `decode_async` in batches of `--batch-size` prompts (every candidate
-of a batch's prompts in one call), temperature sampling, candidate k of prompt i seeded with seed + i *
-num_samples + k where seed is round 1's of `pasta.train stage=pref seed=--seed`. Judging and training are left out.
+The round's sampling, as the stage runs it (its defaults are PrefSettings', and the decoder's settings come from
+`pasta.training.sampling.candidate_decode_config`): `--num-prompts` prompts of the data, `--num-samples` candidates
+each, decoded with `decode_async` in batches of `--batch-size` prompts (every candidate of a batch's prompts in one
+call), temperature sampling, candidate k of prompt i seeded with seed + i * num_samples + k where seed is round 1's
+of `pasta.train stage=pref seed=--seed`. Judging and training are left out.
 
-It prints the seconds the sampling took and a digest of the candidates (their token ids and text), and writes both
-with every candidate to --out. `--compare other.json` checks that the other run (another checkout, the same
+It prints the seconds the sampling took, the steps and tokens, and a digest of the candidates (their token ids and
+text), and writes them with every candidate to --out. `--compare other.json` checks that the other run (another checkout, the same
 arguments) drew the very same candidates and prints the speed ratio. The script uses only the decoder's public entry
-points, so it runs against an older checkout too: put that checkout's src/ first on PYTHONPATH. Timings on a
+points and the stage's `candidate_decode_config`, so it runs against an older checkout too (from 2026-11-27 on): put
+that checkout's src/ first on PYTHONPATH. Timings on a
 shared machine are noisy: run it alone.
 """
 
@@ -41,6 +45,8 @@ def parse_args(argv=None):
     parser.add_argument("--max-new-tokens", type=int, default=384, help="longest candidate (stage.max_new_tokens)")
     parser.add_argument("--temperature", type=float, default=1.0, help="stage.temperature")
     parser.add_argument("--top-p", type=float, default=1.0, help="stage.top_p")
+    parser.add_argument("--no-repeat-ngram-size", type=int, default=0, help="stage.no_repeat_ngram_size")
+    parser.add_argument("--draft-skeleton", action="store_true", help="stage.draft_skeleton")
     parser.add_argument("--seed", type=int, default=0, help="the run's seed (round 1's candidates)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--compare", default=None, help="another run's --out: same candidates? speed ratio")
@@ -55,9 +61,11 @@ def load_prompts(path: str, num_prompts: int) -> list[tuple[str, str]]:
 
 def sample_round(args) -> dict:
     from pasta.config import compose
-    from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+    from pasta.decoding import decode_async
     from pasta.lang import ReservationPolicy, add_tag_tokens
     from pasta.models import encode_prompt, load_model
+    from pasta.training.config import PrefSettings
+    from pasta.training.sampling import candidate_decode_config
 
     torch.set_num_threads(args.threads)
     overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
@@ -65,8 +73,11 @@ def sample_round(args) -> dict:
     model, tokenizer = load_model(cfg.model, device="cpu")
     add_tag_tokens(tokenizer, model)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    config = DecodeConfig(max_new_tokens=args.max_new_tokens,
-                          sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p))
+    # draft_skeleton only when asked, so the script runs against a checkout from before it (--compare)
+    drafted = {"draft_skeleton": True} if args.draft_skeleton else {}
+    config = candidate_decode_config(PrefSettings(
+        num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens, no_repeat_ngram_size=args.no_repeat_ngram_size, **drafted))
     seed = (args.seed * 1000 + 1) * 1_000_003  # pasta.training.pref.run_round's, round 1
     prompts = load_prompts(args.data, args.num_prompts)
     num = args.num_samples
@@ -82,12 +93,15 @@ def sample_round(args) -> dict:
             results = decode_async(model, tokenizer, repeated, config, policy, seeds=seeds)
         decode_s += time.perf_counter() - started
         candidates += [{"seed": s, "text": r.text, "token_ids": r.token_ids, "annotated": r.annotated,
-                        "num_tokens": r.stats.num_tokens, "num_steps": r.stats.num_steps}
+                        "num_tokens": r.stats.num_tokens, "num_steps": r.stats.num_steps,
+                        "num_draft_kept": r.stats.num_draft_kept, "forked": r.stats.num_threads > 1}
                        for s, r in zip(seeds, results, strict=True)]
         print(f"  prompts {start + 1}-{start + len(batch)}: {decode_s:.1f} s so far", flush=True)
     digest = hashlib.sha256(json.dumps([(c["token_ids"], c["annotated"]) for c in candidates]).encode()).hexdigest()
     return {"sampling_s": decode_s, "digest": digest, "num_candidates": len(candidates),
             "num_tokens": sum(c["num_tokens"] for c in candidates), "num_steps": sum(c["num_steps"] for c in candidates),
+            "num_draft_kept": sum(c["num_draft_kept"] for c in candidates),
+            "num_forked": sum(c["forked"] for c in candidates),
             "candidates": candidates, "args": vars(args), "pasta_source": str(Path(sys.modules["pasta"].__file__).parent)}
 
 
@@ -95,7 +109,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     result = sample_round(args)
     print(f"sampling: {result['sampling_s']:.1f} s for {result['num_candidates']} candidates "
-          f"({result['num_tokens']} tokens); candidates' digest {result['digest'][:16]} (pasta from "
+          f"({result['num_forked']} forked; {result['num_tokens']} tokens in {result['num_steps']} steps, "
+          f"{result['num_draft_kept']} of them drafted guesses kept); candidates' digest {result['digest'][:16]} (pasta from "
           f"{result['pasta_source']})")
     if args.compare:
         other = json.loads(Path(args.compare).read_text())

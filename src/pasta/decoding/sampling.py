@@ -72,12 +72,31 @@ def ban_repeated_ngrams(logits: torch.Tensor, histories: list[list[int]], n: int
     return logits
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of `probs` [N, V] -> [N], by inverting the row's cumulative distribution at a uniform draw
+    (one number per row from `generator`). Not torch.multinomial: for one sample it draws an exponential per
+    vocabulary entry through the generator and takes the argmax of probs / draws, which on CPU costs several times
+    the inversion (docs/results/benchmarks.md, "Sampling")."""
+    rows = probs.double()  # float64: 49K float32 sums drift by more than a rare token's mass
+    # Row by row: a cumsum over several rows takes ATen's parallel path, which on a 2-core CPU costs more than the rows.
+    cdf = torch.stack([row.cumsum(dim=0) for row in rows])  # [N, V]
+    total = cdf[:, -1]  # [N]
+    if not bool(((total > 0) & total.isfinite()).all()):  # torch.multinomial refuses such a row too
+        raise ValueError("a row of probabilities with no token to draw (all zero, inf or nan)")
+    uniform = torch.rand(probs.shape[0], 1, generator=generator, dtype=cdf.dtype, device=cdf.device)  # [N, 1]
+    # right=True: the first index whose cumulative mass exceeds the draw, which a zero-probability token never is.
+    token_ids = torch.searchsorted(cdf, uniform * total[:, None], right=True).squeeze(-1)  # [N]
+    past_end = token_ids >= probs.shape[-1]  # [N]: a draw rounded up to the total, past every cumulative mass
+    if bool(past_end.any()):
+        token_ids[past_end] = (rows[past_end] > 0).cumsum(dim=-1).argmax(dim=-1)  # the last possible token
+    return token_ids
+
+
 def choose_tokens(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
     """The next token of each row of `logits` [N, V] -> [N]; rows are drawn in order from `generator`."""
     if config.greedy:
         return logits.argmax(dim=-1)
-    probs = filter_logits(logits, config).softmax(dim=-1)  # [N, V]
-    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+    return draw(filter_logits(logits, config).softmax(dim=-1), generator)  # softmax: [N, V]
 
 
 def choose_legal_tokens(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None,
