@@ -98,28 +98,6 @@ def test_a_kept_promise_end_that_closes_no_promise_keeps_nothing_guessed_after_i
         torch.testing.assert_close(drafted_raw[position], logits, atol=1e-4, rtol=1e-4)
 
 
-class ChoiceScripted(PositionScripted):
-    """`PositionScripted`, but at the positions of `choices` the next token is drawn from {token: probability}."""
-
-    def __init__(self, model, script, chunk_transitions, choices: dict[int, dict[int, float]]):
-        super().__init__(model, script, chunk_transitions)
-        self.choices = choices
-
-    def forward(self, input_ids, position_ids=None, logits_to_keep=0, **kwargs):
-        out = super().forward(input_ids, position_ids=position_ids, logits_to_keep=logits_to_keep, **kwargs)
-        rows = out.logits.view(-1, out.logits.shape[-1])  # [n, V]
-        if isinstance(logits_to_keep, torch.Tensor):
-            positions = position_ids[logits_to_keep]  # [n]
-        else:
-            positions = position_ids[0, -rows.shape[0]:]  # [n]
-        for i, position in enumerate(positions.tolist()):
-            if position in self.choices:
-                rows[i] = -1e9
-                for token_id, probability in self.choices[position].items():
-                    rows[i, token_id] = float(torch.tensor(probability).log())
-        return out
-
-
 def test_a_sampled_drafted_answer_is_distributed_as_without_the_draft(speaker):
     # The list's second marker is "2" or "9" and its third "3." or "3)": both drafted positions ("\n2." is guessed
     # after the first item, "\n3." after the second). 100 seeded samples a side against the exact probabilities:
@@ -136,7 +114,7 @@ def test_a_sampled_drafted_answer_is_distributed_as_without_the_draft(speaker):
     sampling = SamplingConfig(temperature=1.0)
 
     def sample(draft_skeleton: bool):
-        model = ChoiceScripted(first.model, first.script, first.chunk_transitions, choices)
+        model = PositionScripted(first.model, first.script, first.chunk_transitions, choices)
         config = DecodeConfig(max_new_tokens=64, sampling=sampling, draft_skeleton=draft_skeleton)
         return decode_async(model, tokenizer, [prompt_ids] * num_samples, config, POLICY,
                             seeds=list(range(num_samples)))

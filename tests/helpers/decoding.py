@@ -4,6 +4,8 @@ the preference stage's), and the comparison of teacher forcing with one forward 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from helpers.models import Scripted, WrappedModel
@@ -94,14 +96,15 @@ POLICY = ReservationPolicy()
 
 
 class PositionScripted(WrappedModel):
-    """A model whose next token at a row of position p is `script[p]` (a large logit bias), and a chunk's tokens
-    after `<|async_body|>` are `chunk_ids` then `<|async_end|>`. It records the wrapped model's own logits of every
-    row it computes, by position (a later row at a position replaces an earlier one: a guess the model did not
-    choose is fed again there)."""
+    """A model whose next token at a row of position p is `script[p]` (a large logit bias), or at the positions of
+    `choices` one drawn from {token: probability}, and a chunk's tokens after `<|async_body|>` are `chunk_ids` then
+    `<|async_end|>`. It records the wrapped model's own logits of every row it computes, by position (a later row at
+    a position replaces an earlier one: a guess the model did not choose is fed again there)."""
 
-    def __init__(self, model, script: dict[int, int], chunk_transitions: dict[int, int]):
+    def __init__(self, model, script: dict[int, int], chunk_transitions: dict[int, int],
+                 choices: dict[int, dict[int, float]] | None = None):
         super().__init__(model)
-        self.script, self.chunk_transitions = script, chunk_transitions
+        self.script, self.chunk_transitions, self.choices = script, chunk_transitions, choices or {}
         self.raw: dict[int, torch.Tensor] = {}
 
     def forward(self, input_ids, position_ids=None, logits_to_keep=0, **kwargs):
@@ -115,7 +118,11 @@ class PositionScripted(WrappedModel):
         for i, (token_id, position) in enumerate(zip(fed.tolist(), positions.tolist(), strict=True)):
             self.raw[position] = rows[i].detach().clone()
             target = self.script.get(position, self.chunk_transitions.get(token_id))
-            if target is not None:
+            if position in self.choices:
+                rows[i] = -1e9
+                for choice_id, probability in self.choices[position].items():
+                    rows[i, choice_id] = math.log(probability)
+            elif target is not None:
                 rows[i, target] += 1e4
         return out
 
