@@ -12,11 +12,11 @@ call), temperature sampling, candidate k of prompt i seeded with seed + i * num_
 of `pasta.train stage=pref seed=--seed`. Judging and training are left out.
 
 It prints the seconds the sampling took, the steps and tokens, and a digest of the candidates (their token ids and
-text), and writes them with every candidate to --out. `--compare other.json` checks that the other run (another checkout, the same
-arguments) drew the very same candidates and prints the speed ratio. The script uses only the decoder's public entry
-points and the stage's `candidate_decode_config`, so it runs against an older checkout too (from 2026-11-27 on): put
-that checkout's src/ first on PYTHONPATH. Timings on a
-shared machine are noisy: run it alone.
+text), and writes them with every candidate to --out. `--compare other.json` checks that the other run (another
+checkout, the same arguments) drew the very same candidates and prints the speed ratio. The script uses only the
+decoder's public entry points and the stage's `candidate_decode_config`, so it runs against an older checkout too
+(from 2026-11-27 on): put that checkout's src/ first on PYTHONPATH. Timings on a shared machine are noisy: run it
+alone.
 """
 
 from __future__ import annotations
