@@ -93,9 +93,7 @@ import sys
 
 from pasta.cli import check_command_line, fail
 from pasta.config import compose
-from pasta.data import load_alpaca_eval
 from pasta.errors import PastaError
-from pasta.models import max_positions
 
 settings = dict(arg.split("=", 1) for arg in sys.argv[1:])
 
@@ -156,6 +154,10 @@ for value in lambdas:
         f"stage.no_repeat_ngram_size={no_repeat}", "stage.reference=baseline",
         f"stage.baseline_model={out}/baseline-sft/final", f"output_dir={out}/pref",
         *settings["PASTA_STUDY_PREF_ARGS"].split()], stage="pref")
+
+# torch and transformers load here, after the checks that need neither (3 s of imports: a typo fails at once).
+from pasta.data import load_alpaca_eval
+from pasta.models import max_positions
 
 positions = max_positions(compose("generate", common).model)
 if positions is not None and max_new_tokens >= positions:
