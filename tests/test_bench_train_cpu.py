@@ -7,9 +7,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from helpers.scripts import SCRIPTS
 
 
+@pytest.mark.slow
 def test_every_variant_trains_the_same_batches_to_the_same_loss(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(

@@ -140,6 +140,7 @@ def test_run_entry_cfg_job_shows_overrides(fake_stage):
     assert cfg["model"]["name"] == "tiny" and cfg["seed"] == 7
 
 
+@pytest.mark.slow
 def test_models_prepare_prints_the_cached_folder_and_complete_answers(tmp_path):
     prepared = _run(["-m", "pasta.models", "prepare", "model=tiny"], cwd=tmp_path)
     assert prepared.returncode == 0, prepared.stderr

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import server_stats, start_chat_server
 from helpers.models import cut_checkpoint
 from test_eval_quality import make_run, sample_instructions
@@ -23,6 +25,7 @@ def run_eval(tmp_path, *overrides: str, env: dict[str, str] | None = None) -> su
     )
 
 
+@pytest.mark.slow
 def test_alpaca_eval_weighted_gpt4_turbo_annotator_runs_against_a_compatible_server_and_reuses_its_cache(tmp_path):
     instructions = sample_instructions(3)
     run = make_run(tmp_path / "run", "m-async", dict.fromkeys(instructions, "an answer"))

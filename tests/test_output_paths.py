@@ -95,6 +95,7 @@ def limit_file_size(num_bytes: int):
     return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (num_bytes, num_bytes))
 
 
+@pytest.mark.slow
 def test_a_write_that_fails_mid_run_is_one_line_and_keeps_every_line_written_before(tmp_path):
     output = tmp_path / "ann.jsonl"
     command = [sys.executable, "-m", "pasta.annotate", "model=tiny", f"output={output}", "progress=false",

@@ -39,6 +39,10 @@ def study_env(out: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resumes(tmp_path):
+    """The second run resumes the first: the students it left are skipped (`done_already`, the same check that skips
+    a finished round). A third run of the finished study is left out to keep the suite short: the stages' own reruns skip
+    finished work (tests/test_train_pref.py::test_a_crashed_round_resumes_without_redoing_finished_work,
+    tests/test_eval_generation.py::test_finished_run_is_not_decoded_again)."""
     out = tmp_path / "study"
     script = ["bash", str(ROOT / "scripts" / "cpu_study.sh")]
     # PASTA_STUDY_STOP_AFTER=sft leaves the two students and decodes nothing; the full run then skips them.
@@ -87,12 +91,6 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     assert "| pasta-lambdainf-round2 |" in done.stdout and "(proxy)" in done.stdout
     assert "cost-model speedup" in done.stdout
     assert (out / "report" / "study.png").stat().st_size > 0
-
-    again = subprocess.run(script, env=study_env(out), capture_output=True, text=True)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    # SFT, Baseline-SFT, and each lambda's last round are skipped; nothing is decoded again.
-    assert again.stdout.count("   already done: ") == 2 + 2
-    assert "decoding 2 of 2 prompts" not in again.stdout + again.stderr
 
 
 @pytest.mark.parametrize(("setting", "value", "says"), [

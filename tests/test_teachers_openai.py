@@ -197,6 +197,7 @@ def _interrupt_after(process: subprocess.Popen, output: Path, num_lines: int, si
     return stderr
 
 
+@pytest.mark.slow
 def test_runs_interrupted_by_ctrl_c_and_by_a_kill_resume_to_the_same_file_as_an_uninterrupted_run(tmp_path):
     records = sample(40)
     with start_chat_server(tmp_path, rules=good_rules(records), delay=0.1) as (base_url, _):

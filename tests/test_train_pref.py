@@ -865,6 +865,7 @@ def num_text_tokens(candidate: dict, tokenizer) -> int:
     return tokens.num_main_text + tokens.num_chunk_text + tokens.num_eos
 
 
+@pytest.mark.slow
 def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_path, monkeypatch):
     # lambda = 0, a constant judge and speed_reward=theoretical: the reward is the theoretical speedup alone, so
     # the round's chosen answer is a (well-formed, constrained) fork faster than the rejected one, and the held-out

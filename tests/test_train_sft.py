@@ -462,6 +462,7 @@ def batch_loss(model, tokenizer, records_path, max_length=96) -> float:
         return model.eval()(**inputs).loss.item()
 
 
+@pytest.mark.slow
 def test_a_few_full_sft_steps_on_a_repeated_batch_lower_its_loss(tagged, two_records, tmp_path):
     from transformers import AutoModelForCausalLM
 
