@@ -155,7 +155,7 @@ for value in lambdas:
         f"stage.baseline_model={out}/baseline-sft/final", f"output_dir={out}/pref",
         *settings["PASTA_STUDY_PREF_ARGS"].split()], stage="pref")
 
-# torch and transformers load here, after the checks that need neither (3 s of imports: a typo fails at once).
+# torch and transformers load here, after the checks that need neither, so that a mistyped setting fails at once.
 from pasta.data import load_alpaca_eval
 from pasta.models import max_positions
 

@@ -39,9 +39,9 @@ def study_env(out: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resumes(tmp_path):
-    """The second run resumes the first: the students it left are skipped (`done_already`, the same check that skips
-    a finished round). A third run of the finished study is left out to keep the suite short: the stages' own reruns skip
-    finished work (tests/test_train_pref.py::test_a_crashed_round_resumes_without_redoing_finished_work,
+    """The second run resumes the first: the students it left are skipped (`done_already`, the same check that
+    skips a finished round). A third run of the finished study is left out to keep the suite short: the stages' own
+    reruns skip finished work (tests/test_train_pref.py::test_a_crashed_round_resumes_without_redoing_finished_work,
     tests/test_eval_generation.py::test_finished_run_is_not_decoded_again)."""
     out = tmp_path / "study"
     script = ["bash", str(ROOT / "scripts" / "cpu_study.sh")]
