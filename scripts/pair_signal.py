@@ -3,13 +3,14 @@
     python scripts/pair_signal.py outputs/study/pref-lambda1/round-1/scores.jsonl
     python scripts/pair_signal.py SCORES --rewards latency_capped theoretical --lambdas 1 4 inf
     python scripts/pair_signal.py SCORES --length-tolerance 0.2      # as stage.pair_length_tolerance=0.2
+    python scripts/pair_signal.py SCORES --quality-floor             # as stage.quality_floor=true
 
 A round learns from one best-vs-worst pair per prompt. It can raise the fork rate only if its chosen sides fork more
 often than its rejected ones; chosen sides shorter than the samples they were chosen from teach brevity (the SFT half
 of the loss trains on them), even when both sides of each pair are about as long.
 For every speed reward x lambda, this pairs the round's saved candidates (`scores.jsonl`, which keeps every
 candidate's tokens, steps and quality) with the stage's own pairing (pasta.training.pairs; best vs worst, within
-`--length-tolerance` when given) and prints, per side: how many fork, their theoretical speedup (geomean), their tokens
+`--length-tolerance` when given, above the median's quality with `--quality-floor`) and prints, per side: how many fork, their theoretical speedup (geomean), their tokens
 over the reference answer's (and, above the table, every sample's), and their quality. The quality is the round's
 judge, named in the output; the embedding judge is an offline proxy. The untagged pairs of
 `stage.rejected_side=untagged|both` are left out: they need the model's tokenizer, and their sides hold the same words.
@@ -39,9 +40,9 @@ def read_scores(path: Path) -> list[ScoredPrompt]:
 
 
 def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
-           length_tolerance: float | None = None) -> dict[str, float | int | None]:
+           length_tolerance: float | None = None, quality_floor: bool = False) -> dict[str, float | int | None]:
     """The pairs this reward and lambda make of the scored prompts, per side, in numbers."""
-    pairs, skipped = make_pairs(scored, quality_weight, reward, length_tolerance)
+    pairs, skipped = make_pairs(scored, quality_weight, reward, length_tolerance, quality_floor=quality_floor)
     summary = summarize(scored, pairs, skipped, quality_weight, reward)
     return {
         "num_pairs": len(pairs),
@@ -84,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length-tolerance", type=float, default=None,
                         help="the rejected side within this fraction of the chosen one's length "
                              "(stage.pair_length_tolerance); default: the worst of all candidates")
+    parser.add_argument("--quality-floor", action="store_true",
+                        help="no chosen side judged below its prompt's median candidate, no rejected side above the "
+                             "chosen (stage.quality_floor=true)")
     args = parser.parse_args(argv)
     if args.length_tolerance is not None and not args.length_tolerance >= 0:
         parser.error(f"--length-tolerance: {args.length_tolerance} must be >= 0")
@@ -97,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         scored = read_scores(args.scores)
         if not any(entry.status == "scored" for entry in scored):
             raise PastaError(f"{args.scores}: no scored prompt to pair")
-        rows = [(reward, f"{lam:g}", signal(scored, lam, SpeedReward(reward), args.length_tolerance))
+        rows = [(reward, f"{lam:g}", signal(scored, lam, SpeedReward(reward), args.length_tolerance,
+                                                     args.quality_floor))
                 for reward in args.rewards for lam in lambdas]
     except PastaError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
@@ -108,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     print("every candidate's tokens / its reference's (mean): " + ("-" if pool is None else f"{pool:.2f}"))
     if args.length_tolerance is not None:
         print(f"rejected sides within {args.length_tolerance:g} of the chosen side's length")
+    if args.quality_floor:
+        print("chosen sides judged no worse than their prompt's median candidate, rejected sides no better than them")
     print(table(rows, judge))
     return 0
 

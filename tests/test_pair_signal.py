@@ -54,6 +54,21 @@ def test_the_samples_length_is_shown_beside_the_chosen_side_and_a_tolerance_pair
     assert "| latency_capped | 1 | 1 | 0 / 0 | 1.00 / 1.00 | 1.00 / 1.10 | 0.500 / 0.400 |" in out
 
 
+def test_the_quality_floor_chooses_no_answer_judged_below_the_median_candidate(tmp_path, capsys):
+    # At lambda 1 the fastest fork (0.2 quality, below the median 0.5) would be chosen over the plain answers; with the
+    # floor the faster fork of median quality is, against the slowest answer it is not judged worse than.
+    scores = tmp_path / "scores.jsonl"
+    answers = [candidate(0.2, 60, 20), candidate(0.5, 60, 40), candidate(0.6, 60, 60), candidate(0.4, 60, 60)]
+    scores.write_text(json.dumps(scores_record("a", answers)) + "\n")
+    pair_signal = load_script("pair_signal")
+    assert pair_signal.main([str(scores), "--rewards", "theoretical", "--lambdas", "1"]) == 0
+    assert "| theoretical | 1 | 1 | 1 / 0 | 3.00 / 1.00 | 1.00 / 1.00 | 0.200 / 0.400 |" in capsys.readouterr().out
+    assert pair_signal.main([str(scores), "--rewards", "theoretical", "--lambdas", "1", "--quality-floor"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen sides judged no worse than their prompt's median candidate" in out
+    assert "| theoretical | 1 | 1 | 1 / 0 | 1.50 / 1.00 | 1.00 / 1.00 | 0.500 / 0.400 |" in out
+
+
 def test_a_file_that_is_not_a_round_s_scores_is_one_error_line(tmp_path, capsys):
     scores = tmp_path / "scores.jsonl"
     scores.write_text(json.dumps({"id": "a", "text": "not a scored prompt"}) + "\n")

@@ -101,6 +101,37 @@ def test_make_pairs_skips_a_prompt_without_a_candidate_of_the_chosen_ones_length
     assert len(make_pairs([short_fast, matched], 1.0, SpeedReward.theoretical)[0]) == 2
 
 
+def test_with_a_quality_floor_the_chosen_side_is_not_judged_below_it_nor_the_rejected_side_above_the_chosen():
+    # At lambda 1 the fastest answer (index 0) is chosen although judged worst, against the slow one judged best
+    # (2); with the floor at 0.5 the best of those judged 0.5 or more is index 1, and the worst it is judged no worse
+    # than is index 3.
+    candidates = [Scored(3.0, 0.2), Scored(2.0, 0.5), Scored(0.4, 0.9), Scored(1.0, 0.4)]
+    assert best_and_worst(candidates, 1.0) == (0, 2)
+    assert best_and_worst(candidates, 1.0, quality_floor=0.5) == (1, 3)
+    assert best_and_worst(candidates, 1.0, quality_floor=0.95) is None
+    # A malformed answer stays the rejected side whatever its quality: its pair teaches the structure.
+    assert best_and_worst([Scored(1.0, 0.5), Scored(2.0, 0.9, num_malformed=1)], 1.0, quality_floor=0.5) == (0, 1)
+
+
+def test_make_pairs_with_a_quality_floor_chooses_no_answer_judged_below_its_prompts_median_and_counts_the_rest():
+    # "a": the fastest fork (2) is judged 0.5, the median of 0.9, 0.5, 0.5 and the malformed 3's 0.5: it stays
+    # chosen. "b": its only fork is judged below the median and the plain answers tie on score with equal quality:
+    # no untagged pair and no best-vs-worst pair.
+    below = scored_entry("b", [0.9, 0.1, 0.9], speedups=[1.0, 3.0, 1.0], texts=["plain", "fork", "plain too"])
+    below = dataclasses.replace(below, candidates=[
+        below.candidates[0], dataclasses.replace(below.candidates[1], tokens=FORK), below.candidates[2]])
+    plain_ids = lambda text, ended: [1] * len(text)  # noqa: E731
+    pairs, skipped = make_pairs([forked_entry(), below], 1.0, SpeedReward.theoretical,
+                                rejected_side=RejectedSide.both, plain_ids=plain_ids, quality_floor=True)
+    assert [(p.id, p.chosen.index, p.rejected.index) for p in pairs] == [("a", 2, 2), ("a", 2, 3)]
+    assert skipped == Counter({"fork_below_quality_floor": 1, "below_quality_floor": 1})
+    pairs, skipped = make_pairs([below], 1.0, SpeedReward.theoretical, rejected_side=RejectedSide.both,
+                                plain_ids=plain_ids)
+    assert [(p.chosen.index, p.rejected.index) for p in pairs] == [(1, 1), (1, 0)] and not skipped
+    settings = settings_from_cfg(compose("train", ["stage=pref", "stage.quality_floor=true"]).stage)
+    assert settings.quality_floor is True
+
+
 def scored_entry(key, qualities, speedups=None, status="scored", texts=None):
     speedups = speedups or [1.0] * len(qualities)
     texts = texts or [f"t{i}" for i in range(len(qualities))]

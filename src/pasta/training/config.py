@@ -289,6 +289,14 @@ class PrefSettings(OptimSettings):
                           "(metrics.json's skipped.no_length_match); null = the worst of all candidates (the "
                           "paper's)"},
     )
+    quality_floor: bool = field(
+        default=False,
+        metadata={"help": "a chosen side is never a candidate the judge scores below its prompt's median candidate "
+                          "(the rule forking.jsonl follows), and the rejected side of best vs worst never one it scores "
+                          "above the chosen (a malformed one aside); a prompt left without a pair is counted in "
+                          "metrics.json's skipped.fork_below_quality_floor or skipped.below_quality_floor; false = "
+                          "the paper's pairing"},
+    )
     rejected_side: RejectedSide = field(
         default=RejectedSide.worst,
         metadata={"help": "what each prompt's chosen answer is paired against: worst (its worst candidate, the "

@@ -9,6 +9,10 @@ candidate of a prompt make its pair; a prompt whose candidates all score the sam
 With `stage.pair_length_tolerance` the worst is taken among the candidates about as long as the best: a pair of a
 short and a long answer teaches "be short" at any lambda, one at equal length can only teach what else differs,
 forking among it.
+With `stage.quality_floor` a chosen side is never an answer the judge scores below its prompt's median candidate
+(the rule `forking.jsonl`'s records follow), and the rejected side of best vs worst never one it scores above the
+chosen: at lambda 1 the speed reward's spread outweighs the judge's, and without the floor many chosen forks are
+judged below their prompt's median (docs/results/study.md), pairs that teach a fast answer over a better one.
 With `stage.rejected_side=untagged` a pair teaches nothing but the structure: the prompt's best forked candidate
 against its own words without tags, decoded sequentially (re-encoded as plain text, so its steps are its tokens).
 Both sides say the same thing at the same length; what differs is the promise tokens and the chunks' layout, the
@@ -75,23 +79,29 @@ def speed_score(candidate: Candidate, reference_num_tokens: int | None, reward: 
     return latency
 
 
-def best_and_worst(candidates: list[Scored], quality_weight: float,
-                   length_tolerance: float | None = None) -> tuple[int, int] | None:
+def best_and_worst(candidates: list[Scored], quality_weight: float, length_tolerance: float | None = None,
+                   quality_floor: float | None = None) -> tuple[int, int] | None:
     """Indices of the best and the worst candidate, or None when they tie (or fewer than two were scored).
 
     Well-formed candidates rank above malformed ones (see the module docstring); a prompt with no well-formed
     candidate makes no pair. Among equal ranks the earliest candidate is taken, so the choice is reproducible.
     With `length_tolerance`, the worst is one of the candidates whose text is within that fraction of the best's
-    length (`num_chars`).
+    length (`num_chars`). With `quality_floor`, the best is one of the candidates of that quality or more, and the
+    worst one of no more quality than the best's, or a malformed one (its pair teaches the structure).
     """
     if len(candidates) < 2:
         return None
     ranks = [(c.num_malformed == 0, combined_score(c, quality_weight)) for c in candidates]
-    best = max(range(len(ranks)), key=lambda i: (ranks[i], -i))
+    above = [i for i, c in enumerate(candidates) if quality_floor is None or c.quality >= quality_floor]
+    if not above:
+        return None
+    best = max(above, key=lambda i: (ranks[i], -i))
     pool = range(len(ranks))
     if length_tolerance is not None:
         reach = length_tolerance * candidates[best].num_chars
         pool = [i for i in pool if abs(candidates[i].num_chars - candidates[best].num_chars) <= reach]
+    if quality_floor is not None:
+        pool = [i for i in pool if candidates[i].num_malformed or candidates[i].quality <= candidates[best].quality]
     worst = min(pool, key=lambda i: (ranks[i], i))
     if ranks[best] == ranks[worst] or not ranks[best][0]:
         return None
@@ -134,16 +144,20 @@ def untagged(candidate: Candidate, plain_ids: Callable[[str, bool], list[int]]) 
                                num_steps=len(ids), malformed={}, tokens=tokens)
 
 
-def best_forked(candidates: list[Candidate], scores: list[Scored], quality_weight: float) -> int | None:
-    """Index of the best well-formed candidate that forked (the earliest among equals), or None."""
-    forked = [i for i, c in enumerate(candidates) if c.num_malformed == 0 and c.forked]
+def best_forked(candidates: list[Candidate], scores: list[Scored], quality_weight: float,
+                quality_floor: float | None = None) -> int | None:
+    """Index of the best well-formed candidate that forked (the earliest among equals), of `quality_floor` or more
+    when given, or None."""
+    forked = [i for i, c in enumerate(candidates) if c.num_malformed == 0 and c.forked
+              and (quality_floor is None or c.quality >= quality_floor)]
     return max(forked, key=lambda i: (combined_score(scores[i], quality_weight), -i), default=None)
 
 
 def untagged_pair(entry: ScoredPrompt, scores: list[Scored], quality_weight: float, reward: SpeedReward,
-                  plain_ids: Callable[[str, bool], list[int]]) -> Pair | None:
-    """The prompt's best forked candidate against its own words untagged, or None when no candidate forked."""
-    best = best_forked(entry.candidates, scores, quality_weight)
+                  plain_ids: Callable[[str, bool], list[int]], quality_floor: float | None = None) -> Pair | None:
+    """The prompt's best forked candidate (of `quality_floor` or more) against its own words untagged, or None when
+    no candidate forked."""
+    best = best_forked(entry.candidates, scores, quality_weight, quality_floor)
     if best is None:
         return None
     plain = untagged(entry.candidates[best], plain_ids)
@@ -159,10 +173,12 @@ def pair_of(entry: ScoredPrompt, quality_weight: float, chosen: PairSide, reject
 
 def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
                length_tolerance: float | None = None, rejected_side: RejectedSide = RejectedSide.worst,
-               plain_ids: Callable[[str, bool], list[int]] | None = None) -> tuple[list[Pair], Counter]:
+               plain_ids: Callable[[str, bool], list[int]] | None = None,
+               quality_floor: bool = False) -> tuple[list[Pair], Counter]:
     """Pairs of the scored prompts and the count of pairs not made, by reason: best vs worst (the worst within
     `length_tolerance` of the best's length, when given), with `rejected_side=untagged` the best fork vs its own
-    words untagged (`plain_ids` encodes them; see the module docstring), with `both` each prompt's two pairs."""
+    words untagged (`plain_ids` encodes them; see the module docstring), with `both` each prompt's two pairs; with
+    `quality_floor`, no chosen side below its prompt's median candidate in quality (see the module docstring)."""
     pairs: list[Pair] = []
     skipped: Counter = Counter()
     for entry in scored:
@@ -170,10 +186,12 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
             skipped[entry.status] += 1
             continue
         candidates = [scored_of(c, entry, reward) for c in entry.candidates]
+        floor = statistics.median(c.quality for c in candidates) if quality_floor else None
         if rejected_side in (RejectedSide.untagged, RejectedSide.both):
-            pair = untagged_pair(entry, candidates, quality_weight, reward, plain_ids)
+            pair = untagged_pair(entry, candidates, quality_weight, reward, plain_ids, floor)
             if pair is None:
-                skipped["no_fork"] += 1
+                forks = best_forked(entry.candidates, candidates, quality_weight) is not None
+                skipped["fork_below_quality_floor" if forks else "no_fork"] += 1
             elif pair.chosen.score <= pair.rejected.score:
                 # the same words judged the same: only speed separates them, and a fork whose tags cost more steps
                 # than its chunks save is slower (or, at lambda inf, speed has no weight)
@@ -182,9 +200,11 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
                 pairs.append(pair)
         if rejected_side == RejectedSide.untagged:
             continue
-        chosen = best_and_worst(candidates, quality_weight, length_tolerance)
+        chosen = best_and_worst(candidates, quality_weight, length_tolerance, floor)
         if chosen is None:
-            if length_tolerance is not None and best_and_worst(candidates, quality_weight) is not None:
+            if floor is not None and best_and_worst(candidates, quality_weight, length_tolerance) is not None:
+                skipped["below_quality_floor"] += 1
+            elif length_tolerance is not None and best_and_worst(candidates, quality_weight) is not None:
                 skipped["no_length_match"] += 1
             else:
                 skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1

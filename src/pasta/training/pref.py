@@ -12,7 +12,8 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    record goes to `scores.jsonl` (appended and fsynced: a crash loses at most the batch in flight), the judge's
    name next to every score;
 3. pair the best and the worst candidate by speed + lambda * quality (`pairs.jsonl`; ties skipped; with
-   `stage.pair_length_tolerance` the worst of those about as long as the best; with `stage.rejected_side=untagged`
+   `stage.pair_length_tolerance` the worst of those about as long as the best; with `stage.quality_floor` no chosen
+   side judged below its prompt's median candidate; with `stage.rejected_side=untagged`
    the best fork against its own words untagged, with `both` both pairs, pasta.training.pairs); each prompt's
    best well-formed fork that ended by itself and is judged no worse than its median candidate goes to
    `forking.jsonl` as an SFT record (pasta.training.feedback; `data.extra_paths` trains on them);
@@ -186,7 +187,7 @@ def run_round(
     sample_seconds = time.perf_counter() - start
     pairs, skipped = make_pairs(scored, settings.quality_weight, settings.speed_reward,
                                 settings.pair_length_tolerance, settings.rejected_side,
-                                lambda text, ended: plain_answer_ids(tokenizer, text, ended))
+                                lambda text, ended: plain_answer_ids(tokenizer, text, ended), settings.quality_floor)
     summary = summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward)
     forking = forking_records(scored, settings.quality_weight, settings.speed_reward, round_index)
     summary["num_forking_records"] = len(forking)
