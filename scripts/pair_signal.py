@@ -10,10 +10,11 @@ often than its rejected ones; chosen sides shorter than the samples they were ch
 of the loss trains on them), even when both sides of each pair are about as long.
 For every speed reward x lambda, this pairs the round's saved candidates (`scores.jsonl`, which keeps every
 candidate's tokens, steps and quality) with the stage's own pairing (pasta.training.pairs; best vs worst, within
-`--length-tolerance` when given, above the median's quality with `--quality-floor`) and prints, per side: how many fork, their theoretical speedup (geomean), their tokens
-over the reference answer's (and, above the table, every sample's), and their quality. The quality is the round's
-judge, named in the output; the embedding judge is an offline proxy. The untagged pairs of
-`stage.rejected_side=untagged|both` are left out: they need the model's tokenizer, and their sides hold the same words.
+`--length-tolerance` when given, with `--quality-floor` no chosen side judged below its prompt's median candidate) and
+prints, per side: how many fork, their theoretical speedup (geomean), their tokens over the reference answer's (and,
+above the table, every sample's), and their quality. The quality is the round's judge, named in the output; the
+embedding judge is an offline proxy. The untagged pairs of `stage.rejected_side=untagged|both` are left out: they need
+the model's tokenizer, and their sides hold the same words.
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         scored = read_scores(args.scores)
         if not any(entry.status == "scored" for entry in scored):
             raise PastaError(f"{args.scores}: no scored prompt to pair")
-        rows = [(reward, f"{lam:g}", signal(scored, lam, SpeedReward(reward), args.length_tolerance,
-                                                     args.quality_floor))
+        rows = [(reward, f"{lam:g}",
+                 signal(scored, lam, SpeedReward(reward), args.length_tolerance, args.quality_floor))
                 for reward in args.rewards for lam in lambdas]
     except PastaError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
