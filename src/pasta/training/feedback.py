@@ -16,13 +16,12 @@ floor; with it, 1 either way). The records have the annotation stage's fields (`
 from __future__ import annotations
 
 import re
-import statistics
 from typing import Any
 
 from pasta.lang import LangError, parse
 from pasta.training.candidates import Candidate, ScoredPrompt
 from pasta.training.config import SpeedReward
-from pasta.training.pairs import combined_score, scored_of
+from pasta.training.pairs import combined_score, median_quality, scored_of
 
 # A chunk that opens as a numbered list item: "3. ...", "3) ...".
 ITEM_NUMBER = re.compile(r"\s*(\d+)[.)]\s")
@@ -53,7 +52,7 @@ def forking_records(
     for entry in scored:
         if entry.status != "scored":  # a prompt the judge failed on has candidates without quality
             continue
-        floor = statistics.median(c.quality for c in entry.candidates)
+        floor = median_quality(entry)
         eligible = [
             (index, candidate)
             for index, candidate in enumerate(entry.candidates)

@@ -108,6 +108,12 @@ def best_and_worst(candidates: list[Scored], quality_weight: float, length_toler
     return best, worst
 
 
+def median_quality(entry: ScoredPrompt) -> float:
+    """The judge's score of the prompt's median candidate: the floor of `stage.quality_floor` and of the forks
+    `forking.jsonl` keeps (pasta.training.feedback)."""
+    return statistics.median(c.quality for c in entry.candidates)
+
+
 def json_number(value: float) -> float | str:
     """inf as the string "inf": JSON has no infinity."""
     return "inf" if math.isinf(value) else value
@@ -186,7 +192,7 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
             skipped[entry.status] += 1
             continue
         candidates = [scored_of(c, entry, reward) for c in entry.candidates]
-        floor = statistics.median(c.quality for c in candidates) if quality_floor else None
+        floor = median_quality(entry) if quality_floor else None
         if rejected_side in (RejectedSide.untagged, RejectedSide.both):
             pair = untagged_pair(entry, candidates, quality_weight, reward, plain_ids, floor)
             if pair is None:
