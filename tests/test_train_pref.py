@@ -120,7 +120,9 @@ def test_make_pairs_with_a_quality_floor_chooses_no_answer_judged_below_its_prom
     below = scored_entry("b", [0.9, 0.1, 0.9], speedups=[1.0, 3.0, 1.0], texts=["plain", "fork", "plain too"])
     below = dataclasses.replace(below, candidates=[
         below.candidates[0], dataclasses.replace(below.candidates[1], tokens=FORK), below.candidates[2]])
-    plain_ids = lambda text, ended: [1] * len(text)  # noqa: E731
+    def plain_ids(text, ended):
+        return [1] * len(text)
+
     pairs, skipped = make_pairs([forked_entry(), below], 1.0, SpeedReward.theoretical,
                                 rejected_side=RejectedSide.both, plain_ids=plain_ids, quality_floor=True)
     assert [(p.id, p.chosen.index, p.rejected.index) for p in pairs] == [("a", 2, 2), ("a", 2, 3)]
