@@ -644,6 +644,49 @@ def test_a_run_pairs_another_runs_saved_candidates_again_from_its_policy_without
         assert not any((tmp_path / "refused" / "pref").glob("*"))
 
 
+class ShortJudge(LengthJudge):
+    """Another judge than LengthJudge: shorter plain text scores higher."""
+
+    name = "fake:short"
+
+    def score(self, items):
+        return [1.0 - quality for quality in super().score(items)]
+
+
+def test_another_runs_candidates_are_judged_again_by_this_runs_judge_without_sampling(sft_folder, tmp_path, monkeypatch):
+    """stage.candidates_from with another judge: the same candidates, this run's judge's scores on each (the pairs
+    follow them); the source run is left as it was, and a resume judges nothing again."""
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: LengthJudge())
+    run_pref(rounds_cfg(tmp_path, sft_folder, "stage.rounds=1"))
+    source = tmp_path / "pref"
+    saved = {path: path.read_bytes() for path in source.rglob("*") if path.is_file()}
+    decoded, judged = [], []
+    monkeypatch.setattr("pasta.decoding.decode_async", lambda *args, **kwargs: decoded.append(1))
+
+    class CountingShortJudge(ShortJudge):
+        def score(self, items):
+            judged.extend(items)
+            return super().score(items)
+
+    monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: CountingShortJudge())
+    again = ["stage.rounds=1", f"stage.candidates_from={source}"]
+    run_pref(rounds_cfg(tmp_path / "again", sft_folder, *again))
+    before = read_jsonl(source / "round-1" / "scores.jsonl")
+    after = read_jsonl(tmp_path / "again" / "pref" / "round-1" / "scores.jsonl")
+    assert not decoded and len(judged) == sum(len(entry["candidates"]) for entry in before) == 9
+    assert [[c["text"] for c in e["candidates"]] for e in after] == [[c["text"] for c in e["candidates"]] for e in before]
+    for entry_before, entry_after in zip(before, after, strict=True):
+        assert entry_after["judge"] == "fake:short" and entry_after["sampling"] == entry_before["sampling"]
+        for c_before, c_after in zip(entry_before["candidates"], entry_after["candidates"], strict=True):
+            assert c_after["judge"] == "fake:short" and c_after["quality"] == pytest.approx(1.0 - c_before["quality"])
+    pairs = read_jsonl(tmp_path / "again" / "pref" / "round-1" / "pairs.jsonl")
+    assert pairs and all(p["chosen"]["judge"] == "fake:short" for p in pairs)
+    assert {path: path.read_bytes() for path in source.rglob("*") if path.is_file()} == saved
+    judged.clear()
+    run_pref(rounds_cfg(tmp_path / "again", sft_folder, *again, "resume=true"))
+    assert not judged and not decoded
+
+
 def test_keep_rounds_needs_a_run_to_keep_them_from_and_a_round_left_to_pair():
     for overrides, message in (
         (["stage.keep_rounds=1"], "above 0 only with stage.candidates_from"),

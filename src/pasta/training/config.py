@@ -364,8 +364,9 @@ class PrefSettings(OptimSettings):
         default=None,
         metadata={"help": "another preference run's output_dir: round keep_rounds + 1 pairs and trains on the candidates "
                           "that run saved for it (with its Baseline-SFT answers) under this run's settings instead of "
-                          "sampling new ones: an ablation of the pairing or training on the same samples "
-                          "(pasta/training/rounds.py); it must have started from this run's model.path; null = sample"},
+                          "sampling new ones: an ablation of the pairing, training, judge or reference on the same "
+                          "samples (judged again where this run's judge or references differ; pasta/training/rounds.py); "
+                          "it must have started from this run's model.path; null = sample"},
     )
     keep_rounds: int = field(
         default=0,

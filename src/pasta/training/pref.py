@@ -22,7 +22,7 @@ Round r (folder `<output_dir>/round-<r>`) starts from the policy of round r-1 (r
    `round-<r>/final` and `round-<r>/metrics.json`.
 A crashed run continues with `resume=true`: finished rounds are kept, sampling picks up after the last prompt
 written, training from its last checkpoint. `stage.candidates_from` pairs another run's saved candidates again
-under this run's settings (pasta.training.rounds).
+under this run's settings (pasta.training.rounds), judged again when this run's judge or references differ.
 
 `accelerate launch -m pasta.train stage=pref ...` shards the reference decodes, the sampling and judging of each round
 and the held-out check over the processes (pasta.parallel); every process reads the gathered scores, so all form the
@@ -46,7 +46,7 @@ from pasta.config import resolve_device
 from pasta.data import Record, load_training_records, write_json_atomic, write_jsonl_atomic
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, add_tag_tokens
-from pasta.models import load_model, model_at
+from pasta.models import load_model, load_tokenizer, model_at
 from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
@@ -66,7 +66,7 @@ from pasta.training.rounds import (
     take_saved_rounds,
 )
 from pasta.training.runs import check_same_model, checkpoint_to_resume, resolve_output_dir, write_train_info
-from pasta.training.sampling import References, round_references, sample_and_score
+from pasta.training.sampling import References, rejudge_saved_scores, round_references, sample_and_score
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +274,13 @@ def run_pref(cfg: DictConfig) -> Path:
     references = round_references(used, settings, cfg, output_dir, processes)
     check_latency_references(settings, used, references)
     judge = build_judge(cfg.judge)
+    if settings.candidates_from and processes.is_main:
+        scores = round_folder(output_dir, settings.keep_rounds + 1) / SCORES
+        num_judged = rejudge_saved_scores(scores, references, judge, load_tokenizer(cfg.model), settings.judge_retries)
+        if num_judged:
+            log.info("%s: judged the candidates of %d prompts again, by %s against this run's references (the "
+                     "saved ones were judged otherwise)", scores, num_judged, judge.name)
+    processes.wait()  # the main process has judged the taken candidates again before any process reads them
     if processes.is_main:
         write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name, loaded=loaded.as_dict())
     heldout = HeldoutCheck(cfg, settings, judge, policy, processes)

@@ -12,11 +12,15 @@ rows compared. `take_saved_rounds` gives the new run, when it starts:
 - those candidates (`round-<keep_rounds + 1>/scores.jsonl`), its Baseline-SFT answers and the held-out check of
   its starting policy.
 What the new run already holds is kept (a resumed run copies only what a kill left out). The candidates are still
-checked against this run's sampling, judge and reference settings (pasta.training.sampling.check_saved_scores),
-and prompts the file lacks are sampled from the same policy.
+checked against this run's sampling settings (pasta.training.sampling.check_saved_scores); those judged by another
+judge or against other references (`judge`, `stage.reference`, `stage.speed_reference`) are judged again under this
+run's (pasta.training.sampling.rejudge_saved_scores: an ablation of the judge on the same samples); prompts the
+file lacks are sampled from the same policy.
 
     python -m pasta.train stage=pref ... stage.candidates_from=outputs/pref-a stage.keep_rounds=1 \
         stage.rejected_side=worst output_dir=outputs/pref-a-worst      # round 2 of pref-a, paired best vs worst
+    python -m pasta.train stage=pref ... stage.candidates_from=outputs/pref-a stage.reference=output \
+        output_dir=outputs/pref-a-gpt4                                  # round 1's candidates judged against `output`
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ reward's may differ (`References`). Both resume from their files and shard their
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from pasta.config import resolve_device
-from pasta.data import Record
+from pasta.data import Record, read_jsonl, write_jsonl_atomic
 from pasta.decoding.config import decode_difference
 from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, encode_text
@@ -186,6 +186,43 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
             if entry.reference_num_tokens != num_tokens:
                 refuse(f"timed against a {entry.reference_num_tokens}-token reference of prompt {entry.id}, this "
                        f"run's has {num_tokens} (stage.speed_reference)")
+
+
+def _judged_otherwise(entry: ScoredPrompt, references: References, judge_name: str, tokenizer) -> bool:
+    """The saved prompt's candidates were judged by another judge or against another reference answer, or its
+    latency reference counts other tokens, than this run's."""
+    if entry.judge != judge_name or entry.reference != references.quality[entry.id]:
+        return True
+    return entry.reference_num_tokens != reference_num_tokens(tokenizer, references.speed[entry.id])
+
+
+def rejudge_saved_scores(scores_path: Path, references: References, judge, tokenizer, retries: int) -> int:
+    """Score again, with this run's judge against its references, the candidates another run drew and
+    `stage.candidates_from` copied to `scores_path`: an ablation of the judge or the reference on the same samples.
+    Only the judge's scores and the references change (the candidates and their sampling settings are kept, and
+    `check_saved_scores` still refuses those drawn otherwise); the file is rewritten whole, so a kill leaves the old
+    one or the new. Returns how many prompts were judged again."""
+    from pasta.judges import JudgeItem
+
+    saved = [ScoredPrompt.from_json(r) for r in read_jsonl(scores_path)]
+    stale = [e for e in saved if e.id in references.quality and _judged_otherwise(e, references, judge.name, tokenizer)]
+    if not stale:
+        return 0
+    items = [JudgeItem(e.instruction, c.text, references.quality[e.id]) for e in stale for c in e.candidates]
+    qualities = iter(judge_with_retries(judge, items, retries))
+    judged = {}
+    for entry in stale:
+        candidates = [replace(c, quality=next(qualities), judge=judge.name) for c in entry.candidates]
+        judged[entry.id] = replace(
+            entry,
+            reference=references.quality[entry.id],
+            reference_num_tokens=reference_num_tokens(tokenizer, references.speed[entry.id]),
+            judge=judge.name,
+            status="judge_failed" if any(c.quality is None for c in candidates) else "scored",
+            candidates=candidates,
+        )
+    write_jsonl_atomic(scores_path, [judged.get(e.id, e).to_json() for e in saved])
+    return len(stale)
 
 
 def candidate_record(result, quality: float | None, judge_name: str) -> Candidate:
