@@ -996,6 +996,28 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     assert info["rounds"][0]["num_forking_records"] == len(forking)
 
 
+def test_a_heldout_check_another_judge_scored_is_judged_again_not_decoded_again(tiny_model_and_tokenizer, tmp_path,
+                                                                                  monkeypatch):
+    """A run that takes another run's round-0 check under another judge: one summary never averages two judges."""
+    from pasta.lang import ReservationPolicy
+    from pasta.training import heldout
+
+    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
+    records = [Record(instruction=f"Give {n} tips.", output="Sleep well.") for n in (2, 3)]
+
+    def check(judge):
+        return heldout.check_policy(model, tokenizer, records, judge, ReservationPolicy(), max_new_tokens=6,
+                                    batch_size=1, out_dir=tmp_path)
+
+    first = check(LengthJudge())
+    monkeypatch.setattr(heldout, "decode_async", lambda *args, **kwargs: pytest.fail("decoded again"))
+    again = check(ShortJudge())
+    answers = read_jsonl(tmp_path / heldout.ANSWERS)
+    assert [a["judge"] for a in answers] == ["fake:short"] * 2
+    assert again.judge == "fake:short" and again.quality_proxy == pytest.approx(1.0 - first.quality_proxy)
+    assert (again.mean_speedup, again.num_prompts) == (first.mean_speedup, first.num_prompts)
+
+
 def test_a_heldout_check_resumed_under_other_decode_settings_stops_and_keeps_its_answers(tiny_model_and_tokenizer,
                                                                                         tmp_path):
     """Its summary compares policies: answers of two decoders in one summary would compare nothing."""

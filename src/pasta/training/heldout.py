@@ -11,7 +11,8 @@ greedily with the asynchronous decoder, and `heldout.json` keeps what PASTA is a
   the judge's name, not a win rate.
 Answers go to `heldout.jsonl` one line per prompt as they are decoded, each with the decode settings that gave it,
 so a killed check resumes where it stopped, and refuses to when the settings changed (a summary over two decoders'
-answers would compare nothing); under `accelerate launch` each process decodes its share and the main process
+answers would compare nothing); answers another judge scored (a check taken from another run under another judge,
+`stage.candidates_from`) are judged again, never averaged with this judge's; under `accelerate launch` each process decodes its share and the main process
 gathers them (pasta.parallel).
 """
 
@@ -27,12 +28,12 @@ import torch
 from omegaconf import DictConfig
 
 from pasta.config import resolve_device
-from pasta.data import Record, load_instructions, write_json_atomic
+from pasta.data import Record, load_instructions, read_jsonl, write_json_atomic, write_jsonl_atomic
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.decoding.config import decode_difference
 from pasta.errors import PastaError
 from pasta.judges import JudgeItem
-from pasta.lang import ReservationPolicy, add_tag_tokens
+from pasta.lang import ReservationPolicy, add_tag_tokens, strip_annotations
 from pasta.models import encode_prompt, load_model, model_at
 from pasta.parallel import Processes, ShardedJsonl
 from pasta.records import as_json
@@ -119,6 +120,7 @@ def check_policy(
                         "num_steps": result.stats.num_steps,
                         "num_threads": result.stats.num_threads,
                         "num_malformed": sum(result.stats.malformed.values()),
+                        "text": result.text,
                         "quality": quality,
                         "judge": judge.name,
                         "decoding": decoding,
@@ -128,6 +130,7 @@ def check_policy(
     store.gather(order=ids)
     wanted = set(ids)
     answers = [a for a in store.records() if a["id"] in wanted]
+    _judge_again(answers, records, judge, answers_path, processes)
     qualities = [a["quality"] for a in answers if a["quality"] is not None]
     summary = HeldoutSummary(
         num_prompts=len(answers),
@@ -142,6 +145,24 @@ def check_policy(
     if processes.is_main:
         write_json_atomic(out_dir / SUMMARY, asdict(summary))
     return summary
+
+
+def _judge_again(answers: list[dict], records: list[Record], judge, answers_path: Path, processes: Processes) -> None:
+    """Score again, in place and in `answers_path`, the answers another judge scored: a check a run took from another
+    run under another judge (`stage.candidates_from`), so that one summary never averages two judges."""
+    stale = [a for a in answers if a.get("judge") != judge.name]
+    if not stale:
+        return
+    outputs = {r.id: r.output for r in records}
+    # Answers written before the plain text was kept: the text of their annotation, as the decoder writes it.
+    items = [JudgeItem(a["instruction"], a.get("text", strip_annotations(a["annotated"])), outputs[a["id"]])
+             for a in stale]
+    for answer, quality in zip(stale, judge.score(items), strict=True):
+        answer.update(quality=quality, judge=judge.name)
+    log.info("%s: judged %d answers again, by %s", answers_path, len(stale), judge.name)
+    if processes.is_main:
+        judged = {a["id"]: a for a in stale}
+        write_jsonl_atomic(answers_path, [judged.get(a["id"], a) for a in read_jsonl(answers_path)])
 
 
 def check_saved_answers(answers: list[dict], decoding: dict, answers_path: Path) -> None:
@@ -194,7 +215,7 @@ class HeldoutCheck:
         if not self.records:
             return None
         summary = read_summary(out_dir)
-        if summary is not None:
+        if summary is not None and summary.judge == self.judge.name:  # else a check another judge scored
             return summary
         model_cfg = self.cfg.model if policy_path is None else model_at(self.cfg.model, policy_path)
         model, tokenizer = load_model(model_cfg, device=resolve_device(self.cfg.get("device", "auto")),
