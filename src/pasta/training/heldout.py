@@ -11,9 +11,9 @@ greedily with the asynchronous decoder, and `heldout.json` keeps what PASTA is a
   the judge's name, not a win rate.
 Answers go to `heldout.jsonl` one line per prompt as they are decoded, each with the decode settings that gave it,
 so a killed check resumes where it stopped, and refuses to when the settings changed (a summary over two decoders'
-answers would compare nothing); answers another judge scored (a check taken from another run under another judge,
-`stage.candidates_from`) are judged again, never averaged with this judge's; under `accelerate launch` each process decodes its share and the main process
-gathers them (pasta.parallel).
+answers would compare nothing). Answers another judge scored (a check taken from another run under another judge,
+`stage.candidates_from`) are judged again, never averaged with this judge's. Under `accelerate launch` each process
+decodes its share and the main process gathers them (pasta.parallel).
 """
 
 from __future__ import annotations
