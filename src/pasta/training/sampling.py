@@ -157,6 +157,22 @@ def sampling_settings(settings: PrefSettings) -> dict[str, Any]:
             "decoding": as_json(asdict(candidate_decode_config(settings)))}
 
 
+def scoring_difference(entry: ScoredPrompt, references: References, judge_name: str, tokenizer) -> str | None:
+    """How a saved prompt's candidates were scored otherwise than this run scores them (another judge, another
+    reference answer, a latency reference of other tokens), in words; None when alike. What an older file does not
+    record (`reference_num_tokens`) passes."""
+    if entry.judge != judge_name:
+        return f"judged by {entry.judge}, this run's judge is {judge_name}"
+    if entry.id in references.quality and entry.reference != references.quality[entry.id]:
+        return f"judged against another reference answer of prompt {entry.id} (stage.reference)"
+    if entry.reference_num_tokens is not None and entry.id in references.speed:
+        num_tokens = reference_num_tokens(tokenizer, references.speed[entry.id])
+        if entry.reference_num_tokens != num_tokens:
+            return (f"timed against a {entry.reference_num_tokens}-token reference of prompt {entry.id}, this "
+                    f"run's has {num_tokens} (stage.speed_reference)")
+    return None
+
+
 def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_name: str,
                        sampling: dict[str, Any], tokenizer, scores_path: Path) -> None:
     """Refuse to resume a round whose saved candidates were drawn or scored under other settings than this run's:
@@ -177,23 +193,9 @@ def check_saved_scores(saved: list[ScoredPrompt], references: References, judge_
             if difference is not None:
                 name, recorded, asked = difference
                 refuse(f"sampled with {name}={recorded}, this run asks {asked}")
-        if entry.judge != judge_name:
-            refuse(f"judged by {entry.judge}, this run's judge is {judge_name}")
-        if entry.id in references.quality and entry.reference != references.quality[entry.id]:
-            refuse(f"judged against another reference answer of prompt {entry.id} (stage.reference)")
-        if entry.reference_num_tokens is not None and entry.id in references.speed:
-            num_tokens = reference_num_tokens(tokenizer, references.speed[entry.id])
-            if entry.reference_num_tokens != num_tokens:
-                refuse(f"timed against a {entry.reference_num_tokens}-token reference of prompt {entry.id}, this "
-                       f"run's has {num_tokens} (stage.speed_reference)")
-
-
-def _judged_otherwise(entry: ScoredPrompt, references: References, judge_name: str, tokenizer) -> bool:
-    """The saved prompt's candidates were judged by another judge or against another reference answer, or its
-    latency reference counts other tokens, than this run's."""
-    if entry.judge != judge_name or entry.reference != references.quality[entry.id]:
-        return True
-    return entry.reference_num_tokens != reference_num_tokens(tokenizer, references.speed[entry.id])
+        scored_otherwise = scoring_difference(entry, references, judge_name, tokenizer)
+        if scored_otherwise is not None:
+            refuse(scored_otherwise)
 
 
 def rejudge_saved_scores(scores_path: Path, references: References, judge, tokenizer, retries: int) -> int:
@@ -205,7 +207,9 @@ def rejudge_saved_scores(scores_path: Path, references: References, judge, token
     from pasta.judges import JudgeItem
 
     saved = [ScoredPrompt.from_json(r) for r in read_jsonl(scores_path)]
-    stale = [e for e in saved if e.id in references.quality and _judged_otherwise(e, references, judge.name, tokenizer)]
+    # A taken file written before `reference_num_tokens` was kept is judged again to fill it in (a resume passes it).
+    stale = [e for e in saved if e.id in references.quality
+             and (e.reference_num_tokens is None or scoring_difference(e, references, judge.name, tokenizer))]
     if not stale:
         return 0
     items = [JudgeItem(e.instruction, c.text, references.quality[e.id]) for e in stale for c in e.candidates]
