@@ -1018,6 +1018,34 @@ def test_a_heldout_check_another_judge_scored_is_judged_again_not_decoded_again(
     assert (again.mean_speedup, again.num_prompts) == (first.mean_speedup, first.num_prompts)
 
 
+def test_under_a_launch_only_the_main_process_judges_a_heldout_check_again(tiny_model_and_tokenizer, tmp_path):
+    """The other processes read the main one's scores back: each stale answer is judged once, not once per process,
+    and every process's summary averages the same scores."""
+    from pasta.lang import ReservationPolicy
+    from pasta.parallel import Processes
+    from pasta.training import heldout
+
+    class Launch(Processes):
+        def wait(self) -> None:  # one process after the other here: the main one, run first, wrote its scores
+            pass
+
+    class NeverAsked(ShortJudge):
+        def score(self, items):
+            pytest.fail("a process other than the main one judged")
+
+    model, tokenizer = lively_model(tiny_model_and_tokenizer[1])
+    records = [Record(instruction=f"Give {n} tips.", output="Sleep well.") for n in (2, 3)]
+    heldout.check_policy(model, tokenizer, records, LengthJudge(), ReservationPolicy(), max_new_tokens=6,
+                         batch_size=1, out_dir=tmp_path)
+    path = tmp_path / heldout.ANSWERS
+    answers = read_jsonl(path)
+    on_main, on_follower = copy.deepcopy(answers), copy.deepcopy(answers)
+    heldout._judge_again(on_main, records, ShortJudge(), path, Launch(index=0, count=2))
+    heldout._judge_again(on_follower, records, NeverAsked(), path, Launch(index=1, count=2))
+    assert on_follower == on_main == read_jsonl(path)
+    assert [a["judge"] for a in on_follower] == ["fake:short"] * 2
+    assert [a["quality"] for a in on_follower] == pytest.approx([1.0 - a["quality"] for a in answers])
+
 def test_a_heldout_check_resumed_under_other_decode_settings_stops_and_keeps_its_answers(tiny_model_and_tokenizer,
                                                                                         tmp_path):
     """Its summary compares policies: answers of two decoders in one summary would compare nothing."""

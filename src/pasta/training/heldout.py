@@ -149,20 +149,26 @@ def check_policy(
 
 def _judge_again(answers: list[dict], records: list[Record], judge, answers_path: Path, processes: Processes) -> None:
     """Score again, in place and in `answers_path`, the answers another judge scored: a check a run took from another
-    run under another judge (`stage.candidates_from`), so that one summary never averages two judges."""
+    run under another judge (`stage.candidates_from`), so that one summary never averages two judges. The main
+    process judges and writes; the others read its scores back, so each answer is judged once."""
     stale = [a for a in answers if a.get("judge") != judge.name]
     if not stale:
         return
-    outputs = {r.id: r.output for r in records}
-    # Answers written before the plain text was kept: the text of their annotation, as the decoder writes it.
-    items = [JudgeItem(a["instruction"], a.get("text", strip_annotations(a["annotated"])), outputs[a["id"]])
-             for a in stale]
-    for answer, quality in zip(stale, judge.score(items), strict=True):
-        answer.update(quality=quality, judge=judge.name)
-    log.info("%s: judged %d answers again, by %s", answers_path, len(stale), judge.name)
     if processes.is_main:
+        outputs = {r.id: r.output for r in records}
+        # Answers written before the plain text was kept: the text of their annotation, as the decoder writes it.
+        items = [JudgeItem(a["instruction"], a.get("text", strip_annotations(a["annotated"])), outputs[a["id"]])
+                 for a in stale]
+        for answer, quality in zip(stale, judge.score(items), strict=True):
+            answer.update(quality=quality, judge=judge.name)
+        log.info("%s: judged %d answers again, by %s", answers_path, len(stale), judge.name)
         judged = {a["id"]: a for a in stale}
         write_jsonl_atomic(answers_path, [judged.get(a["id"], a) for a in read_jsonl(answers_path)])
+    processes.wait()
+    if not processes.is_main:
+        saved = {a["id"]: a for a in read_jsonl(answers_path)}
+        for answer in stale:
+            answer.update(quality=saved[answer["id"]]["quality"], judge=saved[answer["id"]]["judge"])
 
 
 def check_saved_answers(answers: list[dict], decoding: dict, answers_path: Path) -> None:
