@@ -655,9 +655,11 @@ class ShortJudge(LengthJudge):
 
 def test_another_runs_candidates_are_judged_again_by_this_runs_judge_without_sampling(sft_folder, tmp_path, monkeypatch):
     """stage.candidates_from with another judge: the same candidates, this run's judge's scores on each (the pairs
-    follow them); the source run is left as it was, and a resume judges nothing again."""
+    follow them), and the starting policy's held-out check taken and judged again, never read back with the other
+    judge's scores; the source run is left as it was, and a resume judges nothing again."""
     monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: LengthJudge())
-    run_pref(rounds_cfg(tmp_path, sft_folder, "stage.rounds=1"))
+    heldout = [f"stage.heldout_path={ANNOTATED}", "stage.heldout_limit=1"]
+    run_pref(rounds_cfg(tmp_path, sft_folder, "stage.rounds=1", *heldout))
     source = tmp_path / "pref"
     saved = {path: path.read_bytes() for path in source.rglob("*") if path.is_file()}
     decoded, judged = [], []
@@ -669,11 +671,15 @@ def test_another_runs_candidates_are_judged_again_by_this_runs_judge_without_sam
             return super().score(items)
 
     monkeypatch.setattr("pasta.judges.build_judge", lambda cfg: CountingShortJudge())
-    again = ["stage.rounds=1", f"stage.candidates_from={source}"]
+    again = ["stage.rounds=1", f"stage.candidates_from={source}", *heldout]
     run_pref(rounds_cfg(tmp_path / "again", sft_folder, *again))
     before = read_jsonl(source / "round-1" / "scores.jsonl")
     after = read_jsonl(tmp_path / "again" / "pref" / "round-1" / "scores.jsonl")
-    assert not decoded and len(judged) == sum(len(entry["candidates"]) for entry in before) == 9
+    # 9 candidates, the starting policy's held-out answer judged again, the trained policy's new one
+    assert not decoded and len(judged) == sum(len(entry["candidates"]) for entry in before) + 2 == 11
+    checks = [json.loads((run / "round-0" / "heldout.json").read_text()) for run in (source, tmp_path / "again" / "pref")]
+    assert [check["judge"] for check in checks] == ["fake:length", "fake:short"]
+    assert checks[1]["quality_proxy"] == pytest.approx(1.0 - checks[0]["quality_proxy"])
     assert [[c["text"] for c in e["candidates"]] for e in after] == [[c["text"] for c in e["candidates"]] for e in before]
     for entry_before, entry_after in zip(before, after, strict=True):
         assert entry_after["judge"] == "fake:short" and entry_after["sampling"] == entry_before["sampling"]
