@@ -72,3 +72,22 @@ def test_module_help_runs_as_a_program():
         [sys.executable, "-m", "pasta.lang", "--help"], capture_output=True, text=True, check=True
     )
     assert "check" in out.stdout and "explain" in out.stdout
+
+
+def test_explain_shows_the_form_training_writes_under_the_policy(tokenizer_dir, capsys):
+    """By default, the stages' reservation policy (uncounted): no `<|promise_tokens|>` row the student never trains
+    on; a counted policy writes each promise's measured tokens="N"."""
+    from pasta.lang import ReservationPolicy
+
+    text = 'Tips: <promise topic="a"/><async topic="a">Sleep well.</async><sync/> Bye.'
+    shown = {}
+    for flags in ([], ["--policy", "exact"]):
+        assert main(["--tokenizer", tokenizer_dir, "explain", text, "--json", *flags]) == 0
+        shown[tuple(flags)] = json.loads(capsys.readouterr().out)
+    default, exact = shown[()], shown[("--policy", "exact")]
+    assert default["reservation"]["policy"] == ReservationPolicy().policy == "uncounted"
+    assert default["threads"][1]["tokens_attr"] is None
+    assert "<|promise_tokens|>" not in [t["token"] for t in default["tokens"]]
+    assert exact["threads"][1]["tokens_attr"] == exact["threads"][1]["num_tokens"] - 1  # the body, not its end tag
+    assert "<|promise_tokens|>" in [t["token"] for t in exact["tokens"]]
+    assert default["num_steps"] < exact["num_steps"]  # the count's tokens are main-thread steps

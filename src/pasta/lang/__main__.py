@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pasta.data.jsonl import check_text, read_text_file
 from pasta.errors import PastaError
-from pasta.lang.layout import MAIN_THREAD, PROMPT_THREAD, ReservationPolicy, build_layout
+from pasta.lang.layout import MAIN_THREAD, PROMPT_THREAD, Reservation, ReservationPolicy, build_layout
 from pasta.lang.repetition import cross_thread_repetition
 from pasta.lang.schedule import schedule
 from pasta.lang.syntax import Document, LangError, parse, plain_text
@@ -34,6 +34,7 @@ from pasta.lang.tokens import (
     encode_text,
     fill_token_counts,
     tokenize_document,
+    written_counts,
 )
 
 
@@ -133,9 +134,10 @@ def run_check(path: Path, tokenizer, counted: bool = False) -> int:
 
 
 def explain(annotated: str, tokenizer, prompt: str = "", policy: ReservationPolicy | None = None) -> dict:
-    """Threads, plain text, schedule and per-token layout of one annotated response, as a JSON-able dict."""
+    """Threads, plain text, schedule and per-token layout of one annotated response, as a JSON-able dict: its
+    promises written as training data under `policy` writes them (counted in `tokenizer`'s tokens, or uncounted)."""
     policy = policy or ReservationPolicy()
-    doc = fill_token_counts(parse(annotated), tokenizer)
+    doc = written_counts(parse(annotated), tokenizer, policy.counts)
     token_doc = tokenize_document(doc, tokenizer)
     prompt_ids = encode_text(tokenizer, prompt)
     layout = build_layout(prompt_ids, token_doc, policy)
@@ -186,7 +188,8 @@ def explain(annotated: str, tokenizer, prompt: str = "", policy: ReservationPoli
 def print_explanation(info: dict) -> None:
     print(f"plain text: {info['plain_text']!r}")
     for thread in info["threads"]:
-        topic = f"  topic={thread['topic']!r} tokens={thread['tokens_attr']}" if "topic" in thread else ""
+        counted = "" if thread.get("tokens_attr") is None else f" tokens={thread['tokens_attr']}"
+        topic = f"  topic={thread['topic']!r}{counted}" if "topic" in thread else ""
         print(f"{thread['thread']:>9}: {thread['num_tokens']} sampled tokens{topic}")
     print(
         f"{info['num_tokens']} tokens in {info['num_steps']} steps: theoretical speedup "
@@ -211,10 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("text", nargs="?", help="inline PASTA-LANG (or use --file; - reads stdin)")
     show.add_argument("--file", type=Path)
     show.add_argument("--prompt", default="", help="prompt text placed before the response")
-    show.add_argument("--policy", default="scale", choices=["exact", "scale", "round_up", "fixed"])
-    show.add_argument("--scale", type=float, default=2.0)
-    show.add_argument("--multiple", type=int, default=16)
-    show.add_argument("--fixed", type=int, default=64)
+    default = ReservationPolicy()  # the flags' defaults are the stages' (lang.reservation)
+    show.add_argument("--policy", default=default.policy.value, choices=[r.value for r in Reservation],
+                      help="reservation policy (default: %(default)s, as training)")
+    show.add_argument("--scale", type=float, default=default.scale)
+    show.add_argument("--multiple", type=int, default=default.multiple)
+    show.add_argument("--fixed", type=int, default=default.fixed)
     show.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     try:
