@@ -2,6 +2,7 @@
 
     python scripts/bench_train_cpu.py --data outputs/study/annotated.jsonl      # the study's records, SmolLM2-135M
     python scripts/bench_train_cpu.py --model tiny --steps 2 --repeats 1        # a quick look
+    python scripts/bench_train_cpu.py --model tiny stage.max_length=256       # any training setting, every variant
 
 The variants add one change each, in this order:
 1. `before`: float32, LoRA dropout 0.05, TRL's fused LM head (pasta's CPU training before 2026-11-26);
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per run (plus one warm-up)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each variant, alternating")
     parser.add_argument("--json", default=None, help="also write the result here")
+    parser.add_argument("overrides", nargs="*", help="more training settings for every variant, as the stage takes "
+                                                     "them (stage.max_length=256 stage.gradient_accumulation_steps=1)")
     args = parser.parse_args(argv)
     if torch.cuda.is_available():
         sys.exit("error: this benchmark times CPU training; run it on a machine without a GPU visible "
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
     # The study's SFT data selection (promise-bearing records only), the stage's batch of 2 x 4.
     base = ["stage=sft", "device=cpu", f"model={args.model}", f"data.path={args.data}", "data.plain_per_promise=0",
             f"stage.max_steps={args.steps + 1}", "stage.group_by_length=false", "stage.save_steps=100000",
-            "stage.logging_steps=1"]
+            "stage.logging_steps=1", *args.overrides]
     seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
     losses: dict[str, list[float]] = {name: [] for name in VARIANTS}
     with tempfile.TemporaryDirectory() as workdir:
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_has_bf16": cpu_has_bf16(),
         "threads": torch.get_num_threads(),
         "steps": args.steps,
+        "overrides": args.overrides,
         "seconds_per_step": medians,
         "speedup_over_previous": {b: medians[a] / medians[b] for a, b in itertools.pairwise(names)},
         "speedup_over_before": {name: medians["before"] / medians[name] for name in names},
