@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from helpers.models import RandomLogits, Scripted
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
-from pasta.errors import PastaError
 from pasta.evaluation.degenerate import topics_loop
 from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens, encode_text, parse, serialize
 from pasta.models import build_tiny_model, encode_prompt
@@ -237,31 +236,3 @@ def test_a_word_that_would_repeat_a_pair_is_masked_whether_it_starts_or_finishes
     # Nothing repeated yet: every word may follow, and the topic may close.
     fresh = grammar.topic([syntax], "markdown syntax", set(), budget=20)
     assert bool(fresh.allowed[colon]) and bool(fresh.allowed[tags.promise_end])
-
-
-def test_an_answer_writes_min_lead_tokens_before_its_first_promise_and_the_masked_ones_are_counted(tagged):
-    """A student that opens its answer with a promise list: with decode.min_lead_tokens=N the grammar masks
-    `<|promise|>` until the main thread has written N tokens, then lets it promise as it wanted to."""
-    model, tokenizer = tagged
-    tags = TagIds.from_tokenizer(tokenizer)
-    prompt = encode_prompt(tokenizer, "Tips")
-    (sure,), (here,), (alpha,), (text,) = (encode_text(tokenizer, w) for w in ("Sure", " here", "alpha", " ok"))
-    eager = Scripted(model, {prompt[-1]: (tags.promise, sure), sure: (tags.promise, here), here: (tags.promise, text),
-                             tags.promise: alpha, alpha: tags.promise_end, tags.promise_end: tags.sync,
-                             tags.async_body: text, text: (tags.async_end, tokenizer.eos_token_id),
-                             tags.sync: tokenizer.eos_token_id})
-    answers = {}
-    for lead in (0, 1, 2):
-        config = DecodeConfig(max_new_tokens=20, max_chunk_tokens=4, min_lead_tokens=lead)
-        answers[lead] = decode_async(eager, tokenizer, [prompt], config, ReservationPolicy())[0]
-    assert [answers[lead].annotated for lead in (0, 1, 2)] == [
-        '<promise topic="alpha"/><async topic="alpha"> ok</async><sync/>',
-        'Sure<promise topic="alpha"/><async topic="alpha"> ok</async><sync/>',
-        'Sure here<promise topic="alpha"/><async topic="alpha"> ok</async><sync/>',
-    ]
-    assert [answers[lead].stats.masked.get("early_promise", 0) for lead in (0, 1, 2)] == [0, 1, 2]
-
-
-def test_min_lead_tokens_below_zero_is_refused():
-    with pytest.raises(PastaError, match="min_lead_tokens: must be >= 0, got -1"):
-        DecodeConfig(min_lead_tokens=-1)

@@ -102,12 +102,6 @@ class DecodeConfig:
                           "on without forking (a runaway promise list whose topics loop otherwise spends the budget "
                           "on tags; masked choices counted in stats.masked.promise_cap); null = no cap"},
     )
-    min_lead_tokens: int = field(
-        default=0,
-        metadata={"help": "async, with decode.constrain: main-thread tokens an answer writes before its first promise "
-                          "(masked choices counted in stats.masked.early_promise): a promise list that opens the "
-                          "answer leaves its chunks nothing but the prompt to agree on; 0 = a promise may open it"},
-    )
     stop_topic_loops: bool = field(
         default=False,
         metadata={"help": "async, with decode.constrain: once a topic extends an earlier one of the answer word by word "
@@ -177,8 +171,6 @@ class DecodeConfig:
             raise PastaError(f"free_tag_tokens: must be >= 0, got {self.free_tag_tokens}")
         if self.max_topic_chars < 1:
             raise PastaError(f"max_topic_chars: must be >= 1, got {self.max_topic_chars}")
-        if self.min_lead_tokens < 0:
-            raise PastaError(f"min_lead_tokens: must be >= 0, got {self.min_lead_tokens}")
         if self.max_promises is not None and self.max_promises < 1:
             raise PastaError(f"max_promises: must be >= 1 or null, got {self.max_promises}")
         if any(not s for s in self.stop_strings):

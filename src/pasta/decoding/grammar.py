@@ -14,8 +14,6 @@ have left of `max_total_tokens`, the free tags of `decode.free_tag_tokens` inclu
                         <|promise|> once the answer holds `max_promises` promises, or once one   promise_cap
                         topic extended an earlier one word by word (`stop_topic_loops`): a
                         runaway promise list, not malformed, but never an answer
-                        <|promise|> before the answer's first `min_lead_tokens` tokens: a list   early_promise
-                        that opens the answer, not malformed, off by default
     main, topic         eos, <|sync|> or a tag other than <|promise_tokens|> / <|promise_end|>   unclosed_promise
                         a token with `"`, `<`, `>`, a control character or no character; a      bad_topic
                         blank first token; one that takes the topic past `max_topic_chars`;
@@ -152,8 +150,6 @@ class Grammar:
         self._main_text_short = Constraint.of(async_tags, stray,
                                               Rule("unclosed_promise", self._ids_mask([tags.promise])))
         self._main_text_capped = Constraint.of(async_tags, stray, Rule("promise_cap", self._ids_mask([tags.promise])))
-        self._main_text_early = Constraint.of(async_tags, stray,
-                                              Rule("early_promise", self._ids_mask([tags.promise])))
         close = self._ids_mask([tags.async_end])
         chunk_rules = (Rule("tag_in_chunk", tag_mask & ~close), Rule("eos_in_chunk", eos))
         self._chunk = Constraint.of(*chunk_rules)
@@ -166,13 +162,9 @@ class Grammar:
         flags[list(ids)] = True
         return flags
 
-    def main_text(self, budget: int, can_promise: bool = True, lead_written: bool = True) -> Constraint:
-        """In the main thread's text: `can_promise` false past the answer's promise cap (or a topic loop),
-        `lead_written` false while the answer has written fewer than `min_lead_tokens` before its first promise."""
+    def main_text(self, budget: int, can_promise: bool = True) -> Constraint:
         if not can_promise:
             return self._main_text_capped
-        if not lead_written:
-            return self._main_text_early
         return self._main_text if budget >= PROMISE_MIN_TOKENS else self._main_text_short
 
     def topic(self, topic_ids: list[int], topic: str, promised: set[str], budget: int,

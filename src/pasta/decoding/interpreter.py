@@ -170,9 +170,7 @@ class Interpreter:
         if parser.mode == PromiseMode.COUNT:
             return grammar.count(parser.count_ids, self.decode(parser.count_ids), budget)
         capped = self.config.max_promises is not None and len(self.chunks) >= self.config.max_promises
-        # Before the first promise the main thread holds text only: its tokens are the answer's lead.
-        lead_written = bool(self.chunks) or len(self.main_ids) >= self.config.min_lead_tokens
-        return grammar.main_text(budget, can_promise=not capped and not self.topic_loop, lead_written=lead_written)
+        return grammar.main_text(budget, can_promise=not capped and not self.topic_loop)
 
     @property
     def main_samples(self) -> bool:
