@@ -94,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     from pasta.evaluation.run_files import read_stats
 
     try:
+        baseline = read_stats(Path(args.baseline))  # a wrong directory is named before the eval set loads
         cfg = compose("eval", [f"eval_data={args.eval_data}"])
         records = load_alpaca_eval(schema_from(cfg.eval_data, DataConfig, "eval_data", only_known=True))
         references = {record["instruction"]: record["output"] for record in records}
-        baseline = read_stats(Path(args.baseline))
         unknown = [answer["instruction"] for answer in baseline if answer["instruction"] not in references]
         if unknown:
             raise PastaError(f"{args.baseline} answers {len(unknown)} prompts that eval_data={args.eval_data} does "
