@@ -62,14 +62,6 @@ def shape_rows(differences: dict[str, float], shapes: dict[str, str]) -> list[Sh
     return rows
 
 
-def similarities(answers: list[dict], references: dict[str, str], judge) -> dict[str, float]:
-    """Each answer's emb-sim to its prompt's reference, by instruction."""
-    from pasta.judges.base import JudgeItem
-
-    items = [JudgeItem(answer["instruction"], answer["output"], references[answer["instruction"]]) for answer in answers]
-    return dict(zip((answer["instruction"] for answer in answers), judge.score(items), strict=True))
-
-
 def run_table(name: str, rows: list[ShapeRow], mean: float, baseline_mean: float, num: int) -> list[str]:
     lines = [f"{name}: emb-sim (proxy) {mean:.4f} against Baseline-SFT's {baseline_mean:.4f} on the same {num} prompts "
              f"(difference {mean - baseline_mean:+.4f})",
@@ -87,29 +79,30 @@ def main(argv: list[str] | None = None) -> int:
                                                                    "(its answers are the references)")
     args = parser.parse_args(argv)
 
-    from pasta.config import compose, schema_from
-    from pasta.data import DataConfig, load_alpaca_eval
+    from pasta.config import compose
     from pasta.errors import PastaError, one_line
-    from pasta.evaluation.proxies import embedding_judge
+    from pasta.evaluation.eval_set import eval_prompts
+    from pasta.evaluation.proxies import answer_similarities, embedding_judge
     from pasta.evaluation.run_files import read_stats
 
     try:
         baseline = read_stats(Path(args.baseline))  # a wrong directory is named before the eval set loads
-        cfg = compose("eval", [f"eval_data={args.eval_data}"])
-        records = load_alpaca_eval(schema_from(cfg.eval_data, DataConfig, "eval_data", only_known=True))
-        references = {record["instruction"]: record["output"] for record in records}
+        records, _, _ = eval_prompts(compose("eval", [f"eval_data={args.eval_data}"]), limit=None)
+        references = {record["instruction"]: record["output"] for record in records}  # as the evaluation's proxies
         unknown = [answer["instruction"] for answer in baseline if answer["instruction"] not in references]
         if unknown:
             raise PastaError(f"{args.baseline} answers {len(unknown)} prompts that eval_data={args.eval_data} does "
                              f"not hold (first: {unknown[0][:60]!r}): pass the runs' --eval-data")
         judge = embedding_judge()
-        baseline_similarities = similarities(baseline, references, judge)
+        baseline_similarities = answer_similarities({a["instruction"]: a["output"] for a in baseline}, references,
+                                                    judge)
         print(f"emb-sim: {judge.name}, an offline proxy; references: eval_data={args.eval_data}")
         for run_dir in args.runs:
             answers = [a for a in read_stats(Path(run_dir)) if a["instruction"] in baseline_similarities]
             if not answers:
                 raise PastaError(f"{run_dir} answered none of the prompts {args.baseline} answered")
-            run_similarities = similarities(answers, references, judge)
+            run_similarities = answer_similarities({a["instruction"]: a["output"] for a in answers}, references,
+                                                   judge)
             differences = {i: s - baseline_similarities[i] for i, s in run_similarities.items()}
             shapes = {a["instruction"]: answer_shape(a.get("annotated", a["output"])) for a in answers}
             baseline_mean = statistics.fmean(baseline_similarities[i] for i in run_similarities)

@@ -80,8 +80,8 @@ def embedding_judge():
     return build_judge({"kind": "embedding"})
 
 
-def embedding_similarity(answers: dict[str, str], references: dict[str, str], judge=None) -> float:
-    """Mean embedding similarity of each answer with the reference answer of its instruction."""
+def answer_similarities(answers: dict[str, str], references: dict[str, str], judge=None) -> dict[str, float]:
+    """Each answer's embedding similarity with the reference answer of its instruction, by instruction."""
     from pasta.judges.base import JudgeItem
 
     judge = judge or embedding_judge()
@@ -89,8 +89,13 @@ def embedding_similarity(answers: dict[str, str], references: dict[str, str], ju
     if missing:
         raise PastaError(f"no reference answer for {len(missing)} answers (first: {missing[0][:80]!r})")
     items = [JudgeItem(instruction, answer, references[instruction]) for instruction, answer in answers.items()]
-    scores = judge.score(items)
-    return sum(scores) / len(scores)
+    return dict(zip(answers, judge.score(items), strict=True))
+
+
+def embedding_similarity(answers: dict[str, str], references: dict[str, str], judge=None) -> float:
+    """Mean embedding similarity of each answer with the reference answer of its instruction."""
+    scores = answer_similarities(answers, references, judge)
+    return sum(scores.values()) / len(scores)
 
 
 def baseline_answers(sequential_dir: Path) -> tuple[dict[str, str], str]:
