@@ -1052,6 +1052,7 @@ def test_under_a_launch_only_the_main_process_judges_a_heldout_check_again(tiny_
     assert [a["judge"] for a in on_follower] == ["fake:short"] * 2
     assert [a["quality"] for a in on_follower] == pytest.approx([1.0 - a["quality"] for a in answers])
 
+
 def test_a_heldout_check_resumed_under_other_decode_settings_stops_and_keeps_its_answers(tiny_model_and_tokenizer,
                                                                                         tmp_path):
     """Its summary compares policies: answers of two decoders in one summary would compare nothing."""
