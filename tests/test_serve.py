@@ -31,6 +31,7 @@ from pasta.annotate import annotate
 from pasta.config import compose
 from pasta.data import read_jsonl
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+from pasta.decoding.cache import SlotCache
 from pasta.decoding.interpreter import Interpreter
 from pasta.errors import PastaError
 from pasta.generate import generate
@@ -547,6 +548,30 @@ def test_a_client_that_disconnects_before_its_non_streamed_answer_frees_its_requ
     assert 'outcome="finished"' not in metrics  # a label appears once counted
     assert 'pasta_requests_total{status="499"} 1.0' in metrics
     assert freed_s < 3.0
+
+
+def test_health_reads_what_the_engine_thread_published_never_the_running_batch(speaker, monkeypatch):
+    """/health and the gauges run on the API's thread; the batch's cache is read on the engine thread only, where
+    no step can be releasing it halfway (a /health read inside a release was a 500)."""
+    readers = []
+    num_bytes = SlotCache.num_bytes
+    monkeypatch.setattr(SlotCache, "num_bytes", lambda cache: readers.append(threading.current_thread().name)
+                        or num_bytes(cache))
+    with running(slow_speaker_app(speaker)) as base_url:
+        api = client(base_url)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(api.completions.create, model="speaker", prompt="Tips and", max_tokens=20)
+            deadline = time.monotonic() + 30
+            while (running_state := health(base_url))["kv_cache_bytes"] == 0:  # the first forward fills the cache
+                assert time.monotonic() < deadline, running_state
+                time.sleep(0.01)
+            metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+            answer.result()
+        idle = wait_idle(base_url)
+    assert running_state["num_running"] == running_state["num_cache_rows"] == 1
+    assert float(next(line for line in metrics.splitlines() if line.startswith("pasta_kv_cache_bytes ")).split()[1]) > 0
+    assert idle["num_cache_rows"] == idle["num_threads"] == 0
+    assert readers and set(readers) == {"pasta-engine"}
 
 
 def test_a_full_queue_answers_429_and_the_server_recovers(speaker):

@@ -7,7 +7,8 @@ rows, one packed forward for all of them, a newcomer's prompt riding beside the 
 chooses its tokens with its own sampling settings and generator and commits them). Then every member that stepped
 gets the text that became final, finished members get their answer, failed ones their error, and both are retired
 (the step loop has freed their cache rows already; an empty batch frees the whole cache). The thread sleeps while
-nothing runs.
+nothing runs. Only this thread touches the batch: what /health and the gauges report is a view it publishes after
+admitting and after each step.
 
 What the engine adds to a step is kept to what the step added: the text that became final is rendered
 incrementally (`pasta.decoding.render.SettledText`), and a member's event goes out only when its text grew. The
@@ -58,6 +59,17 @@ class EngineState:
     kv_cache_bytes: int
 
 
+@dataclass(frozen=True)
+class _BatchView:
+    """The batch as the engine thread last left it. The API's thread reads this, never the batch itself: a read
+    in the middle of a step could find a cache layer half released."""
+
+    num_running: int = 0
+    num_threads: int = 0
+    num_cache_rows: int = 0
+    kv_cache_bytes: int = 0
+
+
 @dataclass(eq=False)
 class _Served:
     """What the engine keeps beside a running member: its API request and the text sent so far."""
@@ -85,6 +97,7 @@ class Engine:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._view = _BatchView()  # replaced whole by the engine thread, read by the API's
         self.metrics.watch(
             live_requests=lambda: self.state().num_running, live_threads=lambda: self.state().num_threads,
             queue_depth=lambda: self.scheduler.num_waiting,
@@ -121,14 +134,14 @@ class Engine:
         self._wake.set()
 
     def state(self) -> EngineState:
-        members, cache = list(self._batch.members), self._batch.cache  # read from the API's thread: a snapshot
+        view = self._view
         return EngineState(
-            num_running=len(members),
+            num_running=view.num_running,
             num_waiting=self.scheduler.num_waiting,
-            num_threads=sum(1 + _num_running_chunks(m.request) for m in members),
+            num_threads=view.num_threads,
             num_tokens_in_flight=self.scheduler.num_tokens_in_flight,
-            num_cache_rows=0 if cache is None else cache.num_rows,
-            kv_cache_bytes=0 if cache is None else cache.num_bytes(),
+            num_cache_rows=view.num_cache_rows,
+            kv_cache_bytes=view.kv_cache_bytes,
         )
 
     # --- the engine thread -----------------------------------------------------------------------------------------
@@ -141,17 +154,29 @@ class Engine:
                 try:
                     self._end([(m, None) for m in batch.members if self._served[id(m)].request.cancelled])
                     self._admit()
-                    if not batch.members:
-                        self._wake.wait()
-                        continue
-                    self._step()
+                    self._publish()  # the newcomers count from here, not from the end of their first step
+                    if batch.members:
+                        self._step()
                 except Exception as exc:  # a bug outside any one request: fail what runs, keep serving
                     log.exception("engine step failed")
                     self._abandon(batch.members, f"engine step failed: {exc}")
                     batch.clear()
+                self._publish()
+                if not batch.members:
+                    self._wake.wait()  # set by `submit`, `cancel`, `stop` and by retiring (it may start waiters)
             for request in self.scheduler.take_started():
                 request.emit(Failed("the server is shutting down"))
             self._end([(m, Failed("the server is shutting down")) for m in batch.members])
+        self._publish()
+
+    def _publish(self) -> None:
+        members, cache = self._batch.members, self._batch.cache
+        self._view = _BatchView(
+            num_running=len(members),
+            num_threads=sum(1 + _num_running_chunks(m.request) for m in members),
+            num_cache_rows=0 if cache is None else cache.num_rows,
+            kv_cache_bytes=0 if cache is None else cache.num_bytes(),
+        )
 
     def _admit(self) -> None:
         """The requests the scheduler started join the running batch: their prompts' prefill rides in the next
@@ -242,6 +267,7 @@ class Engine:
             self.scheduler.retire(request)
             self.metrics.sequences.labels("failed").inc()
             request.emit(Failed(reason))
+        self._wake.set()  # as in `_end`
 
 
 def _num_running_chunks(request: DecodeRequest) -> int:
