@@ -37,19 +37,15 @@ class ShapeRow:
 def answer_shape(annotated: str) -> str:
     """PLAIN, OPENS or LEAD: where the answer's first promise sits (an answer that does not parse is plain text, as
     the decoder writes its malformed tags)."""
-    from pasta.lang import LangError, Promise, Text, parse
+    from pasta.lang import LangError, parse
 
     try:
-        doc = parse(annotated)
+        num_lead_words = parse(annotated).num_lead_words
     except LangError:
         return PLAIN
-    lead = []
-    for item in doc.items:
-        if isinstance(item, Promise):
-            return OPENS if len(" ".join(lead).split()) <= 1 else LEAD
-        if isinstance(item, Text):
-            lead.append(item.text)
-    return PLAIN
+    if num_lead_words is None:
+        return PLAIN
+    return OPENS if num_lead_words <= 1 else LEAD
 
 
 def shape_rows(differences: dict[str, float], shapes: dict[str, str]) -> list[ShapeRow]:

@@ -83,6 +83,20 @@ def test_several_groups_each_closed_by_sync_or_the_end():
 
 
 @pytest.mark.parametrize(
+    ("annotated", "num_lead_words"),
+    [
+        ('1.<promise topic="a"/><async topic="a">A</async>', 1),
+        ('<promise topic="a"/><async topic="a">A</async>', 0),
+        ('Two things:\n\n1.<promise topic="a"/><async topic="a">A</async> then <promise topic="b"/>'
+         '<async topic="b">B</async>', 3),
+        ("no promise at all", None),
+    ],
+)
+def test_the_lead_is_the_main_threads_words_before_its_first_promise(annotated, num_lead_words):
+    assert parse(annotated).num_lead_words == num_lead_words
+
+
+@pytest.mark.parametrize(
     ("annotated", "message", "offset"),
     [
         ('ab<promise topic="x">', "malformed promise tag", 2),

@@ -32,6 +32,7 @@ from pasta.training.collator import LayoutCollator
 from pasta.training.examples import (
     balance_promises,
     build_sft_examples,
+    min_lead_words_setting,
     min_promise_share_setting,
     plain_per_promise_setting,
     token_doc_of,
@@ -140,6 +141,30 @@ def test_min_promises_keeps_the_same_promise_bearing_records_for_pasta_and_basel
     wanted = [r for r in records if r["annotated"].count("<promise ") >= 5]
     assert plain_texts == [r["output"] for r in wanted]
     assert with_min_promises([Record.from_dict(r) for r in records + [plain]], 5) == list(map(Record.from_dict, wanted))
+
+
+def test_a_promise_list_that_opens_the_answer_trains_as_plain_text_under_min_lead_words(tagged):
+    """data.min_lead_words=2: an answer whose first promise follows fewer than 2 words trains as its plain text;
+    one with a lead before its list trains as annotated; the records used, and Baseline-SFT's examples, do not
+    change."""
+    _, tokenizer, _ = tagged
+    body = '<async topic="a"> apples are red.</async><async topic="b"> bananas are yellow.</async>'
+    opening = {"instruction": "Fruits?", "input": "", "output": "1. apples are red.\n2. bananas are yellow.",
+               "annotated": f'1.<promise topic="a"/>\n2.<promise topic="b"/>{body}'}
+    lead = {"instruction": "Fruits?", "input": "", "output": "Two fruits: apples are red. bananas are yellow.",
+            "annotated": f'Two fruits:<promise topic="a"/><promise topic="b"/>{body}'}
+    plain = {"instruction": "Hi?", "input": "", "output": "Hi there.", "annotated": "Hi there."}
+    records = [opening, lead, plain]
+    as_written, _ = examples_of(records, tokenizer)
+    examples, stats = examples_of(records, tokenizer, min_lead_words=2)
+    assert stats.num_used == 3 and stats.num_trained_plain == 1 and stats.as_dict()["num_trained_plain"] == 1
+    assert not examples[0]["opener_ids"]
+    assert tokenizer.decode(examples[0]["main_ids"], skip_special_tokens=True) == opening["output"]
+    assert examples[1:] == as_written[1:] and len(examples[1]["opener_ids"]) == 2
+    assert examples_of(records, tokenizer, min_lead_words=1)[0] == as_written  # "1." is one word
+    baseline = examples_of(records, tokenizer, strip_annotations=True)[0]
+    assert examples_of(records, tokenizer, strip_annotations=True, min_lead_words=2)[0] == baseline
+    assert examples[0] == baseline[0]
 
 
 def test_too_long_examples_are_truncated_or_skipped_and_counted(records, tagged):
@@ -422,6 +447,12 @@ def test_a_min_promise_share_outside_zero_to_one_is_a_one_line_error(bad):
 def test_a_plain_per_promise_that_is_not_a_non_negative_number_is_one_error(bad):
     with pytest.raises(PastaError, match=r"data\.plain_per_promise=.* must be a number >= 0"):
         plain_per_promise_setting(OmegaConf.create({"plain_per_promise": bad}))
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "two"])
+def test_a_min_lead_words_that_is_not_a_non_negative_integer_is_one_error(bad):
+    with pytest.raises(PastaError, match=r"data\.min_lead_words=.* must be an integer >= 0"):
+        min_lead_words_setting(OmegaConf.create({"min_lead_words": bad}))
 
 
 # --- real runs ------------------------------------------------------------------------------------------------

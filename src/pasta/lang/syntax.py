@@ -100,6 +100,18 @@ class Document:
     def is_annotated(self) -> bool:
         return any(not isinstance(item, Text) for item in self.items)
 
+    @property
+    def num_lead_words(self) -> int | None:
+        """Words of the main thread's text before its first promise (a list marker such as `1.` is one); None
+        without a promise."""
+        lead = []
+        for item in self.items:
+            if isinstance(item, Promise):
+                return len(" ".join(lead).split())
+            if isinstance(item, Text):
+                lead.append(item.text)
+        return None
+
 
 def validate_topic(topic: str) -> str | None:
     """The reason a topic is not allowed, or None when it is fine."""

@@ -58,6 +58,7 @@ class ExampleStats:
     num_targets_cut: int = 0
     num_chunk_ends_cut: int = 0
     num_answer_ends_cut: int = 0
+    num_trained_plain: int = 0  # promise-bearing records trained as their plain text (data.min_lead_words)
     skipped: Counter = field(default_factory=Counter)  # reason -> count
 
     def as_dict(self) -> dict[str, Any]:
@@ -71,6 +72,7 @@ class ExampleStats:
             "num_targets_cut": self.num_targets_cut,
             "num_chunk_ends_cut": self.num_chunk_ends_cut,
             "num_answer_ends_cut": self.num_answer_ends_cut,
+            "num_trained_plain": self.num_trained_plain,
             "skipped": dict(sorted(self.skipped.items())),
         }
 
@@ -124,9 +126,9 @@ class PromiseBalance:
         return f"{found}, at least data.min_promise_share={self.min_promise_share}: using every record"
 
 
-# `data.strip_annotations`, `data.min_promises` and `data.min_promise_share` ride on the data config but are
-# training's own switches, not loader fields.
-TRAINING_DATA_KEYS = ("strip_annotations", "min_promises", "min_promise_share", "plain_per_promise")
+# `data.strip_annotations`, `data.min_promises`, `data.min_promise_share`, `data.plain_per_promise` and
+# `data.min_lead_words` ride on the data config but are training's own switches, not loader fields.
+TRAINING_DATA_KEYS = ("strip_annotations", "min_promises", "min_promise_share", "plain_per_promise", "min_lead_words")
 
 
 def loader_config(data_cfg: DictConfig) -> dict[str, Any]:
@@ -167,6 +169,14 @@ def plain_per_promise_setting(data_cfg: DictConfig) -> float:
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio < 0:
         raise PastaError(f"data.plain_per_promise={ratio} must be a number >= 0")
     return float(ratio)
+
+
+def min_lead_words_setting(data_cfg: DictConfig) -> int:
+    """`data.min_lead_words`, checked."""
+    num_words = data_cfg.get("min_lead_words", 0)
+    if isinstance(num_words, bool) or not isinstance(num_words, int) or num_words < 0:
+        raise PastaError(f"data.min_lead_words={num_words} must be an integer >= 0")
+    return num_words
 
 
 def has_promises(record: Record) -> bool:
@@ -279,11 +289,14 @@ def build_sft_examples(
     too_long: str,
     min_promises: int = 0,
     counts: bool = True,
+    min_lead_words: int = 0,
 ) -> tuple[list[dict[str, Any]], ExampleStats]:
     """Token-level examples of the usable records, and the account of all records (see the module docstring).
 
     `min_promises` keeps only records whose annotation holds at least that many promises (`data.min_promises`);
-    `counts` writes each promise's tokens="N" (false: the uncounted form, `ReservationPolicy.counts`).
+    `counts` writes each promise's tokens="N" (false: the uncounted form, `ReservationPolicy.counts`);
+    `min_lead_words` trains a record whose first promise follows fewer words as its plain text
+    (`data.min_lead_words`: which records are used does not change, so Baseline-SFT's stay the same).
 
     Too long means the layout has more than `max_length` rows: `too_long=skip` drops the example, `truncate` keeps
     it (the collator builds only its first `max_length` rows, a valid layout since a row sees only earlier rows)
@@ -295,6 +308,9 @@ def build_sft_examples(
     for record in records:
         try:
             doc = response_document(record, strip_annotations=strip_annotations, min_promises=min_promises)
+            if doc.promises and doc.num_lead_words < min_lead_words:
+                doc = Document((Text(plain_text(doc)),))
+                stats.num_trained_plain += 1
             token_doc = tokenize_document(written_counts(doc, tokenizer, counts), tokenizer)
         except SkipRecord as exc:
             stats.skipped[exc.args[0]] += 1

@@ -33,6 +33,7 @@ from pasta.training.examples import (
     build_sft_examples,
     examples_sha256,
     loader_config,
+    min_lead_words_setting,
     min_promise_share_setting,
     num_rows,
     plain_per_promise_setting,
@@ -99,10 +100,11 @@ def run_sft(cfg: DictConfig) -> Path:
     run = SFTRun(cfg, settings, resolve_output_dir(cfg))
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
     min_promises = int(cfg.data.get("min_promises", 0))
+    min_lead_words = min_lead_words_setting(cfg.data)
     records, balance, loaded = balanced_records(cfg, min_promises)
     model, tokenizer = load_model(cfg.model, device="cpu")  # the trainer moves it to its device
     tag_ids = add_tag_tokens(tokenizer, model)
-    data = sft_data(run, records, balance, tokenizer, min_promises, policy, loaded)
+    data = sft_data(run, records, balance, tokenizer, min_promises, policy, loaded, min_lead_words)
     resume_from = checkpoint_to_resume(run.checkpoint_dir, bool(cfg.get("resume", False)))
     check_same_data(run.output_dir, data.sha256)
     check_same_model(run.output_dir, cfg.model)
@@ -128,7 +130,7 @@ def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], 
 
 def sft_data(
     run: SFTRun, records: list[Record], balance: PromiseBalance | None, tokenizer, min_promises: int,
-    policy: ReservationPolicy, loaded: LoadReport | None = None,
+    policy: ReservationPolicy, loaded: LoadReport | None = None, min_lead_words: int = 0,
 ) -> SFTData:
     """The records as training examples, with what stage.max_length cut logged; refuses PASTA-SFT on data without
     a single promise."""
@@ -142,6 +144,7 @@ def sft_data(
         too_long=settings.too_long,
         min_promises=min_promises,
         counts=policy.counts,
+        min_lead_words=min_lead_words,
     )
     if not strip and not any(example["opener_ids"] for example in examples):
         source = cfg.data.get("path") or cfg.data.get("name")
