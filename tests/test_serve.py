@@ -560,7 +560,7 @@ def test_health_reads_what_the_engine_thread_published_never_the_running_batch(s
     with running(slow_speaker_app(speaker)) as base_url:
         api = client(base_url)
         with ThreadPoolExecutor(1) as pool:
-            answer = pool.submit(api.completions.create, model="speaker", prompt="Tips and", max_tokens=20)
+            answer = pool.submit(api.completions.create, model="speaker", prompt="Tips and", max_tokens=40)
             deadline = time.monotonic() + 30
             while (running_state := health(base_url))["kv_cache_bytes"] == 0:  # the first forward fills the cache
                 assert time.monotonic() < deadline, running_state
