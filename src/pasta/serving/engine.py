@@ -7,8 +7,8 @@ rows, one packed forward for all of them, a newcomer's prompt riding beside the 
 chooses its tokens with its own sampling settings and generator and commits them). Then every member that stepped
 gets the text that became final, finished members get their answer, failed ones their error, and both are retired
 (the step loop has freed their cache rows already; an empty batch frees the whole cache). The thread sleeps while
-nothing runs. Only this thread touches the batch: what /health and the gauges report is a view it publishes after
-admitting and after each step.
+nothing runs. Only this thread touches the batch: what /health and the gauges report is a view it publishes once a
+step, after admitting, and before it sleeps.
 
 What the engine adds to a step is kept to what the step added: the text that became final is rendered
 incrementally (`pasta.decoding.render.SettledText`), and a member's event goes out only when its text grew. The
@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -59,17 +59,6 @@ class EngineState:
     kv_cache_bytes: int
 
 
-@dataclass(frozen=True)
-class _BatchView:
-    """The batch as the engine thread last left it. The API's thread reads this, never the batch itself: a read
-    in the middle of a step could find a cache layer half released."""
-
-    num_running: int = 0
-    num_threads: int = 0
-    num_cache_rows: int = 0
-    kv_cache_bytes: int = 0
-
-
 @dataclass(eq=False)
 class _Served:
     """What the engine keeps beside a running member: its API request and the text sent so far."""
@@ -97,7 +86,9 @@ class Engine:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._view = _BatchView()  # replaced whole by the engine thread, read by the API's
+        # The batch as the engine thread last left it, replaced whole by that thread; the API's thread reads this,
+        # never the batch (a read in the middle of a step could find a cache layer half released).
+        self._view = EngineState(0, 0, 0, 0, 0, 0)
         self.metrics.watch(
             live_requests=lambda: self.state().num_running, live_threads=lambda: self.state().num_threads,
             queue_depth=lambda: self.scheduler.num_waiting,
@@ -134,15 +125,9 @@ class Engine:
         self._wake.set()
 
     def state(self) -> EngineState:
-        view = self._view
-        return EngineState(
-            num_running=view.num_running,
-            num_waiting=self.scheduler.num_waiting,
-            num_threads=view.num_threads,
-            num_tokens_in_flight=self.scheduler.num_tokens_in_flight,
-            num_cache_rows=view.num_cache_rows,
-            kv_cache_bytes=view.kv_cache_bytes,
-        )
+        """The published batch, with the scheduler's counters as they are now (they take its lock)."""
+        return replace(self._view, num_waiting=self.scheduler.num_waiting,
+                       num_tokens_in_flight=self.scheduler.num_tokens_in_flight)
 
     # --- the engine thread -----------------------------------------------------------------------------------------
 
@@ -154,15 +139,15 @@ class Engine:
                 try:
                     self._end([(m, None) for m in batch.members if self._served[id(m)].request.cancelled])
                     self._admit()
-                    self._publish()  # the newcomers count from here, not from the end of their first step
+                    self._publish()  # once a step: what the last step and these joins and leaves left
                     if batch.members:
                         self._step()
                 except Exception as exc:  # a bug outside any one request: fail what runs, keep serving
                     log.exception("engine step failed")
                     self._abandon(batch.members, f"engine step failed: {exc}")
                     batch.clear()
-                self._publish()
                 if not batch.members:
+                    self._publish()
                     self._wake.wait()  # set by `submit`, `cancel`, `stop` and by retiring (it may start waiters)
             for request in self.scheduler.take_started():
                 request.emit(Failed("the server is shutting down"))
@@ -171,9 +156,11 @@ class Engine:
 
     def _publish(self) -> None:
         members, cache = self._batch.members, self._batch.cache
-        self._view = _BatchView(
+        self._view = EngineState(
             num_running=len(members),
+            num_waiting=self.scheduler.num_waiting,
             num_threads=sum(1 + _num_running_chunks(m.request) for m in members),
+            num_tokens_in_flight=self.scheduler.num_tokens_in_flight,
             num_cache_rows=0 if cache is None else cache.num_rows,
             kv_cache_bytes=0 if cache is None else cache.num_bytes(),
         )
