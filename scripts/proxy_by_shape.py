@@ -48,6 +48,11 @@ def answer_shape(annotated: str) -> str:
     return OPENS if num_lead_words <= 1 else LEAD
 
 
+def outputs(answers: list[dict]) -> dict[str, str]:
+    """Each answer's text by its instruction (what `answer_similarities` scores)."""
+    return {answer["instruction"]: answer["output"] for answer in answers}
+
+
 def shape_rows(differences: dict[str, float], shapes: dict[str, str]) -> list[ShapeRow]:
     """The rows of the shapes the run's answers have, in SHAPES order (`differences` and `shapes` by instruction)."""
     rows = []
@@ -90,15 +95,13 @@ def main(argv: list[str] | None = None) -> int:
             raise PastaError(f"{args.baseline} answers {len(unknown)} prompts that eval_data={args.eval_data} does "
                              f"not hold (first: {unknown[0][:60]!r}): pass the runs' --eval-data")
         judge = embedding_judge()
-        baseline_similarities = answer_similarities({a["instruction"]: a["output"] for a in baseline}, references,
-                                                    judge)
+        baseline_similarities = answer_similarities(outputs(baseline), references, judge)
         print(f"emb-sim: {judge.name}, an offline proxy; references: eval_data={args.eval_data}")
         for run_dir in args.runs:
             answers = [a for a in read_stats(Path(run_dir)) if a["instruction"] in baseline_similarities]
             if not answers:
                 raise PastaError(f"{run_dir} answered none of the prompts {args.baseline} answered")
-            run_similarities = answer_similarities({a["instruction"]: a["output"] for a in answers}, references,
-                                                   judge)
+            run_similarities = answer_similarities(outputs(answers), references, judge)
             differences = {i: s - baseline_similarities[i] for i, s in run_similarities.items()}
             shapes = {a["instruction"]: answer_shape(a.get("annotated", a["output"])) for a in answers}
             baseline_mean = statistics.fmean(baseline_similarities[i] for i in run_similarities)

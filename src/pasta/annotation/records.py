@@ -20,7 +20,6 @@ from typing import Any
 from pasta.data import Record
 from pasta.lang import (
     Document,
-    Text,
     cross_thread_repetition,
     drop_token_counts,
     fill_token_counts,
@@ -93,7 +92,7 @@ def make_record(
         record["annotated"], stats = measure(doc, tokenizer, counted)
         record.update(stats)
     elif keep_unannotated:
-        record["annotated"], stats = measure(Document((Text(output),)), tokenizer, counted)
+        record["annotated"], stats = measure(Document.plain(output), tokenizer, counted)
         record.update(stats)
     if reject_reason is not None and teacher_output is not None:
         cut = teacher_output[:keep_teacher_output_chars]

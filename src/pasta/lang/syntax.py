@@ -81,6 +81,11 @@ class Document:
 
     items: tuple[Item, ...]
 
+    @classmethod
+    def plain(cls, text: str) -> Document:
+        """A response of one piece of text: no tags (how an unannotated answer is trained and measured)."""
+        return cls((Text(text),))
+
     @property
     def promises(self) -> list[Promise]:
         return [item for item in self.items if isinstance(item, Promise)]

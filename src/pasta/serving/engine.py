@@ -156,11 +156,11 @@ class Engine:
 
     def _publish(self) -> None:
         members, cache = self._batch.members, self._batch.cache
-        self._view = EngineState(
+        self._view = EngineState(  # the scheduler's two counters are read live by `state`, not published
             num_running=len(members),
-            num_waiting=self.scheduler.num_waiting,
+            num_waiting=0,
             num_threads=sum(1 + _num_running_chunks(m.request) for m in members),
-            num_tokens_in_flight=self.scheduler.num_tokens_in_flight,
+            num_tokens_in_flight=0,
             num_cache_rows=0 if cache is None else cache.num_rows,
             kv_cache_bytes=0 if cache is None else cache.num_bytes(),
         )

@@ -26,7 +26,6 @@ from pasta.lang import (
     IGNORE_INDEX,
     Document,
     LangError,
-    Text,
     TokenChunk,
     TokenDoc,
     parse,
@@ -227,19 +226,19 @@ def response_document(record: Record, *, strip_annotations: bool, min_promises: 
         if min_promises > 0:
             raise SkipRecord("too_few_promises")
         if strip_annotations:
-            return Document((Text(record.output),))
+            return Document.plain(record.output)
         raise SkipRecord("no_annotation")
     doc = parse(record.annotated)
     if len(doc.promises) < min_promises:
         raise SkipRecord("too_few_promises")
     if strip_annotations:
-        return Document((Text(plain_text(doc)),))
+        return Document.plain(plain_text(doc))
     return doc
 
 
 def plain_answer_ids(tokenizer, text: str, ended: bool) -> list[int]:
     """A plain answer's ids as Baseline-SFT trains on them (eos appended when the answer `ended`)."""
-    return tokenize_document(Document((Text(text),)), tokenizer, add_eos=ended).main_ids
+    return tokenize_document(Document.plain(text), tokenizer, add_eos=ended).main_ids
 
 
 def example_from_doc(prompt_ids: list[int], doc: TokenDoc) -> dict[str, Any]:
@@ -309,7 +308,7 @@ def build_sft_examples(
         try:
             doc = response_document(record, strip_annotations=strip_annotations, min_promises=min_promises)
             if doc.promises and doc.num_lead_words < min_lead_words:
-                doc = Document((Text(plain_text(doc)),))
+                doc = Document.plain(plain_text(doc))
                 stats.num_trained_plain += 1
             token_doc = tokenize_document(written_counts(doc, tokenizer, counts), tokenizer)
         except SkipRecord as exc:
