@@ -2,13 +2,14 @@
 
     python scripts/study_plot.py outputs/study/eval outputs/study/report/study.png
 
-Reads the evaluation runs that scripts/cpu_study.sh names (`baseline-sft`, `pasta-sft`, `pasta-lambda<L>-round<R>`)
-from their `summary.json`. Each lambda's line starts at the SFT model (round 0) and follows its rounds. The left
-panel is the theoretical speedup and the right one the cost-model wall-clock speedup against Baseline-SFT (every
-prompt's steps priced on the measured cost per forward by rows; pasta.evaluation.speed), both against the
-embedding similarity to the eval set's reference answers. The table adds the step speedup, the measured
-wall-clock speedup on the prompts decoded one at a time, and the length ratio. That similarity is an offline proxy, labelled as one,
-not a judge's win rate. The markdown table goes to stdout.
+Reads the evaluation runs in EVAL_DIR from their `summary.json`, each named by its folder as scripts/cpu_study.sh
+names them (`baseline-sft`, `pasta-sft`, `pasta-lambda<L>-round<R>`); runs decoded under other names are plotted by
+linking their folders into one EVAL_DIR under these names. Each lambda's line starts at the SFT model (round 0) and
+follows its rounds. The left panel is the theoretical speedup and the right one the cost-model wall-clock speedup
+against Baseline-SFT (every prompt's steps priced on the measured cost per forward by rows; pasta.evaluation.speed),
+both against the embedding similarity to the eval set's reference answers. The table adds the step speedup, the
+measured wall-clock speedup on the prompts decoded one at a time, and the length ratio. That similarity is an
+offline proxy, labelled as one, not a judge's win rate. The markdown table goes to stdout.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ PROXY = "emb-sim to reference (proxy)"
 
 
 def point(summary: dict[str, Any]) -> dict[str, Any]:
-    """One run's speedups (geometric means; Baseline-SFT, the sequential reference, is 1 on both), fork share,
-    malformed events and quality proxy, from its summary.json."""
+    """One run, named by its folder: its speedups (geometric means; Baseline-SFT, the sequential reference, is 1 on
+    both), fork share, malformed events and quality proxy, from its summary.json."""
     speed = summary.get("speed") or {}
     structure = summary.get("structure") or {}
     proxies = summary.get("proxies") or {}
@@ -39,7 +40,7 @@ def point(summary: dict[str, Any]) -> dict[str, Any]:
         return {"value": 1.0, "ci_low": 1.0, "ci_high": 1.0} if sequential else speed.get(key)
 
     return {
-        "name": summary.get("generator"),
+        "name": Path(summary["run_dir"]).name,
         "theoretical": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
         "step": (speedup("step_speedup_geomean") or {}).get("value"),
         "cost": speedup("cost_speedup_geomean"),
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     except PastaError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 2
-    points = {str(s.get("generator")): point(s) for s in summaries}
+    points = {p["name"]: p for p in map(point, summaries)}
     if "pasta-sft" not in points:
         print(f"error: {args.eval_dir} holds no pasta-sft run: run scripts/cpu_study.sh first", file=sys.stderr)
         return 2
