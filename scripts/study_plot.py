@@ -124,17 +124,21 @@ def plot(points: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def load_points(eval_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every run under `eval_dir` as a plot point, by name (its folder's)."""
+    return {p["name"]: p for p in map(point, load_summaries([str(eval_dir / "*")]))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("eval_dir", type=Path, help="folder holding the study's evaluation runs")
     parser.add_argument("plot", type=Path, help="where to write the PNG")
     args = parser.parse_args(argv)
     try:
-        summaries = load_summaries([str(args.eval_dir / "*")])
+        points = load_points(args.eval_dir)
     except PastaError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 2
-    points = {p["name"]: p for p in map(point, summaries)}
     if "pasta-sft" not in points:
         print(f"error: {args.eval_dir} holds no pasta-sft run: run scripts/cpu_study.sh first", file=sys.stderr)
         return 2

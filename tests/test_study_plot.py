@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from helpers.scripts import load_script
-from pasta.evaluation.report import load_summaries
 
 
 def summary(name: str, decode: str, theoretical: float, cost: float | None, proxy: float) -> dict:
@@ -46,7 +45,7 @@ def test_each_lambda_line_starts_at_sft_and_follows_its_rounds_at_the_recorded_s
             "| 0.500 | 1.10 |") in table
     assert "| baseline-sft | 40% | 0.00 | 1.00x | 1.00x | 1.00x [1.00, 1.00] | 1.00x [1.00, 1.00] |" in table
     assert "measured wall-clock speedup, 20 prompts" in table
-    points = {p["name"]: p for p in map(study_plot.point, load_summaries([str(tmp_path / "eval" / "*")]))}
+    points = study_plot.load_points(tmp_path / "eval")
     line = study_plot.sweep_lines(points)["1"]
     assert [(p["name"], p["theoretical"], p["cost"]["value"]) for p in line] == [
         ("pasta-sft", 1.24, 0.98), ("pasta-lambda1-round1", 1.32, 0.83), ("pasta-lambda1-round2", 1.41, 0.88)]
@@ -68,6 +67,6 @@ def test_runs_are_named_by_their_folder_so_runs_decoded_elsewhere_plot_when_link
         (tmp_path / "eval" / link).symlink_to(tmp_path / "decoded" / run)
     assert study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")]) == 0
     assert "| pasta-lambda4-round1 | 40% | 0.00 | 1.32x |" in capsys.readouterr().out
-    points = {p["name"]: p for p in map(study_plot.point, load_summaries([str(tmp_path / "eval" / "*")]))}
+    points = study_plot.load_points(tmp_path / "eval")
     assert {lam: [p["name"] for p in line] for lam, line in study_plot.sweep_lines(points).items()} == {
         "4": ["pasta-sft", "pasta-lambda4-round1"]}
