@@ -463,6 +463,27 @@ def test_a_few_pref_steps_change_the_weights_and_lower_the_loss_on_a_repeated_pa
     assert "model.layers.0.self_attn.q_proj.weight" in changed and "model.embed_tokens.weight" in changed
 
 
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+def test_the_reference_scored_once_gives_the_losses_of_a_reference_forward_on_every_step(tagged, tmp_path, finetune):
+    model, tokenizer = tagged
+    runs = {}
+    for precompute in (True, False):
+        cfg = pref_cfg(tmp_path / str(precompute), f"stage.finetune={finetune}", f"stage.precompute_ref_log_probs={precompute}",
+                       "stage.per_device_train_batch_size=1", "stage.num_train_epochs=2", "stage.learning_rate=2e-3",
+                       "stage.max_length=96", "stage.merge_lora=false")  # fmt: skip
+        policy = copy.deepcopy(model)
+        forwards = []
+        policy.model.norm.register_forward_hook(lambda *_, seen=forwards: seen.append(1))  # full: the reference's copy too
+        metrics = train_round(policy, tokenizer, hand_pairs(tokenizer), settings_from_cfg(cfg.stage), cfg,
+                              tmp_path / str(precompute) / "round-1", ReservationPolicy(), resume=False)  # fmt: skip
+        runs[precompute] = (metrics["loss_history"], metrics["margin_history"], len(forwards))
+    (losses, margins, num_forwards), (step_losses, step_margins, step_forwards) = runs[True], runs[False]
+    assert len(losses) == 4 and max(margins) > 0.01  # 2 pairs x 2 epochs, and the policy moved off its reference
+    assert losses == pytest.approx(step_losses, rel=1e-4) and margins == pytest.approx(step_margins, abs=1e-3)
+    # 4 policy steps, and the reference's forwards: the 2 pairs once, against once per step
+    assert (num_forwards, step_forwards) == (4 + 2, 4 + 4)
+
+
 # --- whole rounds ---------------------------------------------------------------------------------------------
 
 

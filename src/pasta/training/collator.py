@@ -77,5 +77,8 @@ class PairCollator(LayoutCollator):
                 "a preference example's first row is trained: its prompt must be two tokens or more"
             )
         batch["completion_mask"] = (batch["shift_labels"] != IGNORE_INDEX).long()  # [2B, S]
+        for key in ("ref_chosen_logps", "ref_rejected_logps"):  # the reference's, scored once (LayoutDPOTrainer)
+            if key in examples[0]:
+                batch[key] = torch.tensor([e[key] for e in examples])  # [B]
         del batch["labels"]  # DPOTrainer builds its own `labels`; ours stay in `shift_labels`, which win
         return batch

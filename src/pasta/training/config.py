@@ -158,6 +158,10 @@ class OptimSettings:
     report_to: str = field(
         default="none", metadata={"help": "transformers report_to: none, tensorboard, wandb"}
     )
+    group_by_length: bool = field(
+        default=False,
+        metadata={"help": "batch examples of similar length (transformers' LengthGroupedSampler): less padding"},
+    )
 
     def trl_config(self) -> type:
         """TRL's config class of this stage's trainer (SFTConfig, DPOConfig)."""
@@ -191,6 +195,8 @@ class OptimSettings:
             "seed": int(cfg.get("seed") or 0),
             "remove_unused_columns": False,  # the collators need every column of our examples
             "dataloader_num_workers": 0,
+            # transformers' LengthGroupedSampler reads the dataset's `length` column (rows of each layout)
+            **({"train_sampling_strategy": "group_by_length"} if self.group_by_length else {}),
         }
 
     def validate(self, where: str) -> None:
@@ -230,13 +236,6 @@ class SFTSettings(OptimSettings):
         from trl import SFTConfig
 
         return SFTConfig
-
-    def trainer_kwargs(self, checkpoint_dir: Path, cfg: DictConfig) -> dict[str, Any]:
-        kwargs = super().trainer_kwargs(checkpoint_dir, cfg)
-        if self.group_by_length:
-            # transformers' LengthGroupedSampler, reading the dataset's `length` column (rows of each layout)
-            kwargs["train_sampling_strategy"] = "group_by_length"
-        return kwargs
 
 
 @dataclass
@@ -312,6 +311,12 @@ class PrefSettings(OptimSettings):
     )
     beta: float = field(
         default=0.1, metadata={"help": "IPO regularisation (TRL's beta; target margin 1/(2 beta))"}
+    )
+    precompute_ref_log_probs: bool = field(
+        default=True,
+        metadata={"help": "score every pair under the reference model (the round's starting policy) once, when the "
+                          "round's training starts, rather than on every step of every epoch: the same losses for "
+                          "less compute; false = a reference forward on each step"},
     )
     reference: Reference = field(
         default=Reference.output,

@@ -52,7 +52,7 @@ from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
 from pasta.training.config import Finetune, PrefSettings, Reference, settings_from_cfg
-from pasta.training.examples import loader_config, plain_answer_ids, with_min_promises
+from pasta.training.examples import loader_config, num_rows, plain_answer_ids, with_min_promises
 from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
@@ -86,9 +86,11 @@ def round_prompts(records: list[Record], settings: PrefSettings, round_index: in
 
 
 def pair_examples(pairs: list[Pair]) -> list[dict[str, Any]]:
-    """What PairCollator takes (a datasets row each): the prompt ids and each side's thread ids."""
+    """What PairCollator takes (a datasets row each): the prompt ids and each side's thread ids, and the rows of its
+    longer side's layout (`length`, what stage.group_by_length batches by)."""
     return [
-        {"prompt": {"prompt_ids": p.prompt_ids}, "chosen": p.chosen.tokens, "rejected": p.rejected.tokens}
+        {"prompt": {"prompt_ids": p.prompt_ids}, "chosen": p.chosen.tokens, "rejected": p.rejected.tokens,
+         "length": max(num_rows({"prompt_ids": p.prompt_ids, **side.tokens}) for side in (p.chosen, p.rejected))}
         for p in pairs
     ]
 
@@ -132,6 +134,7 @@ def train_round(
         train_dataset=Dataset.from_list(pair_examples(pairs)),
         processing_class=tokenizer,
         peft_config=peft_config,
+        precompute_ref_log_probs=settings.precompute_ref_log_probs,
     )
     expose_head_bias(trainer.model)
     check_sharding(trainer, settings)
@@ -145,12 +148,11 @@ def bonbon_args(settings: PrefSettings, cfg: DictConfig, checkpoint_dir: Path):
     the settings that pass through by name)."""
     from trl import DPOConfig
 
-    return DPOConfig(
-        **settings.trainer_kwargs(checkpoint_dir, cfg),
-        loss_type=["sft", "ipo"],
-        loss_weights=[settings.alpha, 1.0 - settings.alpha],
-        precompute_ref_log_probs=False,
-    )
+    kwargs = settings.trainer_kwargs(checkpoint_dir, cfg)
+    # TRL would score the pairs in the trainer's constructor, before pasta's CPU LM head and layout attention are in
+    # place; LayoutDPOTrainer scores them when training starts instead (stage.precompute_ref_log_probs).
+    kwargs["precompute_ref_log_probs"] = False
+    return DPOConfig(**kwargs, loss_type=["sft", "ipo"], loss_weights=[settings.alpha, 1.0 - settings.alpha])
 
 
 def round_train_metrics(metrics: dict[str, Any], log_history: list[dict[str, Any]]) -> dict[str, Any]:

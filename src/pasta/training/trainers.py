@@ -12,13 +12,18 @@ unchanged. What differs:
   attention, which narrows the mask to each sliding layer's window over the layout's positions
   (pasta.decoding.layout_attention); every other model trains through its own attention, untouched.
 - On a CPU the fused LM head scores only the rows with a target, in the autocast dtype (pasta.training.lm_head).
+- The preference trainer scores every pair under the reference once, when training starts, rather than on every
+  step of every epoch (`stage.precompute_ref_log_probs`). TRL's own precompute runs in the trainer's constructor,
+  before the CPU LM head and the layout attention are in place, so it stays off and the trainer does it here.
 """
 
 from __future__ import annotations
 
 import logging
 
+import torch
 from peft import PeftModel
+from torch.utils.data import DataLoader
 from trl import DPOTrainer, SFTTrainer
 
 from pasta.decoding import layout_attention
@@ -48,7 +53,11 @@ class _LayoutTraining:
     def train(self, *args, **kwargs):
         # The reference model of full finetuning is a copy with a config of its own; under LoRA it is None.
         with layout_attention(self.model, getattr(self, "ref_model", None)):
+            self.before_training()
             return super().train(*args, **kwargs)
+
+    def before_training(self) -> None:
+        """Work done once, under the layout attention, before the first step."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         num_rows = inputs.pop("num_rows")  # [B]
@@ -73,6 +82,39 @@ class LayoutSFTTrainer(_LayoutTraining, SFTTrainer):
 
 class LayoutDPOTrainer(_LayoutTraining, DPOTrainer):
     """DPOTrainer on PASTA-LANG layout pairs (`pasta.training.collator.PairCollator`)."""
+
+    def __init__(self, *args, precompute_ref_log_probs: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.precompute_ref_at_start = precompute_ref_log_probs
+
+    def before_training(self) -> None:
+        if self.precompute_ref_at_start and not self.precompute_ref_logps:
+            self.train_dataset = self.with_ref_log_probs(self.train_dataset)
+            self.precompute_ref_logps = True  # TRL's _compute_loss then reads them from the batch
+
+    def with_ref_log_probs(self, dataset):
+        """`dataset` with the reference's log-prob of each pair's chosen and rejected side (TRL's column names).
+
+        Every process scores the whole dataset: the reference pass is a fraction of one epoch, and no process then
+        waits on another's rows (a resumed run scores them again: the reference, the round's starting policy, is
+        the same)."""
+        # Shortest pairs first, so a batch pads little; the log-probs go back to the dataset's order.
+        lengths = list(dataset["length"])
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        loader = DataLoader(dataset.select(order), batch_size=self.args.per_device_train_batch_size,
+                            collate_fn=self.data_collator, shuffle=False)
+        model = self.ref_model or self.model
+        chosen, rejected = [], []
+        for batch in loader:
+            batch.pop("num_rows")
+            batch = {key: value.to(self.accelerator.device) for key, value in batch.items()}
+            chosen_logps, rejected_logps = self.compute_ref_log_probs(model, batch)  # [B] each
+            chosen.append(chosen_logps.float().cpu())
+            rejected.append(rejected_logps.float().cpu())
+        chosen_logps = torch.empty(len(order)).index_copy_(0, torch.tensor(order), torch.cat(chosen))  # [N]
+        rejected_logps = torch.empty(len(order)).index_copy_(0, torch.tensor(order), torch.cat(rejected))  # [N]
+        return (dataset.add_column("ref_chosen_logps", chosen_logps.tolist())
+                .add_column("ref_rejected_logps", rejected_logps.tolist()))
 
     def lm_head_outputs(self) -> tuple[str, ...]:
         # as DPOTrainer.__init__ asks add_fused_lm_head; log_sum_sq_probs feeds the WPO weights
