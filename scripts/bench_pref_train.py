@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import json
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_train_cpu import check_no_gpu, cpu_training_arguments, report  # scripts/, this script's folder
+
 VARIANTS = {
     "every step": ["stage.precompute_ref_log_probs=false", "stage.group_by_length=false"],
     "scored once": ["stage.precompute_ref_log_probs=true", "stage.group_by_length=false"],
@@ -68,17 +68,11 @@ def untagged_pairs(data: Path, tokenizer, num_pairs: int, max_length: int) -> li
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m", help="model config name (conf/model/), e.g. tiny")
-    parser.add_argument("--data", default=str(ROOT / "data" / "annotated_examples.jsonl"), help="annotated JSONL")
     parser.add_argument("--pairs", type=int, default=16, help="pairs of the round")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each variant, alternating")
-    parser.add_argument("--json", default=None, help="also write the result here")
-    parser.add_argument("overrides", nargs="*", help="more preference settings for both variants, as the stage "
-                                                     "takes them (stage.num_train_epochs=1)")
+    cpu_training_arguments(parser, "more preference settings for every variant, as the stage takes them "
+                                   "(stage.num_train_epochs=1)")
     args = parser.parse_args(argv)
-    if torch.cuda.is_available():
-        sys.exit("error: this benchmark times CPU training; run it on a machine without a GPU visible "
-                 "(CUDA_VISIBLE_DEVICES=)")
+    check_no_gpu()
 
     from pasta.config import compose
     from pasta.lang import ReservationPolicy, add_tag_tokens
@@ -123,9 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
         "last_loss": {name: [history[-1] for history in runs] for name, runs in losses.items()},
         "runs": seconds,
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.json)
     return result
 
 

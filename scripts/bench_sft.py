@@ -41,6 +41,13 @@ class StepTimer(TrainerCallback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
+def report(result: dict, json_path: str | None) -> None:
+    """Print the result, and write it to `json_path` when given."""
+    print(json.dumps(result, indent=2))
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+
+
 def run_trainer(trainer_cls, model, tokenizer, dataset, collator, steps, batch_size, workdir, **config):
     from trl import SFTConfig
 
@@ -172,9 +179,7 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": rates,
     }
     result["ratio_pasta_over_trl"] = result["pasta_tokens_per_s"] / result["trl_tokens_per_s"]
-    print(json.dumps(result, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.json)
     return result
 
 

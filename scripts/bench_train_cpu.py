@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from bench_sft import StepTimer  # scripts/, this script's folder, is first on sys.path
+from bench_sft import StepTimer, report  # scripts/, this script's folder, is first on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
@@ -71,19 +70,28 @@ def mean_step_seconds(overrides: list[str], cpu_head: bool, workdir: Path) -> tu
     return statistics.mean(timer.seconds[1:]), float(losses[-1])
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cpu_training_arguments(parser: argparse.ArgumentParser, overrides_help: str) -> None:
+    """The arguments of the CPU training benchmarks (this one, bench_pref_train.py): model, data, runs, output."""
     parser.add_argument("--model", default="smollm2-135m", help="model config name (conf/model/), e.g. tiny")
     parser.add_argument("--data", default=str(ROOT / "data" / "annotated_examples.jsonl"), help="annotated JSONL")
-    parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per run (plus one warm-up)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each variant, alternating")
     parser.add_argument("--json", default=None, help="also write the result here")
-    parser.add_argument("overrides", nargs="*", help="more training settings for every variant, as the stage takes "
-                                                     "them (stage.max_length=256 stage.gradient_accumulation_steps=1)")
-    args = parser.parse_args(argv)
+    parser.add_argument("overrides", nargs="*", help=overrides_help)
+
+
+def check_no_gpu() -> None:
     if torch.cuda.is_available():
         sys.exit("error: this benchmark times CPU training; run it on a machine without a GPU visible "
                  "(CUDA_VISIBLE_DEVICES=)")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per run (plus one warm-up)")
+    cpu_training_arguments(parser, "more training settings for every variant, as the stage takes them "
+                                   "(stage.max_length=256 stage.gradient_accumulation_steps=1)")
+    args = parser.parse_args(argv)
+    check_no_gpu()
 
     from pasta.training.config import cpu_has_bf16
 
@@ -115,9 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
         "last_loss": losses,
         "runs": seconds,
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.json)
     return result
 
 
