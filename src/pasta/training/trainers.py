@@ -95,20 +95,21 @@ class LayoutDPOTrainer(_LayoutTraining, DPOTrainer):
     def with_ref_log_probs(self, dataset):
         """`dataset` with the reference's log-prob of each pair's chosen and rejected side (TRL's column names).
 
-        Every process scores the whole dataset: the reference pass is a fraction of one epoch, and no process then
-        waits on another's rows (a resumed run scores them again: the reference, the round's starting policy, is
-        the same)."""
+        The processes share the pass, each scoring its batches, and every one gathers all of them, in order (as TRL's
+        own precompute does). A resumed run scores them again: the reference, the round's starting policy, is the
+        same."""
         # Shortest pairs first, so a batch pads little; the log-probs go back to the dataset's order.
         lengths = list(dataset["length"])
         order = sorted(range(len(lengths)), key=lengths.__getitem__)
-        loader = DataLoader(dataset.select(order), batch_size=self.args.per_device_train_batch_size,
-                            collate_fn=self.data_collator, shuffle=False)
+        loader = self.accelerator.prepare(DataLoader(dataset.select(order), shuffle=False, collate_fn=self.data_collator,
+                                                     batch_size=self.args.per_device_train_batch_size))
         model = self.ref_model or self.model
         chosen, rejected = [], []
         for batch in loader:
             batch.pop("num_rows")
-            batch = {key: value.to(self.accelerator.device) for key, value in batch.items()}
-            chosen_logps, rejected_logps = self.compute_ref_log_probs(model, batch)  # [B] each
+            chosen_logps, rejected_logps = self.accelerator.gather_for_metrics(
+                self.compute_ref_log_probs(model, batch)
+            )  # [B x processes] each
             chosen.append(chosen_logps.float().cpu())
             rejected.append(rejected_logps.float().cpu())
         chosen_logps = torch.empty(len(order)).index_copy_(0, torch.tensor(order), torch.cat(chosen))  # [N]
