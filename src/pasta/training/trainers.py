@@ -112,10 +112,9 @@ class LayoutDPOTrainer(_LayoutTraining, DPOTrainer):
             )  # [B x processes] each
             chosen.append(chosen_logps.float().cpu())
             rejected.append(rejected_logps.float().cpu())
-        chosen_logps = torch.empty(len(order)).index_copy_(0, torch.tensor(order), torch.cat(chosen))  # [N]
-        rejected_logps = torch.empty(len(order)).index_copy_(0, torch.tensor(order), torch.cat(rejected))  # [N]
-        return (dataset.add_column("ref_chosen_logps", chosen_logps.tolist())
-                .add_column("ref_rejected_logps", rejected_logps.tolist()))
+        restore = torch.tensor(order).argsort()  # [N] each pair's place in the sorted order
+        return (dataset.add_column("ref_chosen_logps", torch.cat(chosen)[restore].tolist())
+                .add_column("ref_rejected_logps", torch.cat(rejected)[restore].tolist()))
 
     def lm_head_outputs(self) -> tuple[str, ...]:
         # as DPOTrainer.__init__ asks add_fused_lm_head; log_sum_sq_probs feeds the WPO weights
