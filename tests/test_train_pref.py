@@ -465,7 +465,11 @@ def test_a_few_pref_steps_change_the_weights_and_lower_the_loss_on_a_repeated_pa
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
 def test_the_reference_scored_once_gives_the_losses_of_a_reference_forward_on_every_step(tagged, tmp_path, finetune):
+    from pasta.training.pref import pair_examples
+
     model, tokenizer = tagged
+    pairs = hand_pairs(tokenizer)[::-1]  # longest first: the reference pass scores them in the other order
+    assert [e["length"] for e in pair_examples(pairs)] == sorted((e["length"] for e in pair_examples(pairs)), reverse=True)
     runs = {}
     for precompute in (True, False):
         cfg = pref_cfg(tmp_path / str(precompute), f"stage.finetune={finetune}", f"stage.precompute_ref_log_probs={precompute}",
@@ -474,7 +478,7 @@ def test_the_reference_scored_once_gives_the_losses_of_a_reference_forward_on_ev
         policy = copy.deepcopy(model)
         forwards = []
         policy.model.norm.register_forward_hook(lambda *_, seen=forwards: seen.append(1))  # full: the reference's copy too
-        metrics = train_round(policy, tokenizer, hand_pairs(tokenizer), settings_from_cfg(cfg.stage), cfg,
+        metrics = train_round(policy, tokenizer, pairs, settings_from_cfg(cfg.stage), cfg,
                               tmp_path / str(precompute) / "round-1", ReservationPolicy(), resume=False)  # fmt: skip
         runs[precompute] = (metrics["loss_history"], metrics["margin_history"], len(forwards))
     (losses, margins, num_forwards), (step_losses, step_margins, step_forwards) = runs[True], runs[False]
