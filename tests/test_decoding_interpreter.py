@@ -416,6 +416,30 @@ def test_constraint_closes_a_promise_before_max_new_tokens(main, max_new_tokens)
     assert it.malformed == {"unclosed_promise": 1}
 
 
+@pytest.mark.parametrize("max_total_tokens", [17, 18])  # 17: <|promise|> on the last 3 tokens, 1 left after the step
+def test_constraint_leaves_a_topic_token_where_the_chunks_spent_the_budget_the_promise_needed_to_close(
+        max_total_tokens):
+    """The main thread opens a promise with room to close it, and in the same steps its chunk spends what
+    max_total_tokens had left: the topic then has neither budget nor text to close on. A topic token stays legal
+    there (a state with no legal token failed the whole decode: a preference round's sampling died of it), and the
+    shared budget cuts the promise, as it cuts a chunk mid-sentence."""
+    it = interpreter(DecodeConfig(max_new_tokens=64, max_total_tokens=max_total_tokens, free_tag_tokens=0))
+    assert first_violation(it, [1, *promise([5], 9), 2, 2, 2, 2, P, 7, 7, PE, *[2] * 20, EOS], [[6] * 30]) is None
+    assert it.finish_reason == "max_total_tokens"
+    assert not it.malformed
+
+
+@pytest.mark.parametrize("budget", [0, 1])
+def test_with_no_budget_left_a_promise_that_can_close_must_close_and_one_that_cannot_may_go_on(budget):
+    grammar = fake_grammar()
+    closable_topic, empty_topic = grammar.topic([5], " sleep", set(), budget), grammar.topic([], "", set(), budget)
+    assert closable_topic.allowed[PE] and not closable_topic.allowed[7]
+    assert empty_topic.allowed[7] and not empty_topic.allowed[PE] and not empty_topic.allowed[EOS]
+    closable_count, empty_count = grammar.count([12], "2", budget), grammar.count([], "", budget)
+    assert closable_count.allowed[PE] and not closable_count.allowed[13]
+    assert empty_count.allowed[13] and not empty_count.allowed[PE] and not empty_count.allowed[EOS]
+
+
 def test_constraint_lets_a_promise_open_on_the_last_text_tokens_when_its_tags_are_free():
     """The same promise as above, opened with 4 text tokens left: 4 of its 5 tags are free, so it closes in time."""
     it = interpreter(DecodeConfig(max_new_tokens=7, free_tag_tokens=4))

@@ -43,7 +43,8 @@ Every state leaves at least one token: eos or text in the main thread's text, a 
 grow), a digit or <|promise_end|>, text or <|async_end|> in a chunk (with max_chunk_tokens = 1 a chunk can only be
 empty, so there <|async_end|> is allowed and the interpreter counts the empty chunk). A `max_total_tokens` cut
 stops every thread where it stands (chunks spend that budget in the same steps), so it can still leave a promise
-open, as it can stop a chunk mid-sentence.
+open, as it can stop a chunk mid-sentence; for the same reason a budget rule yields where the promise could not
+close yet (a topic or count token stays legal with no budget left: the cut comes first).
 
 Token-level checks read each token's own text (`tokenizer.batch_decode` once per vocabulary): `"`, `<`, `>` and
 control characters are single bytes, so no merge across tokens makes or hides them, and the sum of a topic's token
@@ -185,7 +186,10 @@ class Grammar:
             rules.append(Rule(closing_kind, self._ids_mask([tags.promise_tokens, tags.promise_end])))
         if budget < 3:  # <|promise_tokens|> digit <|promise_end|> would not fit
             rules.append(Rule("unclosed_promise", self._ids_mask([tags.promise_tokens])))
-        if budget < 2:  # a topic token and <|promise_end|> would not fit
+        # A topic token and <|promise_end|> would not fit. Where the topic cannot close yet, its token is the only
+        # way on: the promise opened with room to close, and the chunks spent the shared budget in the same steps;
+        # max_total_tokens then cuts the promise (Interpreter._stop_all), where no legal token would fail the decode.
+        if budget < 2 and not closing_kind:
             rules.append(Rule("unclosed_promise", self._text))
         # A token that completes a promised topic is fine while the topic can still grow past it; where it could
         # not (no budget, or no characters left), a closing tag would be the only way on, and it is forbidden.
@@ -248,9 +252,10 @@ class Grammar:
             rules.append(Rule("bad_count", self._leading_zero))
         if len(count_ids) >= MAX_COUNT_TOKENS:
             rules.append(Rule("bad_count", self._digit))
-        if budget < 2:
+        closes = num_tokens_value(count.strip()) is not None
+        if budget < 2 and closes:  # as in a topic: a count that cannot close yet needs its digit, whatever the budget
             rules.append(Rule("unclosed_promise", self._digit))
-        if num_tokens_value(count.strip()) is None:
+        if not closes:
             rules.append(Rule("bad_count", self._ids_mask([self.tags.promise_end])))
         return Constraint.of(*rules)
 
