@@ -39,8 +39,13 @@ def point(summary: dict[str, Any]) -> dict[str, Any]:
     def speedup(key: str) -> dict[str, float] | None:
         return {"value": 1.0, "ci_low": 1.0, "ci_high": 1.0} if sequential else speed.get(key)
 
+    name = Path(summary["run_dir"]).name
+    match = NAME.match(name)
     return {
-        "name": Path(summary["run_dir"]).name,
+        "name": name,
+        # The plot labels a point by its round, not its place on the line: the study decodes only the last round
+        # by default (PASTA_STUDY_EVAL_ROUNDS=last), so a line of two points is r0 and r2.
+        "round": 0 if name == "pasta-sft" else int(match["round"]) if match else None,
         "theoretical": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
         "step": (speedup("step_speedup_geomean") or {}).get("value"),
         "cost": speedup("cost_speedup_geomean"),
@@ -57,14 +62,14 @@ def point(summary: dict[str, Any]) -> dict[str, Any]:
 
 def sweep_lines(points: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """lambda -> its points in round order, the SFT model first (round 0)."""
-    lines: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    lines: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for name, p in points.items():
         match = NAME.match(name or "")
         if match:
-            lines[match["lam"]].append((int(match["round"]), p))
+            lines[match["lam"]].append(p)
     start = points.get("pasta-sft")
     return {
-        lam: ([start] if start else []) + [p for _, p in sorted(rounds, key=lambda item: item[0])]
+        lam: ([start] if start else []) + sorted(rounds, key=lambda p: p["round"])
         for lam, rounds in sorted(lines.items())
     }
 
@@ -110,8 +115,8 @@ def plot(points: dict[str, dict[str, Any]], path: Path) -> None:
         for lam, line in sweep_lines(points).items():
             drawn = [p for p in line if x_of(p, key) is not None and p["proxy"] is not None]
             ax.plot([x_of(p, key) for p in drawn], [p["proxy"] for p in drawn], "o-", label=f"lambda={lam}")
-            for index, p in enumerate(drawn):
-                ax.annotate(f"r{index}", (x_of(p, key), p["proxy"]), textcoords="offset points", xytext=(4, 4))
+            for p in drawn:
+                ax.annotate(f"r{p['round']}", (x_of(p, key), p["proxy"]), textcoords="offset points", xytext=(4, 4))
         if baseline and baseline["proxy"] is not None:
             ax.plot([1.0], [baseline["proxy"]], "ks", label="Baseline-SFT")
         ax.set_xlabel(f"{label} speedup vs Baseline-SFT")

@@ -70,3 +70,14 @@ def test_runs_are_named_by_their_folder_so_runs_decoded_elsewhere_plot_when_link
     points = study_plot.load_points(tmp_path / "eval")
     assert {lam: [p["name"] for p in line] for lam, line in study_plot.sweep_lines(points).items()} == {
         "4": ["pasta-sft", "pasta-lambda4-round1"]}
+
+
+def test_a_line_of_the_last_round_only_labels_its_points_by_their_rounds(tmp_path):
+    """The study decodes each lambda's last round only: the line is r0 (SFT) and r2, not r0 and r1."""
+    study_plot = load_script("study_plot")
+    write_runs(tmp_path / "decoded")
+    (tmp_path / "eval").mkdir()
+    for run in ("pasta-sft", "pasta-lambda1-round2"):
+        (tmp_path / "eval" / run).symlink_to(tmp_path / "decoded" / run)
+    line = study_plot.sweep_lines(study_plot.load_points(tmp_path / "eval"))["1"]
+    assert [p["round"] for p in line] == [0, 2]
