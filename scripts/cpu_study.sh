@@ -24,7 +24,7 @@
 #   scripts/cpu_study.sh                                  # outputs/study/, the embedded SmolLM2-135M
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
 #   PASTA_STUDY_STOP_AFTER=sft scripts/cpu_study.sh          # stop after SFT and Baseline-SFT ($dir/sft/final, ...)
-#   PASTA_STUDY_ROUNDS=2 PASTA_STUDY_EVAL_ROUNDS=all scripts/cpu_study.sh   # decode every round, not only the last
+#   PASTA_STUDY_EVAL_ROUNDS=all scripts/cpu_study.sh         # decode every round, not only the last
 #   PASTA_STUDY_NO_REPEAT=0 scripts/cpu_study.sh             # no repetition guard (the studies before 2026-11-26)
 #   PASTA_STUDY_DRAFT=0 scripts/cpu_study.sh                 # no skeleton draft (the studies before 2026-11-28)
 #
@@ -46,19 +46,23 @@ num_records=${PASTA_STUDY_RECORDS:-null}              # records annotated (null 
 # the student trained on it reached 1.51x theoretical (docs/results/study.md, "Three levers");
 # PASTA_STUDY_TEACHER_ARGS="" = the teacher's defaults.
 teacher_args=${PASTA_STUDY_TEACHER_ARGS-teacher.leads_in_main=false}
-# SFT overrides of both students. The default trains on the promise-bearing records only, three epochs: on this data
-# the one measured to fork (docs/results/study.md, "The SFT lever"); PASTA_STUDY_SFT_ARGS="" = the stage defaults.
-sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3}
+# SFT overrides of both students. The default trains on the promise-bearing records only, three epochs, with the
+# opening lists of one-word leads trained plain: on this data the recipe measured to fork (docs/results/study.md, "The
+# SFT lever" and "Opening lists trained plain"); PASTA_STUDY_SFT_ARGS="" = the stage defaults.
+sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3 data.min_lead_words=2}
 lambdas=${PASTA_STUDY_LAMBDAS:-1 4 inf}               # stage.quality_weight of each sweep line
-# One round per lambda: three lambdas x two rounds took 2 h 52 min here, past the study's 2.5 h on 2 cores.
-num_rounds=${PASTA_STUDY_ROUNDS:-1}
+# Two rounds per lambda at 48 prompts a round: the study's time on 2 cores is in docs/results/study.md.
+num_rounds=${PASTA_STUDY_ROUNDS:-2}
 # Which rounds are decoded on the held-out prompts: last (each lambda's last round, what the study's targets read; an
 # evaluation is ~10 min here, so two rounds x three lambdas decode 3 models instead of 6) or all (every round: the
 # plot's lines pass through each).
 eval_rounds=${PASTA_STUDY_EVAL_ROUNDS:-last}
-num_prompts=${PASTA_STUDY_PREF_PROMPTS:-32}           # preference prompts per round (N samples each)
+num_prompts=${PASTA_STUDY_PREF_PROMPTS:-48}           # preference prompts per round (N samples each)
 num_samples=${PASTA_STUDY_SAMPLES:-4}
-pref_args=${PASTA_STUDY_PREF_ARGS:-}                  # extra preference overrides
+# Preference overrides. The default gives each prompt two pairs, its best fork against the same words untagged and
+# best vs worst within 20% of the chosen answer's length, at beta 1: the pairing of the sweeps in
+# docs/results/study.md since 2026-11-28; PASTA_STUDY_PREF_ARGS="" = the stage defaults.
+pref_args=${PASTA_STUDY_PREF_ARGS-stage.rejected_side=both stage.pair_length_tolerance=0.2 stage.beta=1}
 num_eval=${PASTA_STUDY_EVAL_PROMPTS:-100}             # held-out prompts (eval.subset, seed 0)
 num_timed=${PASTA_STUDY_TIMED_PROMPTS:-20}            # of them, decoded one at a time (measured wall clock)
 # The answer budget: near the p90 of the answers the students learn (233 tokens in the default SFT set), so that it
