@@ -46,24 +46,13 @@ VARIANTS = {
 def untagged_pairs(data: Path, tokenizer, num_pairs: int, max_length: int) -> list:
     """The first `num_pairs` promise-bearing records of `data`: each annotated answer against its words untagged."""
     from pasta.data import Record, read_jsonl
-    from pasta.training.candidates import Pair, PairSide
-    from pasta.training.examples import build_sft_examples
+    from pasta.training.pairs import record_pairs
 
     records = [Record.from_dict(r) for r in read_jsonl(data) if "<promise" in (r.get("annotated") or "")]
     records = records[:num_pairs]
     if len(records) < num_pairs:
         sys.exit(f"error: {data} holds {len(records)} promise-bearing records, fewer than --pairs {num_pairs}")
-    options = {"max_length": max_length, "too_long": "truncate"}
-    annotated, _ = build_sft_examples(records, tokenizer, strip_annotations=False, **options)
-    plain, _ = build_sft_examples(records, tokenizer, strip_annotations=True, **options)
-
-    def side(example) -> PairSide:
-        tokens = {key: example[key] for key in ("main_ids", "opener_ids", "body_ids", "num_predicted")}
-        return PairSide(index=0, score=0.0, num_malformed=0, speed=1.0, speedup=1.0, quality=None, judge="bench",
-                        text="", annotated="", tokens=tokens)
-
-    return [Pair(id=str(i), instruction="", judge="bench", quality_weight=1.0, prompt_ids=a["prompt_ids"],
-                 chosen=side(a), rejected=side(p)) for i, (a, p) in enumerate(zip(annotated, plain, strict=True))]
+    return record_pairs(records, tokenizer, max_length, judge="bench")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -23,6 +23,8 @@ untagged one for the structure, best vs worst (at equal length with `stage.pair_
 answer says, which untagged pairs alone give no signal on.
 `make_pairs` reads the prompts' records of `scores.jsonl` (pasta.training.sampling) and writes each side with its
 scores, the judge's name, its text and its thread ids; `summarize` puts a round's samples and pairs in numbers.
+`record_pairs` makes untagged pairs from annotated records without sampling or scoring: the fixed pairs a benchmark
+or a test trains the preference trainer on.
 
 A candidate whose decode had malformed PASTA-LANG ranks below every well-formed one, whatever its score: its
 training sequence is the decoder's cleaned version of what was sampled, a sequence the policy never wrote, and
@@ -41,9 +43,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pasta.data import Record
 from pasta.errors import PastaError
 from pasta.training.candidates import Candidate, Pair, PairSide, ScoredPrompt, ThreadIds
 from pasta.training.config import RejectedSide, SpeedReward
+from pasta.training.examples import build_sft_examples
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,22 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
                              pair_side(entry.candidates[best], candidates[best], best, quality_weight),
                              pair_side(entry.candidates[worst], candidates[worst], worst, quality_weight)))
     return pairs, skipped
+
+
+def record_pairs(records: list[Record], tokenizer: Any, max_length: int, judge: str) -> list[Pair]:
+    """Each record's annotated answer (chosen) against its own words untagged (rejected), both sides unscored, each
+    cut to `max_length` rows as SFT cuts them."""
+    options = {"max_length": max_length, "too_long": "truncate"}
+    annotated, _ = build_sft_examples(records, tokenizer, strip_annotations=False, **options)
+    plain, _ = build_sft_examples(records, tokenizer, strip_annotations=True, **options)
+
+    def side(example: dict[str, Any]) -> PairSide:
+        tokens = {key: example[key] for key in ("main_ids", "opener_ids", "body_ids", "num_predicted")}
+        return PairSide(index=0, score=0.0, num_malformed=0, speed=1.0, speedup=1.0, quality=None, judge=judge,
+                        text="", annotated="", tokens=tokens)
+
+    return [Pair(id=str(i), instruction="", judge=judge, quality_weight=1.0, prompt_ids=a["prompt_ids"],
+                 chosen=side(a), rejected=side(p)) for i, (a, p) in enumerate(zip(annotated, plain, strict=True))]
 
 
 def samples_mean_length_ratio(scored: list[ScoredPrompt]) -> float | None:
