@@ -46,6 +46,7 @@ def point(summary: dict[str, Any]) -> dict[str, Any]:
         # The plot labels a point by its round, not its place on the line: the study decodes only the last round
         # by default (PASTA_STUDY_EVAL_ROUNDS=last), so a line of two points is r0 and r2.
         "round": 0 if name == "pasta-sft" else int(match["round"]) if match else None,
+        "lam": match["lam"] if match else None,  # the sweep line of a preference round's run
         "theoretical": (speed.get("theoretical_speedup_geomean") or {}).get("value"),
         "step": (speedup("step_speedup_geomean") or {}).get("value"),
         "cost": speedup("cost_speedup_geomean"),
@@ -63,10 +64,9 @@ def point(summary: dict[str, Any]) -> dict[str, Any]:
 def sweep_lines(points: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """lambda -> its points in round order, the SFT model first (round 0)."""
     lines: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for name, p in points.items():
-        match = NAME.match(name or "")
-        if match:
-            lines[match["lam"]].append(p)
+    for p in points.values():
+        if p["lam"] is not None:
+            lines[p["lam"]].append(p)
     start = points.get("pasta-sft")
     return {
         lam: ([start] if start else []) + sorted(rounds, key=lambda p: p["round"])
