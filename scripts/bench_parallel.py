@@ -66,7 +66,9 @@ def timed(command: list[str], threads: int) -> float:
 
 
 def decode_seconds(run_dir: Path, num_processes: int) -> float:
-    """The run's decode time: each batch's time once (its requests share it), over the processes decoding at once."""
+    """The run's decode time, over the processes decoding at once: each answer's time shared by the answers decoded
+    beside it (`batch_size`). Continuously batched, an answer's time runs from its joining to its end, so the sum is
+    exact while the batch is full and a little short in the tail, where fewer requests are left."""
     batches = [json.loads(line) for line in (run_dir / "stats.jsonl").read_text().splitlines()]
     return sum(r["wall_s"] / r["batch_size"] for r in batches) / num_processes
 

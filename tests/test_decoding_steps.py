@@ -9,7 +9,15 @@ import pytest
 import torch
 
 from helpers.models import Scripted, lively_model
-from pasta.decoding import DecodeConfig, DecodeError, decode, decode_async, decode_sequential, runner
+from pasta.decoding import (
+    DecodeConfig,
+    DecodeError,
+    SamplingConfig,
+    decode,
+    decode_async,
+    decode_sequential,
+    runner,
+)
 from pasta.decoding.cache import SlotCache, StorePool
 from pasta.decoding.interpreter import Interpreter
 from pasta.decoding.packing import narrow_width, pack_step
@@ -184,6 +192,36 @@ def test_a_ragged_batch_of_forking_plain_and_arriving_requests_decodes_what_each
     assert [i.main_ids for i in requests] == alone
     assert [requests[r].num_threads for r in (0, 1, 3)] == [1, 0, 1]
     assert groups_seen == {"narrow", "alone", "gathered"}
+
+
+@pytest.mark.parametrize("mode", ["async", "sequential"])
+def test_a_capped_batch_admits_the_next_prompt_as_one_ends_and_each_samples_what_it_samples_alone(
+        lively, monkeypatch, mode):
+    """decode(max_batch=2) over five prompts: never more than two requests a step, a waiting prompt joins between
+    steps as soon as one ends (the batch stays full while any wait), `on_result` hears each request once as it
+    ends, and every request samples (temperature, its own seed) the tokens it samples alone."""
+    _, tokenizer = lively
+    speaker = forking_speaker(lively)
+    config = DecodeConfig(max_new_tokens=12, max_chunk_tokens=6, sampling=SamplingConfig(temperature=1.0))
+    texts = ["Tips Go", "Name a fruit.", "Hello there", "More tips, and a longer prompt here Go", "Give three tips."]
+    prompts = [encode_prompt(tokenizer, text)[:-1] + encode_text(tokenizer, text[-3:]) if text.endswith("Go")
+               else encode_prompt(tokenizer, text) for text in texts]
+    seeds = [11, 12, 13, 14, 15]
+    alone = [decode(speaker, tokenizer, [ids], config, mode=mode, policy=ReservationPolicy(), seeds=[seed])[0]
+             for ids, seed in zip(prompts, seeds, strict=True)]
+    sizes, ended = [], []
+    step = StepBatch.step
+
+    def counted(self):
+        sizes.append(len(self.members))
+        return step(self)
+
+    monkeypatch.setattr(StepBatch, "step", counted)
+    results = decode(speaker, tokenizer, prompts, config, mode=mode, policy=ReservationPolicy(), seeds=seeds,
+                     max_batch=2, on_result=lambda i, result: ended.append((i, result)))
+    assert [r.token_ids for r in results] == [r.token_ids for r in alone]
+    assert sizes == [2] * sizes.count(2) + [1] * sizes.count(1)  # full until the last prompt has joined
+    assert sorted(i for i, _ in ended) == list(range(5)) and all(results[i] is r for i, r in ended)
 
 
 def test_the_narrow_group_takes_the_width_with_the_fewest_query_rows():

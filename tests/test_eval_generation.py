@@ -37,9 +37,9 @@ def count_decoded(monkeypatch) -> list[str]:
     decoded: list[str] = []
     original = generation.Decoder.__call__
 
-    def counting(self, records):
+    def counting(self, records, **kwargs):
         decoded.extend(r["instruction"] for r in records)
-        return original(self, records)
+        return original(self, records, **kwargs)
 
     monkeypatch.setattr(generation.Decoder, "__call__", counting)
     return decoded
@@ -113,11 +113,11 @@ def test_a_prompt_whose_decode_fails_stops_the_run_naming_it_and_the_batchs_othe
 
     original = generation.Decoder.__call__
 
-    def decode(self, records):  # the last prompt of each batch fails
+    def decode(self, records, **kwargs):  # the last prompt of each call fails
         from pasta.models import encode_prompt
 
         failing["prompt_ids"] = encode_prompt(self.tokenizer, records[-1]["instruction"])
-        return original(self, records)
+        return original(self, records, **kwargs)
 
     monkeypatch.setattr(PlainInterpreter, "commit", fragile_commit)
     monkeypatch.setattr(generation.Decoder, "__call__", decode)
@@ -125,7 +125,7 @@ def test_a_prompt_whose_decode_fails_stops_the_run_naming_it_and_the_batchs_othe
                                          r"failed: injected failure$"):
         generate(tmp_path, "sequential", "eval.limit=2", "eval.timing=throughput", "eval.batch_size=2")
     kept = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
-    assert len(kept) == 1 and kept[0]["batch_size"] == 2  # the batch's first prompt
+    assert len(kept) == 1 and kept[0]["batch_size"] == 2  # the first prompt, decoded beside the failing one
     failing["on"] = False
     decoded = count_decoded(monkeypatch)
     generate(tmp_path, "sequential", "eval.limit=2", "eval.timing=throughput", "eval.batch_size=2")
@@ -176,22 +176,28 @@ def test_prompts_over_the_models_context_are_refused_with_a_count_before_the_wei
     assert not (tmp_path / "run" / "stats.jsonl").exists()
 
 
-def test_throughput_mode_batches_and_records_the_batch_size(tmp_path):
+def test_throughput_mode_decodes_batch_size_prompts_at_once_and_records_it(tmp_path, monkeypatch):
+    calls = []
+    original = generation.Decoder.__call__
+    monkeypatch.setattr(generation.Decoder, "__call__", lambda self, records, **kwargs: calls.append(
+        (len(records), kwargs.get("max_batch"))) or original(self, records, **kwargs))
     generate(tmp_path, "sequential", "eval.limit=3", "eval.timing=throughput", "eval.batch_size=2")
     stats = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
-    assert [record["batch_size"] for record in stats] == [2, 2, 1]
+    assert calls == [(3, 2)]  # one continuously batched call: the third prompt joins as one of the first two ends
+    assert [record["batch_size"] for record in stats] == [2, 2, 2]
 
 
 def test_timed_prompts_are_decoded_alone_first_and_every_answer_keeps_its_step_rows(tmp_path, monkeypatch):
     decoded = []
     original = generation.Decoder.__call__
     monkeypatch.setattr(generation.Decoder, "__call__",
-                        lambda self, records: decoded.append(len(records)) or original(self, records))
+                        lambda self, records, **kwargs: decoded.append(len(records)) or original(self, records,
+                                                                                                   **kwargs))
     generate(tmp_path, "async", "eval.limit=5", "eval.timing=throughput", "eval.batch_size=2",
              "eval.timed_prompts=2", "eval.warmup_prompts=1")
     stats = [json.loads(line) for line in (tmp_path / "run" / "stats.jsonl").read_text().splitlines()]
-    assert [record["batch_size"] for record in stats] == [1, 1, 2, 2, 1]
-    assert decoded == [1, 1, 1, 2, 1]  # the warm-up, the two timed prompts, then batches of the rest
+    assert [record["batch_size"] for record in stats] == [1, 1, 2, 2, 2]
+    assert decoded == [1, 1, 1, 3]  # the warm-up, the two timed prompts, then the rest, two at a time
     for record in stats:
         assert len(record["step_rows"]) == record["num_steps"] and record["step_rows"][0] > 1  # the prompt first
     costs = json.loads((tmp_path / "run" / "step_costs.json").read_text())
@@ -210,8 +216,8 @@ def test_forked_answers_timed_alone_are_replayed_as_their_plain_text_and_timed(t
     original = generation.Decoder.__call__
     calls = []
 
-    def first_forks(self, records):
-        results = original(self, records)
+    def first_forks(self, records, **kwargs):
+        results = original(self, records, **kwargs)
         calls.append(len(records))
         if len(calls) == 2:  # after the warm-up
             results[0] = dataclasses.replace(results[0], stats=dataclasses.replace(results[0].stats, num_threads=1))

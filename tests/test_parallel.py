@@ -86,8 +86,8 @@ def test_a_killed_launchs_part_files_count_as_done_when_one_process_resumes(tmp_
     decoded: list[str] = []
     original = generation.Decoder.__call__
     monkeypatch.setattr(generation.Decoder, "__call__",
-                        lambda self, records: decoded.extend(r["instruction"] for r in records)
-                        or original(self, records))
+                        lambda self, records, **kwargs: decoded.extend(r["instruction"] for r in records)
+                        or original(self, records, **kwargs))
     eval_run(tmp_path, "resumed", "eval.limit=3")
     assert decoded == [stats[0]["instruction"], stats[2]["instruction"]]
     assert without_timings(resumed) == without_timings(whole)
@@ -250,8 +250,8 @@ def test_a_process_killed_mid_launch_stops_the_run_and_a_one_process_rerun_loses
     decoded: list[str] = []
     original = generation.Decoder.__call__
     monkeypatch.setattr(generation.Decoder, "__call__",
-                        lambda self, records: decoded.extend(r["instruction"] for r in records)
-                        or original(self, records))
+                        lambda self, records, **kwargs: decoded.extend(r["instruction"] for r in records)
+                        or original(self, records, **kwargs))
     eval_run(tmp_path, "killed", "eval.limit=8", "decode.max_new_tokens=256")
     assert not set(decoded) & set(written) and len(decoded) + len(written) == 8
     single = eval_run(tmp_path, "single", "eval.limit=8", "decode.max_new_tokens=256")

@@ -18,7 +18,7 @@ PastaError the request raised, as it is).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -50,8 +50,9 @@ def _step_batch(model, tokenizer, config: DecodeConfig) -> StepBatch:
 
 
 def _run(model, tokenizer, requests: list[tuple[DecodeRequest, Chooser]], config: DecodeConfig,
-         stream: TextStream | None = None) -> list[Member]:
-    """Step the requests to completion in one batch; their members, in order."""
+         stream: TextStream | None = None, max_batch: int | None = None,
+         on_finish: Callable[[int, Member], None] | None = None) -> list[Member]:
+    """Step the requests to completion in one batch, at most `max_batch` at once; their members, in order."""
     index = {id(request): r for r, (request, _) in enumerate(requests)}
 
     def on_step(outcome: StepOutcome) -> None:
@@ -60,7 +61,8 @@ def _run(model, tokenizer, requests: list[tuple[DecodeRequest, Chooser]], config
 
     capacity = max(initial_capacity(len(request.prompt_ids), request_limit(config)) for request, _ in requests)
     with _step_batch(model, tokenizer, config) as batch:
-        return run_to_completion(batch, requests, capacity, on_step if stream else None)
+        return run_to_completion(batch, requests, capacity, on_step if stream else None, max_members=max_batch,
+                                 on_finish=on_finish)
 
 
 def decode(
@@ -74,6 +76,8 @@ def decode(
     on_text: TextCallback | None = None,
     seeds: list[int] | None = None,
     forced_ids: list[list[int]] | None = None,
+    max_batch: int | None = None,
+    on_result: Callable[[int, DecodeResult], None] | None = None,
 ) -> list[DecodeResult]:
     """Decode a batch of prompts with decode=`mode` (`DECODE_MODES`: async needs the reservation `policy`).
 
@@ -81,7 +85,10 @@ def decode(
     spliced in order). `seeds[i]` seeds request i's sampling (default `config.sampling.seed + i`), so a request
     samples the same tokens alone or in any batch. `forced_ids[i]` (sequential only) replays that response for
     request i instead of sampling (teacher forcing: the benchmark's baseline decodes exactly the tokens of the
-    asynchronous run it is compared with).
+    asynchronous run it is compared with). `max_batch` caps the requests decoded at once (None: all of them): as
+    one finishes the next prompt joins between steps, so a long list of prompts keeps the batch full instead of
+    waiting for a static batch's longest answer. `on_result(i, result)` receives request i's result as soon as it
+    finishes (a caller saves it there, and loses nothing to a later failure or kill).
     """
     check_prompts(prompt_ids_batch)
     if forced_ids is not None:
@@ -99,30 +106,38 @@ def decode(
         choosers = [sampling_chooser(request, tokenizer, config, generators[r] if generators else None)
                     for r, request in enumerate(requests)]
     stream = TextStream(on_text, len(requests)) if on_text else None
+    results: dict[int, DecodeResult] = {}
+
+    def finished(r: int, member: Member) -> None:
+        results[r] = request_result(member.request, member.clock)
+        if on_result is not None:
+            on_result(r, results[r])
+
     try:
-        members = _run(model, tokenizer, list(zip(requests, choosers, strict=True)), config, stream)
+        _run(model, tokenizer, list(zip(requests, choosers, strict=True)), config, stream, max_batch, finished)
     except DecodeError as exc:  # the others' answers, for a caller that keeps them
-        exc.results = [None if r in exc.failed_indices else request_result(m.request, m.clock)
-                       for r, m in enumerate(exc.members)]
+        exc.results = [results.get(r) for r in range(len(requests))]
         raise
-    return [request_result(m.request, m.clock) for m in members]
+    return [results[r] for r in range(len(requests))]
 
 
 def decode_async(model, tokenizer, prompt_ids_batch: list[list[int]], config: DecodeConfig,
                  policy: ReservationPolicy, on_text: TextCallback | None = None,
-                 seeds: list[int] | None = None) -> list[DecodeResult]:
+                 seeds: list[int] | None = None, max_batch: int | None = None,
+                 on_result: Callable[[int, DecodeResult], None] | None = None) -> list[DecodeResult]:
     """Decode a batch of prompts, interpreting PASTA-LANG as the model writes it (`decode`, mode async)."""
     return decode(model, tokenizer, prompt_ids_batch, config, mode="async", policy=policy, on_text=on_text,
-                  seeds=seeds)
+                  seeds=seeds, max_batch=max_batch, on_result=on_result)
 
 
 def decode_sequential(model, tokenizer, prompt_ids_batch: list[list[int]], config: DecodeConfig, *,
                       on_text: TextCallback | None = None, seeds: list[int] | None = None,
-                      forced_ids: list[list[int]] | None = None) -> list[DecodeResult]:
+                      forced_ids: list[list[int]] | None = None, max_batch: int | None = None,
+                      on_result: Callable[[int, DecodeResult], None] | None = None) -> list[DecodeResult]:
     """Decode a batch of prompts one token per step, the baseline (`decode`, mode sequential). The answer's tags,
     if any, are plain tokens here."""
     return decode(model, tokenizer, prompt_ids_batch, config, mode="sequential", on_text=on_text, seeds=seeds,
-                  forced_ids=forced_ids)
+                  forced_ids=forced_ids, max_batch=max_batch, on_result=on_result)
 
 
 def stream_async(model, tokenizer, prompt_ids: list[int], config: DecodeConfig, policy: ReservationPolicy,

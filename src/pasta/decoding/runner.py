@@ -15,8 +15,9 @@ request commits them. `StepTiming` records the phases (pasta/decoding/timing.py)
 or whose step failed, leave the batch at once (their cache rows freed).
 
 Who steps through it: `decode_async` / `decode_sequential` / `stream_async` and teacher forcing
-(pasta/decoding/api.py, with `run_to_completion` below), so evaluation, the preference stage's sampling and
-`pasta.generate`; the server's engine (pasta/serving/engine.py), which admits and retires requests between steps;
+(pasta/decoding/api.py, with `run_to_completion` below, which admits waiting requests as others end when a call
+caps how many decode at once), so evaluation, the preference stage's sampling and `pasta.generate`; the server's
+engine (pasta/serving/engine.py), which admits and retires requests between steps;
 the cost model (pasta/decoding/step_costs.py) and both benchmarks.
 
 A failure that belongs to one request (its plan, its choice, its commit raising) ends that request alone, with one
@@ -31,6 +32,7 @@ transformers' own, so the prompt's cache is `generate`'s.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -256,18 +258,41 @@ class StepBatch:
 
 
 def run_to_completion(batch: StepBatch, requests: list[tuple[Request, Chooser]], capacity: int,
-                      on_step: Callable[[StepOutcome], None] | None = None) -> list[Member]:
+                      on_step: Callable[[StepOutcome], None] | None = None, *, max_members: int | None = None,
+                      on_finish: Callable[[int, Member], None] | None = None) -> list[Member]:
     """Step `requests` (each with its chooser) in the open `batch` until every one is done; their members, in the
-    order given. `on_step` sees each step's outcome (streaming). A request that fails ends alone; once the others
-    are done, the first failure's PastaError is raised as it is (a refusal of the caller's input, such as a
-    response teacher forcing cannot replay), and any other failure as a DecodeError carrying its reason."""
-    members = [batch.join(request, choose, capacity) for request, choose in requests]
+    order given. At most `max_members` decode at once (None: all): as one finishes, the next one in line joins
+    between steps (continuous batching), so the batch stays full until the queue runs dry. `on_step` sees each
+    step's outcome (streaming); `on_finish(index, member)` sees each request that finishes well, as it finishes.
+    A request that fails ends alone; once the others are done, the first failure's PastaError is raised as it is
+    (a refusal of the caller's input, such as a response teacher forcing cannot replay), and any other failure as a
+    DecodeError carrying its reason."""
+    if max_members is not None and max_members < 1:
+        raise ValueError(f"max_members={max_members} must be >= 1")
+    waiting = deque(enumerate(requests))
+    members: list[Member | None] = [None] * len(requests)
+    index: dict[int, int] = {}
+
+    def admit() -> None:
+        while waiting and (max_members is None or len(batch.members) < max_members):
+            i, (request, choose) = waiting.popleft()
+            members[i] = batch.join(request, choose, capacity)
+            index[id(members[i])] = i
+
     failures: list[Failure] = []
+    # Joining between steps writes into the cache, whose stores a step may have made inference tensors.
+    with torch.inference_mode():
+        admit()
     while batch.members:
         outcome = batch.step()
         failures += outcome.failed
         if on_step is not None:
             on_step(outcome)
+        if on_finish is not None:
+            for member in outcome.finished:
+                on_finish(index[id(member)], member)
+        with torch.inference_mode():
+            admit()
     if failures:
         first = failures[0].error
         if isinstance(first, PastaError):

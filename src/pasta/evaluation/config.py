@@ -71,10 +71,10 @@ class EvalConfig:
     timing: Timing = field(
         default=Timing.wall,
         metadata={"help": "wall: one request at a time after a warm-up (per-prompt latency, the paper's setting) "
-                          "| throughput: batches of batch_size (faster for quality-only runs; no per-prompt "
-                          "speedups)"},
+                          "| throughput: batch_size prompts at once, continuously batched (faster for quality-only runs; "
+                          "no per-prompt speedups)"},
     )
-    batch_size: int = field(default=8, metadata={"help": "prompts per batch in timing=throughput"})
+    batch_size: int = field(default=8, metadata={"help": "prompts decoded at once in timing=throughput (the next joins as one ends)"})
     timed_prompts: int = field(
         default=0,
         metadata={"help": "timing=throughput: decode the first N prompts one at a time (after the warm-up), so "

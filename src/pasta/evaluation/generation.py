@@ -15,7 +15,8 @@ a run decoded with another count are refused, like those against another device.
 
 Timing modes: `wall` decodes one request at a time after `eval.warmup_prompts` discarded warm-up decodes (the
 paper's batch-1 latency, the only mode per-prompt speedups are computed from); `throughput` decodes batches of
-`eval.batch_size` (wall_s is then the batch's time, shared by its requests), after decoding its first
+`eval.batch_size` at once, continuously batched (the next prompt joins as one ends; wall_s is then the time from a
+request's joining to its end, shared with the requests beside it), after decoding its first
 `eval.timed_prompts` prompts one at a time, so that a stated subset has batch-1 wall times. Every stats line keeps
 the rows each forward fed (`step_rows`), and `step_costs.json` the model's cost model (pasta.decoding.step_costs:
 a step's cost by its rows and the cache it attends, measured through the decoder's own step), so that every
@@ -29,6 +30,7 @@ import dataclasses
 import datetime
 import logging
 import platform
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +108,22 @@ class Decoder:
             add_tag_tokens(tokenizer, model)
             self.policy = decoding_policy(cfg.lang.reservation, cfg.model)
 
-    def __call__(self, records: list[dict[str, Any]]) -> list[DecodeResult]:
+    def __call__(self, records: list[dict[str, Any]], max_batch: int | None = None,
+                 on_result: Callable[[int, DecodeResult], None] | None = None) -> list[DecodeResult]:
+        """`records`' answers, at most `max_batch` decoding at once (pasta.decoding.decode); `on_result(i, result)`
+        hears each as it ends."""
         if self.mode == "sot":
-            return [self._sot(record) for record in records]
+            results = []
+            for i, record in enumerate(records):
+                results.append(self._sot(record))
+                if on_result is not None:
+                    on_result(i, results[-1])
+            return results
         from pasta.models import encode_prompt
 
         prompt_ids = [encode_prompt(self.tokenizer, r["instruction"], r.get("input", "")) for r in records]
-        return decode(self.model, self.tokenizer, prompt_ids, self.config, mode=self.mode, policy=self.policy)
+        return decode(self.model, self.tokenizer, prompt_ids, self.config, mode=self.mode, policy=self.policy,
+                      max_batch=max_batch, on_result=on_result)
 
 
     @property
@@ -248,30 +259,46 @@ def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: st
                 decoder.replay(record, result)
             decoder.time_beside(record)
     with tqdm(total=len(todo), desc=f"decode {generator}") as bar:
-        for batch_size, group in ((1, one_at_a_time), (ecfg.batch_size, batched)):
-            for start in range(0, len(group), batch_size):
-                batch = group[start : start + batch_size]
-                _decode_batch(out, decoder, batch)
-                bar.update(len(batch))
+        for record in one_at_a_time:
+            _decode_one(out, decoder, record)
+            bar.update(1)
+        if batched:
+            _decode_batched(out, decoder, batched, ecfg.batch_size, bar)
 
 
-def _decode_batch(out: JsonlAppender, decoder: Decoder, batch: list[dict[str, Any]]) -> None:
-    """The batch's answers into `out`. A prompt whose decode failed ends alone: the batch's other answers are
-    written, then the run stops naming it (a rerun decodes it again)."""
+def _failed(records: list[dict[str, Any]], error: DecodeError) -> PastaError:
+    instruction = records[error.failed_indices[0]]["instruction"]
+    return PastaError(f"decoding the prompt {instruction[:80]!r} failed: {error}")
+
+
+def _decode_one(out: JsonlAppender, decoder: Decoder, record: dict[str, Any]) -> None:
+    """The prompt's answer, decoded alone, into `out`, with its replay and the sequential model's answer timed beside
+    it; a failed decode stops the run naming the prompt (a rerun decodes it again)."""
     try:
-        results = decoder(batch)
+        (result,) = decoder([record])
     except DecodeError as exc:
-        for record, result in zip(batch, exc.results or [None] * len(batch), strict=True):
-            if result is not None:
-                out.append(_stats_record(record, result, len(batch)))
-        instruction = batch[exc.failed_indices[0]]["instruction"]
-        raise PastaError(f"decoding the prompt {instruction[:80]!r} failed: {exc}") from None
-    for record, result in zip(batch, results, strict=True):
-        # An answer that forked nothing is already its plain text decoded one token per step: nothing to replay.
-        forked = result.stats.num_threads > 0
-        replay = decoder.replay(record, result) if len(batch) == 1 and forked and decoder.replays else {}
-        beside = decoder.time_beside(record) if len(batch) == 1 else {}
-        out.append({**_stats_record(record, result, len(batch)), **replay, **beside})
+        raise _failed([record], exc) from None
+    # An answer that forked nothing is already its plain text decoded one token per step: nothing to replay.
+    replay = decoder.replay(record, result) if result.stats.num_threads > 0 and decoder.replays else {}
+    out.append({**_stats_record(record, result, 1), **replay, **decoder.time_beside(record)})
+
+
+def _decode_batched(out: JsonlAppender, decoder: Decoder, records: list[dict[str, Any]], batch_size: int,
+                    bar: tqdm) -> None:
+    """The prompts' answers into `out`, `batch_size` decoding at once and the next prompt joining as one ends
+    (continuous batching), each written as it ends. A prompt whose decode failed ends alone: the others are
+    written, then the run stops naming it (a rerun decodes it again)."""
+
+    at_once = min(batch_size, len(records))
+
+    def ended(i: int, result: DecodeResult) -> None:
+        out.append(_stats_record(records[i], result, at_once))
+        bar.update(1)
+
+    try:
+        decoder(records, max_batch=batch_size, on_result=ended)
+    except DecodeError as exc:
+        raise _failed(records, exc) from None
 
 
 def beside_model(cfg: DictConfig, ecfg: EvalConfig, device: str):

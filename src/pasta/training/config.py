@@ -358,7 +358,9 @@ class PrefSettings(OptimSettings):
                           "(decode.draft_skeleton: the same distribution of answers, a list in fewer steps), so the "
                           "speed reward counts the steps the evaluation takes when it decodes with it"},
     )
-    sample_batch_size: int = field(default=8, metadata={"help": "prompts decoded together while sampling"})
+    sample_batch_size: int = field(
+        default=8, metadata={"help": "prompts whose candidates decode at once while sampling (the next joins as one ends)"}
+    )
     judge_retries: int = field(
         default=2,
         metadata={

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from pasta.config import resolve_device
 from pasta.data import Record, load_instructions, read_jsonl, write_json_atomic, write_jsonl_atomic
-from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
+from pasta.decoding import DecodeConfig, DecodeResult, SamplingConfig, decode_async
 from pasta.decoding.config import decode_difference
 from pasta.errors import PastaError
 from pasta.judges import JudgeItem
@@ -100,32 +100,43 @@ def check_policy(
     done = store.keys()
     todo = processes.shard([r for r in records if r.id not in done])
     model.eval()
-    with store.appender() as out:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            prompt_ids = [encode_prompt(tokenizer, r.instruction, r.input) for r in batch]
-            with torch.inference_mode():
-                results = decode_async(model, tokenizer, prompt_ids, config, policy)
-            qualities = judge.score(
-                [JudgeItem(r.instruction, res.text, r.output) for r, res in zip(batch, results, strict=True)]
+    ended: list[tuple[Record, DecodeResult]] = []  # answers to judge, batch_size at a time
+
+    def judge_ended(out) -> None:
+        qualities = judge.score([JudgeItem(r.instruction, result.text, r.output) for r, result in ended])
+        for (record, result), quality in zip(ended, qualities, strict=True):
+            out.append(
+                {
+                    "id": record.id,
+                    "instruction": record.instruction,
+                    "annotated": result.annotated,
+                    "speedup": result.stats.theoretical_speedup,
+                    "num_tokens": result.stats.num_tokens,
+                    "num_steps": result.stats.num_steps,
+                    "num_threads": result.stats.num_threads,
+                    "num_malformed": sum(result.stats.malformed.values()),
+                    "text": result.text,
+                    "quality": quality,
+                    "judge": judge.name,
+                    "decoding": decoding,
+                }
             )
-            for record, result, quality in zip(batch, results, qualities, strict=True):
-                out.append(
-                    {
-                        "id": record.id,
-                        "instruction": record.instruction,
-                        "annotated": result.annotated,
-                        "speedup": result.stats.theoretical_speedup,
-                        "num_tokens": result.stats.num_tokens,
-                        "num_steps": result.stats.num_steps,
-                        "num_threads": result.stats.num_threads,
-                        "num_malformed": sum(result.stats.malformed.values()),
-                        "text": result.text,
-                        "quality": quality,
-                        "judge": judge.name,
-                        "decoding": decoding,
-                    }
-                )
+        ended.clear()
+
+    with store.appender() as out:
+
+        def on_result(i: int, result: DecodeResult) -> None:
+            ended.append((todo[i], result))
+            if len(ended) == batch_size:
+                judge_ended(out)
+
+        if todo:
+            prompt_ids = [encode_prompt(tokenizer, r.instruction, r.input) for r in todo]
+            # Continuous batching: batch_size prompts at once, the next joining as one ends.
+            with torch.inference_mode():
+                decode_async(model, tokenizer, prompt_ids, config, policy, max_batch=batch_size, on_result=on_result)
+        if ended:
+            judge_ended(out)
     ids = [r.id for r in records]
     store.gather(order=ids)
     wanted = set(ids)

@@ -1,14 +1,15 @@
 """The preference stage's candidates: reference answers, and sampled answers scored for speed and quality.
 
 For the prompts of a round, `sample_and_score` samples `num_samples` candidates per prompt with the asynchronous
-decoder (temperature sampling, prompts batched, each candidate seeded by (seed, prompt, sample), so a resumed or
-resharded round samples the same answers), scores each for speed (the decoder's theoretical speedup) and quality
-(`judge.score` of its plain text against the prompt's reference answer, asked again `judge_retries` times for the
-items it could not score), and appends one record per prompt to `scores.jsonl`, with the reference answer's length
-in tokens (what the latency speed reward compares a candidate's steps with). `reference_answers` gives those
-references: the records' own outputs, or Baseline-SFT's greedy answers decoded once; the judge's and the speed
-reward's may differ (`References`). Both resume from their files and shard their prompts over the processes of
-`accelerate launch` (pasta.parallel).
+decoder (temperature sampling; `sample_batch_size` prompts' candidates decode at once, continuously batched; each
+candidate seeded by (seed, prompt, sample), so a resumed or resharded round samples the same answers), scores each
+for speed (the decoder's theoretical speedup) and quality (`judge.score` of its plain text against the prompt's
+reference answer, asked again `judge_retries` times for the items it could not score), and appends one record per
+prompt to `scores.jsonl` once its candidates are judged, with the reference answer's length in tokens (what the
+latency speed reward compares a candidate's steps with). `reference_answers` gives those references: the records'
+own outputs, or Baseline-SFT's greedy answers decoded once; the judge's and the speed reward's may differ
+(`References`). Both resume from their files and shard their prompts over the processes of `accelerate launch`
+(pasta.parallel).
 """
 
 from __future__ import annotations
@@ -116,13 +117,10 @@ def reference_answers(
             sampling=SamplingConfig(temperature=0.0, no_repeat_ngram_size=settings.no_repeat_ngram_size),
         )
         with store.appender() as out:
-            for start in range(0, len(todo), settings.sample_batch_size):
-                batch = todo[start : start + settings.sample_batch_size]
-                prompts = [encode_prompt(tokenizer, r.instruction, r.input) for r in batch]
-                for record, result in zip(
-                    batch, decode_sequential(model, tokenizer, prompts, config), strict=True
-                ):
-                    out.append({"id": record.id, "text": result.text})
+            prompts = [encode_prompt(tokenizer, r.instruction, r.input) for r in todo]
+            # Continuous batching (sample_batch_size at once); each answer is saved as it ends.
+            decode_sequential(model, tokenizer, prompts, config, max_batch=settings.sample_batch_size,
+                              on_result=lambda i, result: out.append({"id": todo[i].id, "text": result.text}))
         del model
     store.gather(order=[r.id for r in records])
     return {a["id"]: a["text"] for a in store.records()}
@@ -277,39 +275,56 @@ def sample_and_score(
                  len(prompts) - len(todo), len(prompts), len(todo))
     todo = processes.shard(todo)
     model.eval()
+    prompt_ids = [encode_prompt(tokenizer, r.instruction, r.input) for _, r in todo]
+    drawn: list[dict[int, Any]] = [{} for _ in todo]  # todo's prompt b -> its candidates ended so far, by sample
+    ready: list[int] = []  # prompts whose candidates have all ended, to judge
+
+    def judge_ready(out) -> None:
+        """Judge the ready prompts' candidates in one call (sample_batch_size prompts, as a static batch had) and
+        append a line per prompt."""
+        results = [[drawn[b].pop(k) for k in range(num)] for b in ready]
+        items = [JudgeItem(todo[b][1].instruction, result.text, references.quality[todo[b][1].id])
+                 for b, candidates in zip(ready, results, strict=True) for result in candidates]
+        qualities = judge_with_retries(judge, items, settings.judge_retries)
+        for g, (b, candidates) in enumerate(zip(ready, results, strict=True)):
+            index, record = todo[b]
+            scored = [candidate_record(result, quality, judge.name)
+                      for result, quality in zip(candidates, qualities[g * num : (g + 1) * num], strict=True)]
+            entry = ScoredPrompt(
+                reference_num_tokens=reference_num_tokens(tokenizer, references.speed[record.id]),
+                id=record.id,
+                prompt_index=index,
+                instruction=record.instruction,
+                input=record.input,
+                reference=references.quality[record.id],
+                prompt_ids=prompt_ids[b],
+                judge=judge.name,
+                status="judge_failed" if any(c.quality is None for c in scored) else "scored",
+                candidates=scored,
+                sampling=settings_drawn,
+            )
+            out.append(entry.to_json())
+        ready.clear()
+
     with store.appender() as out:
-        for start in range(0, len(todo), settings.sample_batch_size):
-            batch = todo[start : start + settings.sample_batch_size]
-            prompt_ids = [encode_prompt(tokenizer, r.instruction, r.input) for _, r in batch]
-            seeds = [seed + index * num + k for index, _ in batch for k in range(num)]
+
+        def ended(i: int, result) -> None:
+            b, k = divmod(i, num)
+            drawn[b][k] = result
+            if len(drawn[b]) == num:
+                ready.append(b)
+                if len(ready) == settings.sample_batch_size:
+                    judge_ready(out)
+
+        if todo:
+            # Continuous batching: sample_batch_size prompts' candidates decode at once, and as one candidate ends
+            # the next one joins, so the batch never waits for its longest candidate to start the next prompts.
             with torch.inference_mode():
-                repeated = [ids for ids in prompt_ids for _ in range(num)]
-                results = decode_async(model, tokenizer, repeated, config, policy, seeds=seeds)
-            items = [
-                JudgeItem(r.instruction, result.text, references.quality[r.id])
-                for b, (_, r) in enumerate(batch)
-                for result in results[b * num : (b + 1) * num]
-            ]
-            qualities = judge_with_retries(judge, items, settings.judge_retries)
-            for b, (index, record) in enumerate(batch):
-                candidates = [
-                    candidate_record(results[b * num + k], qualities[b * num + k], judge.name) for k in range(num)
-                ]
-                failed = any(c.quality is None for c in candidates)
-                entry = ScoredPrompt(
-                    reference_num_tokens=reference_num_tokens(tokenizer, references.speed[record.id]),
-                    id=record.id,
-                    prompt_index=index,
-                    instruction=record.instruction,
-                    input=record.input,
-                    reference=references.quality[record.id],
-                    prompt_ids=prompt_ids[b],
-                    judge=judge.name,
-                    status="judge_failed" if failed else "scored",
-                    candidates=candidates,
-                    sampling=settings_drawn,
-                )
-                out.append(entry.to_json())
+                decode_async(model, tokenizer, [ids for ids in prompt_ids for _ in range(num)], config, policy,
+                             seeds=[seed + index * num + k for index, _ in todo for k in range(num)],
+                             max_batch=settings.sample_batch_size * num, on_result=ended)
+        if ready:
+            judge_ready(out)
     store.gather(order=[r.id for r in prompts])
     scored = {r["id"]: r for r in store.records()}
     return [ScoredPrompt.from_json(scored[r.id]) for r in prompts]
