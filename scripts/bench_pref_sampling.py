@@ -113,8 +113,9 @@ def sample_round(args) -> dict:
         with torch.inference_mode():
             results = decode_async(model, tokenizer, repeated, config, policy, seeds=seeds,
                                    max_batch=args.batch_size * num)
-        print(f"  continuous: {time.perf_counter() - started:.1f} s", flush=True)
-        return time.perf_counter() - started, results
+        decode_s = time.perf_counter() - started
+        print(f"  continuous: {decode_s:.1f} s", flush=True)
+        return decode_s, results
 
     runs = {"static": static, "continuous": continuous}
     names = ["static", "continuous"] if args.batching == "both" else [args.batching]

@@ -280,10 +280,12 @@ def run_to_completion(batch: StepBatch, requests: list[tuple[Request, Chooser]],
             index[id(members[i])] = i
 
     failures: list[Failure] = []
-    # Joining between steps writes into the cache, whose stores a step may have made inference tensors.
-    with torch.inference_mode():
-        admit()
-    while batch.members:
+    while True:
+        # Joining between steps writes into the cache, whose stores a step may have made inference tensors.
+        with torch.inference_mode():
+            admit()
+        if not batch.members:
+            break
         outcome = batch.step()
         failures += outcome.failed
         if on_step is not None:
@@ -291,8 +293,6 @@ def run_to_completion(batch: StepBatch, requests: list[tuple[Request, Chooser]],
         if on_finish is not None:
             for member in outcome.finished:
                 on_finish(index[id(member)], member)
-        with torch.inference_mode():
-            admit()
     if failures:
         first = failures[0].error
         if isinstance(first, PastaError):
