@@ -50,6 +50,9 @@ teacher_args=${PASTA_STUDY_TEACHER_ARGS-teacher.leads_in_main=false}
 # opening lists of one-word leads trained plain: on this data the recipe measured to fork (docs/results/study.md, "The
 # SFT lever" and "Opening lists trained plain"); PASTA_STUDY_SFT_ARGS="" = the stage defaults.
 sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3 data.min_lead_words=2}
+# Baseline-SFT's overrides, when it should train unlike the PASTA student (e.g. a fourth epoch for SFT alone: a longer
+# Baseline-SFT moves every length ratio, docs/results/study.md, "Four SFT epochs"); by default PASTA_STUDY_SFT_ARGS.
+baseline_sft_args=${PASTA_STUDY_BASELINE_SFT_ARGS-$sft_args}
 lambdas=${PASTA_STUDY_LAMBDAS:-1 4 inf}               # stage.quality_weight of each sweep line
 # Two rounds per lambda at 48 prompts a round: the study's time on 2 cores is in docs/results/study.md.
 num_rounds=${PASTA_STUDY_ROUNDS:-2}
@@ -82,11 +85,11 @@ stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and 
 # --- settings check: every PASTA_STUDY_* setting above, before step 1 -----------------------------------------------
 # A bad one is one `error:` line and exit code 2 now, not a failure at the step that uses it, hours in. Each setting
 # is passed as NAME=value; the stages' own checks (pasta.cli.check_command_line) run on the configs the steps compose,
-# so an override in PASTA_STUDY_SFT_ARGS / PASTA_STUDY_PREF_ARGS is checked too. A new setting: pass it here and
-# check it in the Python below.
+# so an override in PASTA_STUDY_SFT_ARGS / PASTA_STUDY_BASELINE_SFT_ARGS / PASTA_STUDY_PREF_ARGS is checked too. A new
+# setting: pass it here and check it in the Python below.
 "$python" - "PASTA_STUDY_DIR=$out" "PASTA_STUDY_MODEL=$model" "PASTA_STUDY_DATA=$data" \
     "PASTA_STUDY_EVAL_DATA=$eval_data" "PASTA_STUDY_RECORDS=$num_records" "PASTA_STUDY_TEACHER_ARGS=$teacher_args" \
-    "PASTA_STUDY_SFT_ARGS=$sft_args" \
+    "PASTA_STUDY_SFT_ARGS=$sft_args" "PASTA_STUDY_BASELINE_SFT_ARGS=$baseline_sft_args" \
     "PASTA_STUDY_LAMBDAS=$lambdas" "PASTA_STUDY_ROUNDS=$num_rounds" "PASTA_STUDY_EVAL_ROUNDS=$eval_rounds" \
     "PASTA_STUDY_PREF_PROMPTS=$num_prompts" \
     "PASTA_STUDY_SAMPLES=$num_samples" "PASTA_STUDY_PREF_ARGS=$pref_args" "PASTA_STUDY_EVAL_PROMPTS=$num_eval" \
@@ -150,6 +153,9 @@ checked("PASTA_STUDY_MODEL / PASTA_STUDY_DATA / PASTA_STUDY_RECORDS / PASTA_STUD
 train = [*common, f"data.path={out}/annotated.jsonl", "resume=true"]
 checked("PASTA_STUDY_SFT_ARGS", "train", ["stage=sft", *train, f"output_dir={out}/sft",
                                           *settings["PASTA_STUDY_SFT_ARGS"].split()], stage="sft")
+checked("PASTA_STUDY_BASELINE_SFT_ARGS", "train", ["stage=sft", *train, "data.strip_annotations=true",
+                                                   f"output_dir={out}/baseline-sft",
+                                                   *settings["PASTA_STUDY_BASELINE_SFT_ARGS"].split()], stage="sft")
 for value in lambdas:
     checked("PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS", "train", [
         "stage=pref", *train, f"model.path={out}/sft/final", f"stage.quality_weight={value}",
@@ -210,10 +216,10 @@ step "3/7 SFT: the annotated records, with ${sft_args:-the stage defaults}"
 # shellcheck disable=SC2086
 done_already "$out/sft" || "$python" -m pasta.train stage=sft "${train[@]}" output_dir="$out/sft" $sft_args
 
-step "4/7 Baseline-SFT: the same records with the tags stripped"
+step "4/7 Baseline-SFT: the same records with the tags stripped, with ${baseline_sft_args:-the stage defaults}"
 # shellcheck disable=SC2086
 done_already "$out/baseline-sft" || "$python" -m pasta.train stage=sft "${train[@]}" data.strip_annotations=true \
-    output_dir="$out/baseline-sft" $sft_args
+    output_dir="$out/baseline-sft" $baseline_sft_args
 
 if [ "$stop_after" = sft ]; then
     printf '\n== stopped after SFT (PASTA_STUDY_STOP_AFTER=sft) in %d s: %s/sft/final, %s/baseline-sft/final\n' \

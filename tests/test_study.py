@@ -46,10 +46,15 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     out = tmp_path / "study"
     script = ["bash", str(ROOT / "scripts" / "cpu_study.sh")]
     # PASTA_STUDY_STOP_AFTER=sft leaves the two students and decodes nothing; the full run then skips them.
-    trained = subprocess.run(script, env={**study_env(out), "PASTA_STUDY_STOP_AFTER": "sft"}, capture_output=True,
-                             text=True)
+    # PASTA_STUDY_BASELINE_SFT_ARGS trains Baseline-SFT unlike the PASTA student.
+    trained = subprocess.run(script, env={**study_env(out), "PASTA_STUDY_STOP_AFTER": "sft",
+                                          "PASTA_STUDY_BASELINE_SFT_ARGS": "stage.max_steps=1 stage.max_length=192"},
+                             capture_output=True, text=True)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     assert (out / "sft" / "final" / "config.json").is_file() and (out / "baseline-sft" / "final").is_dir()
+    trained_steps = {name: json.loads((out / name / "train_info.json").read_text())["config"]["stage"]["max_steps"]
+                     for name in ("sft", "baseline-sft")}
+    assert trained_steps == {"sft": 2, "baseline-sft": 1}
     assert not (out / "eval").exists() and "stopped after SFT" in trained.stdout
     # By default the chunks write their leads (PASTA_STUDY_TEACHER_ARGS; the measured lever).
     assert json.loads((out / "annotated.summary.json").read_text())["teacher_model"] == "rules-v3 leads_in_main=False"
@@ -100,6 +105,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     ("PASTA_STUDY_EVAL_PROMPTS", "99999", "PASTA_STUDY_EVAL_PROMPTS=99999 must be an integer in 1..25 (eval_data"),
     ("PASTA_STUDY_TIMED_PROMPTS", "3", "PASTA_STUDY_TIMED_PROMPTS=3 must be an integer in 0..2"),
     ("PASTA_STUDY_PREF_ARGS", "stage.alpha=2", "PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS: stage.alpha=2.0 must lie"),
+    ("PASTA_STUDY_BASELINE_SFT_ARGS", "stage=pref", "PASTA_STUDY_BASELINE_SFT_ARGS: overrides the stage"),
     ("PASTA_STUDY_STOP_AFTER", "pref", "PASTA_STUDY_STOP_AFTER=pref: use sft"),
     ("PASTA_STUDY_EVAL_ROUNDS", "first", "PASTA_STUDY_EVAL_ROUNDS=first: use last"),
     ("PASTA_STUDY_NO_REPEAT", "-1", "PASTA_STUDY_NO_REPEAT=-1 must be an integer >= 0 (0 = off)"),
