@@ -25,6 +25,7 @@
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
 #   PASTA_STUDY_STOP_AFTER=sft scripts/cpu_study.sh          # stop after SFT and Baseline-SFT ($dir/sft/final, ...)
 #   PASTA_STUDY_EVAL_ROUNDS=all scripts/cpu_study.sh         # decode every round, not only the last
+#   PASTA_STUDY_BASELINE_SFT_ARGS="..." scripts/cpu_study.sh # Baseline-SFT's SFT overrides (in place of the SFT's)
 #   PASTA_STUDY_NO_REPEAT=0 scripts/cpu_study.sh             # no repetition guard (the studies before 2026-11-26)
 #   PASTA_STUDY_DRAFT=0 scripts/cpu_study.sh                 # no skeleton draft (the studies before 2026-11-28)
 #
@@ -52,6 +53,7 @@ teacher_args=${PASTA_STUDY_TEACHER_ARGS-teacher.leads_in_main=false}
 sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3 data.min_lead_words=2}
 # Baseline-SFT's overrides, when it should train unlike the PASTA student (e.g. a fourth epoch for SFT alone: a longer
 # Baseline-SFT moves every length ratio, docs/results/study.md, "Four SFT epochs"); by default PASTA_STUDY_SFT_ARGS.
+# They replace PASTA_STUDY_SFT_ARGS for Baseline-SFT, not add to them: give every override it should train with.
 baseline_sft_args=${PASTA_STUDY_BASELINE_SFT_ARGS-$sft_args}
 lambdas=${PASTA_STUDY_LAMBDAS:-1 4 inf}               # stage.quality_weight of each sweep line
 # Two rounds per lambda at 48 prompts a round: the study's time on 2 cores is in docs/results/study.md.
