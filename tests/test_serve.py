@@ -33,6 +33,7 @@ from pasta.data import read_jsonl
 from pasta.decoding import DecodeConfig, SamplingConfig, decode_async
 from pasta.decoding.cache import SlotCache
 from pasta.decoding.interpreter import Interpreter
+from pasta.decoding.step import StepForward
 from pasta.errors import PastaError
 from pasta.generate import generate
 from pasta.judges import JudgeItem, build_judge
@@ -784,6 +785,32 @@ def test_a_crash_inside_one_requests_step_fails_only_that_request(speaker, monke
             assert [f.result()[0] for f in healthy] == expected[:3]
         wait_idle(base_url)
 
+
+
+def test_a_forward_that_raises_fails_its_requests_and_the_server_answers_the_next(speaker, monkeypatch):
+    """A step's forward belongs to every running request: when it raises, they fail with its reason, the batch
+    empties, and the engine goes on serving."""
+    expected = alone_answers(speaker)
+    forward, calls = StepForward.__call__, []
+
+    def fragile_forward(self, cache, packed):
+        calls.append(packed.num_rows)
+        if len(calls) == 2:  # the first request's first decode step, after its prefill
+            raise RuntimeError("injected forward failure")
+        return forward(self, cache, packed)
+
+    monkeypatch.setattr(StepForward, "__call__", fragile_forward)
+    with running(speaker_app(speaker)) as base_url:
+        api = client(base_url)
+        with pytest.raises(openai.InternalServerError, match="injected forward failure"):
+            complete(api, PROMPTS[0], stream=False)
+        assert complete(api, PROMPTS[2], stream=True)[0] == expected[2]
+        state = wait_idle(base_url)
+        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    assert state["num_running"] == state["num_cache_rows"] == state["kv_cache_bytes"] == 0
+    assert state["num_tokens_in_flight"] == 0
+    assert 'pasta_sequences_total{outcome="failed"} 1.0' in metrics
+    assert 'pasta_sequences_total{outcome="finished"} 1.0' in metrics
 
 # --- the project's own OpenAI clients against the server ------------------------------------------------------------
 

@@ -16,7 +16,7 @@ Modules, one job each:
                  (items -> text, document, TokenDoc)
     plain        one request of the sequential baseline (the same interface)
     runner       THE step loop: StepBatch.step() plans, packs, runs the forward, chooses, commits; requests join
-                 and leave between steps
+                 and leave between steps; engine_step, one turn of the engine loop offline and served decoding share
     timing       StepTiming (one record per step) and RequestClock (a request's sums of them)
     packing      one ragged step: every request's rows packed into one [1, N] forward, the attention groups that
                  unpack them, the compiled step's buckets

@@ -14,11 +14,13 @@ choosing rows (its own sampling settings and generator, the grammar's constraint
 request commits them. `StepTiming` records the phases (pasta/decoding/timing.py). Members whose request is done,
 or whose step failed, leave the batch at once (their cache rows freed).
 
-Who steps through it: `decode_async` / `decode_sequential` / `stream_async` and teacher forcing
-(pasta/decoding/api.py, with `run_to_completion` below, which admits waiting requests as others end when a call
-caps how many decode at once), so evaluation, the preference stage's sampling and `pasta.generate`; the server's
-engine (pasta/serving/engine.py), which admits and retires requests between steps;
-the cost model (pasta/decoding/step_costs.py) and both benchmarks.
+The engine loop is `engine_step` below, one turn of it (vLLM v1's schedule, execute, update): the caller's admission
+joins whatever may start, between steps, then the batch steps. Offline and served decoding turn the same loop, each
+with its own admission: `run_to_completion` (`decode_async` / `decode_sequential` / `stream_async` and teacher
+forcing in pasta/decoding/api.py, so evaluation, the preference stage's sampling and `pasta.generate`) admits from
+its queue until it runs dry, at most `max_members` at once; the server's engine (pasta/serving/engine.py) admits
+what its scheduler started and drops cancelled requests, and turns the loop while anything runs. The cost model
+(pasta/decoding/step_costs.py) and both benchmarks step a batch directly.
 
 A failure that belongs to one request (its plan, its choice, its commit raising) ends that request alone, with one
 `Failure.reason` that every caller reports as it is: the server as the request's error body, a library call as its
@@ -257,6 +259,18 @@ class StepBatch:
         return packed
 
 
+def engine_step(batch: StepBatch, admit: Callable[[], None]) -> StepOutcome | None:
+    """One turn of the engine loop, offline and served alike: `admit` joins whatever may start now (the caller's
+    admission), between steps; then the batch takes one step, after which its finished and failed members have left.
+    None when nothing runs after admitting. Raises what the step's forward raises (or what `admit` raises)."""
+    # Joining between steps writes into the cache, whose stores a step may have made inference tensors.
+    with torch.inference_mode():
+        admit()
+    if not batch.members:
+        return None
+    return batch.step()
+
+
 def run_to_completion(batch: StepBatch, requests: list[tuple[Request, Chooser]], capacity: int,
                       on_step: Callable[[StepOutcome], None] | None = None, *, max_members: int | None = None,
                       on_finish: Callable[[int, Member], None] | None = None) -> list[Member]:
@@ -280,13 +294,7 @@ def run_to_completion(batch: StepBatch, requests: list[tuple[Request, Chooser]],
             index[id(members[i])] = i
 
     failures: list[Failure] = []
-    while True:
-        # Joining between steps writes into the cache, whose stores a step may have made inference tensors.
-        with torch.inference_mode():
-            admit()
-        if not batch.members:
-            break
-        outcome = batch.step()
+    while (outcome := engine_step(batch, admit)) is not None:
         failures += outcome.failed
         if on_step is not None:
             on_step(outcome)

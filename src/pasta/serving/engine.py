@@ -1,23 +1,24 @@
 """The engine: one thread that owns the model and decodes every request in one continuous batch.
 
-Each turn of its loop, as vLLM v1's engine core turns (schedule, execute, update): cancelled requests leave, the
-requests the scheduler started join the running batch (a request and its chooser each, a cache row each), and the
-batch takes one step of the decoder's one step loop (`pasta.decoding.runner.StepBatch.step`: every member plans its
-rows, one packed forward for all of them, a newcomer's prompt riding beside the others' decode rows, each member
-chooses its tokens with its own sampling settings and generator and commits them). Then every member that stepped
-gets the text that became final, finished members get their answer, failed ones their error, and both are retired
-(the step loop has freed their cache rows already; an empty batch frees the whole cache). The thread sleeps while
-nothing runs. Only this thread touches the batch: what /health and the gauges report is a view it publishes once a
-step, after admitting, and before it sleeps.
+Each turn of its loop is one turn of the decoder's engine loop (`pasta.decoding.runner.engine_step`, the loop offline
+decoding turns too; vLLM v1's schedule, execute, update) with the server's admission: cancelled requests leave, the
+requests the scheduler started join the running batch (a request and its chooser each, a cache row each), and the batch
+takes one step (every member plans its rows, one packed forward for all of them, a newcomer's prompt riding beside the
+others' decode rows, each member chooses its tokens with its own sampling settings and generator and commits them).
+Then every member that stepped gets the text that became final, finished members get their answer, failed ones their
+error, and both are retired (the step loop has freed their cache rows already; an empty batch frees the whole cache).
+The thread sleeps while nothing runs. Only this thread touches the batch: what /health and the gauges report is a view
+it publishes once a step, after admitting, and before it sleeps.
 
-What the engine adds to a step is kept to what the step added: the text that became final is rendered
-incrementally (`pasta.decoding.render.SettledText`), and a member's event goes out only when its text grew. The
-step's timing is the loop's own record (`StepTiming`), the same one the library's DecodeStats sum.
+What the engine adds to a step is kept to what the step added: the text that became final is rendered incrementally
+(`pasta.decoding.render.SettledText`), and a member's event goes out only when its text grew. The step's timing is the
+loop's own record (`StepTiming`), the same one the library's DecodeStats sum.
 
-A request whose own plan, sampling or commit raises fails alone, with the step loop's reason as its error body, and
-the others go on; a step that raises (its forward) fails the requests of that step, since they shared it. A greedy
-answer does not depend on the company a request keeps: its rows see only its own cache row, and a sampled one draws
-from the request's own generator in a fixed order (the same tokens as `decode_async` with that seed).
+A request whose own plan, sampling or commit raises fails alone, with the step loop's reason as its error body, and the
+others go on; a step that raises (its forward) fails every running request, since they shared it, and the engine serves
+on with an empty batch. A greedy answer does not depend on the company a request keeps: its rows see only its own cache
+row, and a sampled one draws from the request's own generator in a fixed order (the same tokens as `decode_async` with
+that seed).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from pasta.decoding import DECODE_MODES, DecodeConfig
 from pasta.decoding.cache import initial_capacity
 from pasta.decoding.requests import DecodeRequest, new_request, request_result, sampling_chooser
-from pasta.decoding.runner import Member, StepBatch, StepOutcome
+from pasta.decoding.runner import Member, StepBatch, StepOutcome, engine_step
 from pasta.decoding.sampling import request_generators
 from pasta.decoding.text import pad_token_id
 from pasta.decoding.threads import ChunkState
@@ -137,12 +138,10 @@ class Engine:
             while not self._stopping:
                 self._wake.clear()
                 try:
-                    self._end([(m, None) for m in batch.members if self._served[id(m)].request.cancelled])
-                    self._admit()
-                    self._publish()  # once a step: what the last step and these joins and leaves left
-                    if batch.members:
-                        self._step()
-                except Exception as exc:  # a bug outside any one request: fail what runs, keep serving
+                    outcome = engine_step(batch, self._admit)
+                    if outcome is not None:
+                        self._update(outcome)
+                except Exception as exc:  # the forward, which every member shared, or a bug outside any one request
                     log.exception("engine step failed")
                     self._abandon(batch.members, f"engine step failed: {exc}")
                     batch.clear()
@@ -166,8 +165,10 @@ class Engine:
         )
 
     def _admit(self) -> None:
-        """The requests the scheduler started join the running batch: their prompts' prefill rides in the next
-        step's forward, packed beside the running requests' decode rows (no padding to the prompts' length)."""
+        """The engine loop's admission: cancelled members leave, and the requests the scheduler started join the
+        running batch (their prompts' prefill rides in the next step's forward, packed beside the running requests'
+        decode rows, no padding to the prompts' length); then the batch is published."""
+        self._end([(m, None) for m in self._batch.members if self._served[id(m)].request.cancelled])
         for request in self.scheduler.take_started():
             if request.cancelled:
                 self.scheduler.retire(request)
@@ -185,17 +186,10 @@ class Engine:
             capacity = initial_capacity(len(request.prompt_ids), config.max_new_tokens)
             member = self._batch.join(decoded, choose, capacity)
             self._served[id(member)] = _Served(request)
+        self._publish()  # once a step: what the last step and these joins and leaves left
 
-    def _step(self) -> None:
-        """One step of the batch; its members' text, answers and errors go out, and ended ones are retired."""
-        stepping = list(self._batch.members)
-        try:
-            outcome = self._batch.step()
-        except Exception as exc:  # the forward: every request of the step shared it
-            log.exception("forward failed")
-            self._batch.leave(stepping)
-            self._end([(m, Failed(f"the forward failed: {exc}")) for m in stepping], left=True)
-            return
+    def _update(self, outcome: StepOutcome) -> None:
+        """After a step: its members' text, answers and errors go out, and ended ones are retired."""
         self._observe(outcome)
         for member in outcome.stepped:
             self._send_text(member)
