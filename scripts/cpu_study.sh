@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CPU study: does PASTA buy a user wall-clock time at equal quality, on prompts no stage trained on?
 #   annotate the study's data (default data=alpaca_eval_gpt4_mix: GPT-4 answers to the AlpacaEval prompts outside the
-#   held-out pool, then the shared 5K Alpaca; structural teacher) -> SFT (by default the promise-bearing records, three
-#   epochs) -> Baseline-SFT (same records, tags stripped) -> Baseline-SFT decoded on the held-out prompts -> a lambda
+#   held-out pool, then the shared 5K Alpaca; structural teacher) -> SFT (by default the promise-bearing records, 3.5
+#   epochs) -> Baseline-SFT (same records, tags stripped, three epochs) -> Baseline-SFT decoded on the held-out prompts -> a lambda
 #   sweep x rounds of the preference stage, each lambda chained from the SFT model, scored against Baseline-SFT's own answers (stage.reference=baseline: the
 #   latency speed reward counts a candidate's steps against them) -> the SFT model and each lambda's last round
 #   (PASTA_STUDY_EVAL_ROUNDS=all: every round) decoded on the same held-out prompts -> the report table and the study
@@ -25,7 +25,7 @@
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
 #   PASTA_STUDY_STOP_AFTER=sft scripts/cpu_study.sh          # stop after SFT and Baseline-SFT ($dir/sft/final, ...)
 #   PASTA_STUDY_EVAL_ROUNDS=all scripts/cpu_study.sh         # decode every round, not only the last
-#   PASTA_STUDY_BASELINE_SFT_ARGS="..." scripts/cpu_study.sh # Baseline-SFT's SFT overrides (in place of the SFT's)
+#   PASTA_STUDY_BASELINE_SFT_ARGS="..." scripts/cpu_study.sh # Baseline-SFT's own SFT overrides
 #   PASTA_STUDY_NO_REPEAT=0 scripts/cpu_study.sh             # no repetition guard (the studies before 2026-11-26)
 #   PASTA_STUDY_DRAFT=0 scripts/cpu_study.sh                 # no skeleton draft (the studies before 2026-11-28)
 #
@@ -47,14 +47,15 @@ num_records=${PASTA_STUDY_RECORDS:-null}              # records annotated (null 
 # the student trained on it reached 1.51x theoretical (docs/results/study.md, "Three levers");
 # PASTA_STUDY_TEACHER_ARGS="" = the teacher's defaults.
 teacher_args=${PASTA_STUDY_TEACHER_ARGS-teacher.leads_in_main=false}
-# SFT overrides of both students. The default trains on the promise-bearing records only, three epochs, with the
-# opening lists of one-word leads trained plain: on this data the recipe measured to fork (docs/results/study.md, "The
-# SFT lever" and "Opening lists trained plain"); PASTA_STUDY_SFT_ARGS="" = the stage defaults.
-sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3 data.min_lead_words=2}
-# Baseline-SFT's overrides, when it should train unlike the PASTA student (e.g. a fourth epoch for SFT alone: a longer
-# Baseline-SFT moves every length ratio, docs/results/study.md, "Four SFT epochs"); by default PASTA_STUDY_SFT_ARGS.
-# They replace PASTA_STUDY_SFT_ARGS for Baseline-SFT, not add to them: give every override it should train with.
-baseline_sft_args=${PASTA_STUDY_BASELINE_SFT_ARGS-$sft_args}
+# The PASTA student's SFT overrides. The default trains on the promise-bearing records only, with the opening lists of
+# one-word leads trained plain: on this data the recipe measured to fork (docs/results/study.md, "The SFT lever" and
+# "Opening lists trained plain"); 3.5 epochs, where three fork on fewer than half the answers and four cost the
+# quality proxy ("Three and a half SFT epochs"); PASTA_STUDY_SFT_ARGS="" = the stage defaults.
+sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3.5 data.min_lead_words=2}
+# Baseline-SFT's SFT overrides, on its own: the same recipe at three epochs (a longer Baseline-SFT moves every length
+# ratio: docs/results/study.md, "Four SFT epochs"). They do not follow PASTA_STUDY_SFT_ARGS: give every override
+# Baseline-SFT should train with (PASTA_STUDY_BASELINE_SFT_ARGS="" = the stage defaults).
+baseline_sft_args=${PASTA_STUDY_BASELINE_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3 data.min_lead_words=2}
 lambdas=${PASTA_STUDY_LAMBDAS:-1 4 inf}               # stage.quality_weight of each sweep line
 # Two rounds per lambda at 48 prompts a round: the study's time on 2 cores is in docs/results/study.md.
 num_rounds=${PASTA_STUDY_ROUNDS:-2}
