@@ -2,11 +2,12 @@
 # The CPU study: does PASTA buy a user wall-clock time at equal quality, on prompts no stage trained on?
 #   annotate the study's data (default data=alpaca_eval_gpt4_mix: GPT-4 answers to the AlpacaEval prompts outside the
 #   held-out pool, then the shared 5K Alpaca; structural teacher) -> SFT (by default the promise-bearing records, 3.5
-#   epochs) -> Baseline-SFT (same records, tags stripped, three epochs) -> Baseline-SFT decoded on the held-out prompts -> a lambda
-#   sweep x rounds of the preference stage, each lambda chained from the SFT model, scored against Baseline-SFT's own answers (stage.reference=baseline: the
-#   latency speed reward counts a candidate's steps against them) -> the SFT model and each lambda's last round
-#   (PASTA_STUDY_EVAL_ROUNDS=all: every round) decoded on the same held-out prompts -> the report table and the study
-#   plot (speedup vs the embedding-similarity proxy, one line per lambda).
+#   epochs) -> Baseline-SFT (same records, tags stripped, three epochs) -> Baseline-SFT decoded on the held-out prompts
+#   -> a lambda sweep x rounds of the preference stage, each lambda chained from the SFT model, scored against
+#   Baseline-SFT's own answers (stage.reference=baseline: the latency speed reward counts a candidate's steps against
+#   them) -> the SFT model and each lambda's last round (PASTA_STUDY_EVAL_ROUNDS=all: every round) decoded on the same
+#   held-out prompts -> the report table and the study plot (speedup vs the embedding-similarity proxy, one line per
+#   lambda).
 # Every step resumes: rerun the same command after a kill and finished work is skipped (training from its last
 # checkpoint, a sweep between rounds without redoing a round, evaluation from the last decoded prompt). Round 1
 # samples the same candidates for every lambda (same start, prompts and seeds), so later lambdas reuse the first
