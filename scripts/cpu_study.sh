@@ -52,11 +52,12 @@ teacher_args=${PASTA_STUDY_TEACHER_ARGS-teacher.leads_in_main=false}
 # one-word leads trained plain: on this data the recipe measured to fork (docs/results/study.md, "The SFT lever" and
 # "Opening lists trained plain"); 3.5 epochs, where three fork on fewer than half the answers and four cost the
 # quality proxy ("Three and a half SFT epochs"); PASTA_STUDY_SFT_ARGS="" = the stage defaults.
-sft_args=${PASTA_STUDY_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3.5 data.min_lead_words=2}
+recipe="data.plain_per_promise=0 data.min_lead_words=2"  # both students' data recipe; the epochs differ
+sft_args=${PASTA_STUDY_SFT_ARGS-$recipe stage.num_train_epochs=3.5}
 # Baseline-SFT's SFT overrides, on its own: the same recipe at three epochs (a longer Baseline-SFT moves every length
 # ratio: docs/results/study.md, "Four SFT epochs"). They do not follow PASTA_STUDY_SFT_ARGS: give every override
 # Baseline-SFT should train with (PASTA_STUDY_BASELINE_SFT_ARGS="" = the stage defaults).
-baseline_sft_args=${PASTA_STUDY_BASELINE_SFT_ARGS-data.plain_per_promise=0 stage.num_train_epochs=3 data.min_lead_words=2}
+baseline_sft_args=${PASTA_STUDY_BASELINE_SFT_ARGS-$recipe stage.num_train_epochs=3}
 lambdas=${PASTA_STUDY_LAMBDAS:-1 4 inf}               # stage.quality_weight of each sweep line
 # Two rounds per lambda at 48 prompts a round: the study's time on 2 cores is in docs/results/study.md.
 num_rounds=${PASTA_STUDY_ROUNDS:-2}
