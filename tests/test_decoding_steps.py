@@ -17,6 +17,7 @@ from pasta.decoding import (
     decode_async,
     decode_sequential,
     runner,
+    stream_async,
 )
 from pasta.decoding.cache import SlotCache, StorePool
 from pasta.decoding.interpreter import Interpreter
@@ -374,6 +375,27 @@ def test_a_request_whose_step_fails_ends_alone_and_the_call_raises_its_reason(li
     assert raised.value.failed_indices == [1]
     first, _, last = (member.request for member in raised.value.members)
     assert [first.main_ids, last.main_ids] == [alone[0].token_ids, alone[2].token_ids]
+
+
+def test_streaming_a_request_whose_step_fails_yields_what_was_final_then_raises_its_reason(lively, monkeypatch):
+    model, tokenizer = lively
+    config = DecodeConfig(max_new_tokens=8)
+    ids = encode_prompt(tokenizer, "Give three tips.")
+    alone = decode_async(model, tokenizer, [ids], config, ReservationPolicy())[0]
+    commit = Interpreter.commit
+
+    def fragile_commit(self, plan, token_ids):
+        if len(self.main_ids) == 3:
+            raise RuntimeError("injected failure")
+        commit(self, plan, token_ids)
+
+    monkeypatch.setattr(Interpreter, "commit", fragile_commit)
+    pieces: list[str] = []
+    with pytest.raises(DecodeError, match="^sampling or committing the step failed: injected failure$") as raised:
+        pieces.extend(stream_async(model, tokenizer, ids, config, ReservationPolicy()))
+    assert raised.value.failed_indices == [0]
+    assert raised.value.members[0].request.main_ids == alone.token_ids[:3]
+    assert alone.text.startswith("".join(pieces))
 
 
 def test_a_forward_that_raises_is_raised_to_the_caller(lively, monkeypatch):

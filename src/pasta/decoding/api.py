@@ -35,7 +35,15 @@ from pasta.decoding.requests import (
     sampling_chooser,
 )
 from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
-from pasta.decoding.runner import Chooser, DecodeError, Member, StepBatch, StepOutcome, run_to_completion
+from pasta.decoding.runner import (
+    Chooser,
+    DecodeError,
+    Member,
+    StepBatch,
+    StepOutcome,
+    engine_step,
+    run_to_completion,
+)
 from pasta.decoding.sampling import request_generators
 from pasta.decoding.scheduler import StepPlan
 from pasta.decoding.step import StepForward
@@ -149,14 +157,18 @@ def stream_async(model, tokenizer, prompt_ids: list[int], config: DecodeConfig, 
     choose = sampling_chooser(request, tokenizer, config, generators[0] if generators else None)
     stream = TextStream(lambda _, piece: pieces.append(piece), 1)
     capacity = initial_capacity(len(prompt_ids), config.max_new_tokens)
+    joined: list[Member] = []
+
+    def admit() -> None:  # the one request, on the first turn
+        if not joined:
+            joined.append(batch.join(request, choose, capacity))
+
     with _step_batch(model, tokenizer, config) as batch:
-        member = batch.join(request, choose, capacity)
-        while batch.members:
-            outcome = batch.step()
+        while (outcome := engine_step(batch, admit)) is not None:
             if outcome.failed:
                 failure = outcome.failed[0]
-                raise failure.error if isinstance(failure.error, PastaError) else DecodeError([failure], [member])
-            if member in outcome.stepped:
+                raise failure.error if isinstance(failure.error, PastaError) else DecodeError([failure], joined)
+            if joined[0] in outcome.stepped:
                 stream.update(0, request.final_text())
             yield from pieces
             pieces.clear()
