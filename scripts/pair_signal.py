@@ -4,15 +4,17 @@
     python scripts/pair_signal.py SCORES --rewards latency_capped theoretical --lambdas 1 4 inf
     python scripts/pair_signal.py SCORES --length-tolerance 0.2      # as stage.pair_length_tolerance=0.2
     python scripts/pair_signal.py SCORES --quality-floor             # as stage.quality_floor=true
+    python scripts/pair_signal.py SCORES --chosen-must-end           # as stage.chosen_must_end=true
 
 A round learns from one best-vs-worst pair per prompt. It can raise the fork rate only if its chosen sides fork more
 often than its rejected ones; chosen sides shorter than the samples they were chosen from teach brevity (the SFT half
 of the loss trains on them), even when both sides of each pair are about as long.
 For every speed reward x lambda, this pairs the round's saved candidates (`scores.jsonl`, which keeps every
 candidate's tokens, steps and quality) with the stage's own pairing (pasta.training.pairs; best vs worst, within
-`--length-tolerance` when given, with `--quality-floor` no chosen side judged below its prompt's median candidate) and
-prints, per side: how many fork, their theoretical speedup (geomean), their tokens over the reference answer's (and,
-above the table, every sample's), and their quality. The quality is the round's judge, named in the output; the
+`--length-tolerance` when given, with `--quality-floor` no chosen side judged below its prompt's median candidate, with
+`--chosen-must-end` none its budget cut) and prints, per side: how many fork, how many the budget cut, their
+theoretical speedup (geomean), their tokens over the reference answer's (and, above the table, every sample's), and
+their quality. The quality is the round's judge, named in the output; the
 embedding judge is an offline proxy. The untagged pairs of `stage.rejected_side=untagged|both` are left out: they need
 the model's tokenizer, and their sides hold the same words.
 """
@@ -41,14 +43,18 @@ def read_scores(path: Path) -> list[ScoredPrompt]:
 
 
 def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
-           length_tolerance: float | None = None, quality_floor: bool = False) -> dict[str, float | int | None]:
+           length_tolerance: float | None = None, quality_floor: bool = False,
+           chosen_must_end: bool = False) -> dict[str, float | int | None]:
     """The pairs this reward and lambda make of the scored prompts, per side, in numbers."""
-    pairs, skipped = make_pairs(scored, quality_weight, reward, length_tolerance, quality_floor=quality_floor)
+    pairs, skipped = make_pairs(scored, quality_weight, reward, length_tolerance, quality_floor=quality_floor,
+                                chosen_must_end=chosen_must_end)
     summary = summarize(scored, pairs, skipped, quality_weight, reward)
     return {
         "num_pairs": len(pairs),
         "chosen_num_forked": summary["chosen_num_forked"],
         "rejected_num_forked": summary["rejected_num_forked"],
+        "chosen_num_cut": summary["chosen_num_cut"],
+        "rejected_num_cut": summary["rejected_num_cut"],
         "chosen_speedup": geometric_mean([p.chosen.speedup for p in pairs]) if pairs else None,
         "rejected_speedup": geometric_mean([p.rejected.speedup for p in pairs]) if pairs else None,
         "chosen_length_ratio": summary["chosen_mean_length_ratio"],
@@ -64,12 +70,13 @@ def table(rows: list[tuple[str, str, dict]], judge: str) -> str:
         return "-" if chosen is None or rejected is None else f"{chosen:{fmt}} / {rejected:{fmt}}"
 
     lines = [
-        f"| speed reward | lambda | pairs | forked (chosen / rejected) | theoretical speedup (geomean) "
-        f"| tokens / reference's (mean) | quality ({judge}) |",
-        "|---|---|---|---|---|---|---|",
+        f"| speed reward | lambda | pairs | forked (chosen / rejected) | cut (chosen / rejected) "
+        f"| theoretical speedup (geomean) | tokens / reference's (mean) | quality ({judge}) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for reward, lam, row in rows:
         lines.append(f"| {reward} | {lam} | {row['num_pairs']} | {pair(row, 'num_forked', 'd')} "
+                     f"| {pair(row, 'num_cut', 'd')} "
                      f"| {pair(row, 'speedup', '.2f')} | {pair(row, 'length_ratio', '.2f')} "
                      f"| {pair(row, 'quality', '.3f')} |")
     return "\n".join(lines)
@@ -89,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quality-floor", action="store_true",
                         help="no chosen side judged below its prompt's median candidate, no rejected side above the "
                              "chosen (stage.quality_floor=true)")
+    parser.add_argument("--chosen-must-end", action="store_true",
+                        help="no chosen side its budget cut: a cut answer ranks as a malformed one "
+                             "(stage.chosen_must_end=true)")
     args = parser.parse_args(argv)
     if args.length_tolerance is not None and not args.length_tolerance >= 0:
         parser.error(f"--length-tolerance: {args.length_tolerance} must be >= 0")
@@ -103,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         if not any(entry.status == "scored" for entry in scored):
             raise PastaError(f"{args.scores}: no scored prompt to pair")
         rows = [(reward, f"{lam:g}",
-                 signal(scored, lam, SpeedReward(reward), args.length_tolerance, args.quality_floor))
+                 signal(scored, lam, SpeedReward(reward), args.length_tolerance, args.quality_floor,
+                        args.chosen_must_end))
                 for reward in args.rewards for lam in lambdas]
     except PastaError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
@@ -116,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rejected sides within {args.length_tolerance:g} of the chosen side's length")
     if args.quality_floor:
         print("chosen sides judged no worse than their prompt's median candidate, rejected sides no better than them")
+    if args.chosen_must_end:
+        print("chosen sides that ended by themselves: none cut by its budget")
     print(table(rows, judge))
     return 0
 

@@ -28,8 +28,8 @@ def test_quality_alone_chooses_the_plain_answer_and_the_theoretical_reward_the_l
     pair_signal = load_script("pair_signal")
     assert pair_signal.main([str(scores), "--rewards", "theoretical", "latency_capped", "--lambdas", "1", "inf"]) == 0
     table = capsys.readouterr().out
-    assert "| theoretical | 1 | 1 | 1 / 0 | 1.50 / 1.00 | 2.00 / 1.00 | 0.500 / 0.600 |" in table
-    assert "| theoretical | inf | 1 | 0 / 1 | 1.00 / 1.50 | 1.00 / 2.00 | 0.600 / 0.500 |" in table
+    assert "| theoretical | 1 | 1 | 1 / 0 | 0 / 0 | 1.50 / 1.00 | 2.00 / 1.00 | 0.500 / 0.600 |" in table
+    assert "| theoretical | inf | 1 | 0 / 1 | 0 / 0 | 1.00 / 1.50 | 1.00 / 2.00 | 0.600 / 0.500 |" in table
     # Capped latency: the fork's speed is 60 / 80 = 0.75 against the plain answer's 1.0, so the plain one wins.
     assert "| latency_capped | 1 | 1 | 0 / 1 |" in table
     assert "quality (fake:j)" in table
@@ -46,12 +46,12 @@ def test_the_samples_length_is_shown_beside_the_chosen_side_and_a_tolerance_pair
     out = capsys.readouterr().out
     # The chosen side is shorter than the samples it was chosen from: 1.00 against 1.37 of the reference's tokens.
     assert "every candidate's tokens / its reference's (mean): 1.37" in out
-    assert "| latency_capped | 1 | 1 | 0 / 0 | 1.00 / 1.00 | 1.00 / 2.00 | 0.500 / 0.500 |" in out
+    assert "| latency_capped | 1 | 1 | 0 / 0 | 0 / 0 | 1.00 / 1.00 | 1.00 / 2.00 | 0.500 / 0.500 |" in out
     assert pair_signal.main([str(scores), "--rewards", "latency_capped", "--lambdas", "1",
                              "--length-tolerance", "0.2"]) == 0
     out = capsys.readouterr().out
     assert "rejected sides within 0.2 of the chosen side's length" in out
-    assert "| latency_capped | 1 | 1 | 0 / 0 | 1.00 / 1.00 | 1.00 / 1.10 | 0.500 / 0.400 |" in out
+    assert "| latency_capped | 1 | 1 | 0 / 0 | 0 / 0 | 1.00 / 1.00 | 1.00 / 1.10 | 0.500 / 0.400 |" in out
 
 
 def test_the_quality_floor_chooses_no_answer_judged_below_the_median_candidate(tmp_path, capsys):
@@ -62,11 +62,11 @@ def test_the_quality_floor_chooses_no_answer_judged_below_the_median_candidate(t
     scores.write_text(json.dumps(scores_record("a", answers)) + "\n")
     pair_signal = load_script("pair_signal")
     assert pair_signal.main([str(scores), "--rewards", "theoretical", "--lambdas", "1"]) == 0
-    assert "| theoretical | 1 | 1 | 1 / 0 | 3.00 / 1.00 | 1.00 / 1.00 | 0.200 / 0.400 |" in capsys.readouterr().out
+    assert "| theoretical | 1 | 1 | 1 / 0 | 0 / 0 | 3.00 / 1.00 | 1.00 / 1.00 | 0.200 / 0.400 |" in capsys.readouterr().out
     assert pair_signal.main([str(scores), "--rewards", "theoretical", "--lambdas", "1", "--quality-floor"]) == 0
     out = capsys.readouterr().out
     assert "chosen sides judged no worse than their prompt's median candidate" in out
-    assert "| theoretical | 1 | 1 | 1 / 0 | 1.50 / 1.00 | 1.00 / 1.00 | 0.500 / 0.400 |" in out
+    assert "| theoretical | 1 | 1 | 1 / 0 | 0 / 0 | 1.50 / 1.00 | 1.00 / 1.00 | 0.500 / 0.400 |" in out
 
 
 def test_a_file_that_is_not_a_round_s_scores_is_one_error_line(tmp_path, capsys):
@@ -75,3 +75,19 @@ def test_a_file_that_is_not_a_round_s_scores_is_one_error_line(tmp_path, capsys)
     assert load_script("pair_signal").main([str(scores)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "not a preference round's scores.jsonl" in err and err.count("\n") == 1
+
+
+def test_chosen_must_end_chooses_no_answer_its_budget_cut(tmp_path, capsys):
+    # At lambda inf the long answer the budget cut (judged best) is chosen over the one that ended; with
+    # --chosen-must-end the ended one is chosen and the cut one rejected.
+    scores = tmp_path / "scores.jsonl"
+    cut = dict(candidate(0.7, 120, 120), finish_reason="max_total_tokens")
+    scores.write_text(json.dumps(scores_record("a", [candidate(0.5, 60, 60), cut])) + "\n")
+    pair_signal = load_script("pair_signal")
+    assert pair_signal.main([str(scores), "--rewards", "theoretical", "--lambdas", "inf"]) == 0
+    assert "| theoretical | inf | 1 | 0 / 0 | 1 / 0 | 1.00 / 1.00 | 2.00 / 1.00 | 0.700 / 0.500 |" in (
+        capsys.readouterr().out)
+    assert pair_signal.main([str(scores), "--rewards", "theoretical", "--lambdas", "inf", "--chosen-must-end"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen sides that ended by themselves: none cut by its budget" in out
+    assert "| theoretical | inf | 1 | 0 / 0 | 0 / 1 | 1.00 / 1.00 | 1.00 / 2.00 | 0.500 / 0.700 |" in out

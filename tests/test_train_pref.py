@@ -134,6 +134,45 @@ def test_make_pairs_with_a_quality_floor_chooses_no_answer_judged_below_its_prom
     assert settings.quality_floor is True
 
 
+def test_with_chosen_must_end_an_answer_its_budget_cut_is_never_chosen_and_is_rejected_first():
+    # At lambda inf the long cut answer (1) is judged best; with the rule the best that ended (2) is chosen, the
+    # cut one rejected although another ended answer (0) is judged worse. Every answer cut: no pair.
+    candidates = [Scored(1.0, 0.3), Scored(1.0, 0.9, ended=False), Scored(1.0, 0.6)]
+    assert best_and_worst(candidates, math.inf) == (1, 0)
+    assert best_and_worst(candidates, math.inf, chosen_must_end=True) == (2, 1)
+    assert best_and_worst(candidates, math.inf, quality_floor=0.5, chosen_must_end=True) == (2, 1)
+    assert best_and_worst([Scored(1.0, 0.9, ended=False), Scored(1.0, 0.3, ended=False)], math.inf,
+                          chosen_must_end=True) is None
+
+
+def test_make_pairs_with_chosen_must_end_counts_the_cut_sides_and_the_prompts_left_without_a_pair():
+    # "a": its best fork (2) was cut, so the untagged pair takes the other fork (1), and best vs worst chooses the
+    # plain answer (0) against the cut fork, which now ranks with the malformed one (3) and scores below it. "b":
+    # every answer cut. Without the rule the cut fork is chosen in both of a's pairs.
+    def ends(entry, *reasons):
+        return dataclasses.replace(entry, candidates=[dataclasses.replace(c, finish_reason=r)
+                                                      for c, r in zip(entry.candidates, reasons, strict=True)])
+
+    def plain_ids(text, ended):
+        return [1] * len(text)
+
+    a = ends(forked_entry(), "eos", "eos", "max_total_tokens", "eos")
+    b = ends(scored_entry("b", [0.5, 0.4]), "max_new_tokens", "max_new_tokens")
+    pairs, skipped = make_pairs([a, b], 1.0, SpeedReward.theoretical, rejected_side=RejectedSide.both,
+                                plain_ids=plain_ids)
+    assert [(p.id, p.chosen.index, p.rejected.index) for p in pairs] == [("a", 2, 2), ("a", 2, 3), ("b", 0, 1)]
+    summary = summarize([a, b], pairs, skipped, 1.0, SpeedReward.theoretical)
+    assert (summary["chosen_num_cut"], summary["rejected_num_cut"]) == (3, 2)
+    pairs, skipped = make_pairs([a, b], 1.0, SpeedReward.theoretical, rejected_side=RejectedSide.both,
+                                plain_ids=plain_ids, chosen_must_end=True)
+    assert [(p.id, p.chosen.index, p.rejected.index) for p in pairs] == [("a", 1, 1), ("a", 0, 2)]
+    assert skipped == Counter({"no_fork": 1, "all_cut": 1})
+    summary = summarize([a, b], pairs, skipped, 1.0, SpeedReward.theoretical)
+    assert (summary["chosen_num_cut"], summary["rejected_num_cut"]) == (0, 1)
+    settings = settings_from_cfg(compose("train", ["stage=pref", "stage.chosen_must_end=true"]).stage)
+    assert settings.chosen_must_end is True
+
+
 def scored_entry(key, qualities, speedups=None, status="scored", texts=None):
     speedups = speedups or [1.0] * len(qualities)
     texts = texts or [f"t{i}" for i in range(len(qualities))]

@@ -296,6 +296,14 @@ class PrefSettings(OptimSettings):
                           "metrics.json's skipped.fork_below_quality_floor or skipped.below_quality_floor; false = "
                           "the paper's pairing"},
     )
+    chosen_must_end: bool = field(
+        default=False,
+        metadata={"help": "a chosen side is always an answer that ended by itself, never one its budget cut: a cut "
+                          "answer ranks as a malformed one does (the rejected side first); a prompt whose well-formed "
+                          "candidates were all cut makes no pair, metrics.json's skipped.all_cut (skipped.fork_cut "
+                          "for the untagged pair); metrics.json counts the cut sides, chosen_num_cut and "
+                          "rejected_num_cut; false = the paper's pairing"},
+    )
     rejected_side: RejectedSide = field(
         default=RejectedSide.worst,
         metadata={"help": "what each prompt's chosen answer is paired against: worst (its worst candidate, the "

@@ -31,6 +31,9 @@ training sequence is the decoder's cleaned version of what was sampled, a sequen
 a garbled fork can out-score a clean answer on speed (measured on the tiny model: a speed-only round picked a
 malformed fork with log-prob -62 over a clean answer with -6 and made sampling worse). So it is never the chosen
 side, and it is the rejected side when the prompt has one: the pair then teaches away from broken structure.
+With `stage.chosen_must_end` an answer its budget cut ranks the same way: a chosen side is always an answer that
+ended by itself. A cut answer is a long one, and as the chosen side it teaches the length the budget cuts (in the
+CPU study's rounds a fifth of the chosen sides were cut answers, docs/results/study.md).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Scored:
     quality: float  # the judge's score in [0, 1]
     num_malformed: int = 0  # malformed-output events of the candidate's decode (see the module docstring)
     num_chars: int = 0  # the answer's plain text, tags aside (what a length tolerance compares)
+    ended: bool = True  # the answer ended by itself, not cut by its budget
 
 
 def combined_score(candidate: Scored, quality_weight: float) -> float:
@@ -84,18 +88,20 @@ def speed_score(candidate: Candidate, reference_num_tokens: int | None, reward: 
 
 
 def best_and_worst(candidates: list[Scored], quality_weight: float, length_tolerance: float | None = None,
-                   quality_floor: float | None = None) -> tuple[int, int] | None:
+                   quality_floor: float | None = None, chosen_must_end: bool = False) -> tuple[int, int] | None:
     """Indices of the best and the worst candidate, or None when they tie (or fewer than two were scored).
 
     Well-formed candidates rank above malformed ones (see the module docstring); a prompt with no well-formed
     candidate makes no pair. Among equal ranks the earliest candidate is taken, so the choice is reproducible.
     With `length_tolerance`, the worst is one of the candidates whose text is within that fraction of the best's
     length (`num_chars`). With `quality_floor`, the best is one of the candidates of that quality or more, and the
-    worst one of no more quality than the best's, or a malformed one (its pair teaches the structure).
+    worst one of no more quality than the best's, or a malformed one (its pair teaches the structure). With
+    `chosen_must_end`, a candidate its budget cut ranks as a malformed one does.
     """
     if len(candidates) < 2:
         return None
-    ranks = [(c.num_malformed == 0, combined_score(c, quality_weight)) for c in candidates]
+    usable = [c.num_malformed == 0 and (c.ended or not chosen_must_end) for c in candidates]
+    ranks = [(ok, combined_score(c, quality_weight)) for ok, c in zip(usable, candidates, strict=True)]
     above = [i for i, c in enumerate(candidates) if quality_floor is None or c.quality >= quality_floor]
     if not above:
         return None
@@ -105,7 +111,7 @@ def best_and_worst(candidates: list[Scored], quality_weight: float, length_toler
         reach = length_tolerance * candidates[best].num_chars
         pool = [i for i in pool if abs(candidates[i].num_chars - candidates[best].num_chars) <= reach]
     if quality_floor is not None:
-        pool = [i for i in pool if candidates[i].num_malformed or candidates[i].quality <= candidates[best].quality]
+        pool = [i for i in pool if not usable[i] or candidates[i].quality <= candidates[best].quality]
     worst = min(pool, key=lambda i: (ranks[i], i))
     if ranks[best] == ranks[worst] or not ranks[best][0]:
         return None
@@ -125,7 +131,7 @@ def json_number(value: float) -> float | str:
 
 def scored_of(candidate: Candidate, entry: ScoredPrompt, reward: SpeedReward) -> Scored:
     return Scored(speed_score(candidate, entry.reference_num_tokens, reward), candidate.quality,
-                  candidate.num_malformed, len(candidate.text))
+                  candidate.num_malformed, len(candidate.text), candidate.ended)
 
 
 def pair_side(candidate: Candidate, scored: Scored, index: int, quality_weight: float) -> PairSide:
@@ -155,19 +161,20 @@ def untagged(candidate: Candidate, plain_ids: Callable[[str, bool], list[int]]) 
 
 
 def best_forked(candidates: list[Candidate], scores: list[Scored], quality_weight: float,
-                quality_floor: float | None = None) -> int | None:
+                quality_floor: float | None = None, chosen_must_end: bool = False) -> int | None:
     """Index of the best well-formed candidate that forked (the earliest among equals), of `quality_floor` or more
-    when given, or None."""
+    when given, one that ended by itself with `chosen_must_end`, or None."""
     forked = [i for i, c in enumerate(candidates) if c.num_malformed == 0 and c.forked
-              and (quality_floor is None or c.quality >= quality_floor)]
+              and (quality_floor is None or c.quality >= quality_floor) and (c.ended or not chosen_must_end)]
     return max(forked, key=lambda i: (combined_score(scores[i], quality_weight), -i), default=None)
 
 
 def untagged_pair(entry: ScoredPrompt, scores: list[Scored], quality_weight: float, reward: SpeedReward,
-                  plain_ids: Callable[[str, bool], list[int]], quality_floor: float | None = None) -> Pair | None:
-    """The prompt's best forked candidate (of `quality_floor` or more) against its own words untagged, or None when
-    no candidate forked."""
-    best = best_forked(entry.candidates, scores, quality_weight, quality_floor)
+                  plain_ids: Callable[[str, bool], list[int]], quality_floor: float | None = None,
+                  chosen_must_end: bool = False) -> Pair | None:
+    """The prompt's best forked candidate (of `quality_floor` or more, ended by itself with `chosen_must_end`)
+    against its own words untagged, or None when no candidate forked."""
+    best = best_forked(entry.candidates, scores, quality_weight, quality_floor, chosen_must_end)
     if best is None:
         return None
     plain = untagged(entry.candidates[best], plain_ids)
@@ -184,11 +191,12 @@ def pair_of(entry: ScoredPrompt, quality_weight: float, chosen: PairSide, reject
 def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
                length_tolerance: float | None = None, rejected_side: RejectedSide = RejectedSide.worst,
                plain_ids: Callable[[str, bool], list[int]] | None = None,
-               quality_floor: bool = False) -> tuple[list[Pair], Counter]:
+               quality_floor: bool = False, chosen_must_end: bool = False) -> tuple[list[Pair], Counter]:
     """Pairs of the scored prompts and the count of pairs not made, by reason: best vs worst (the worst within
     `length_tolerance` of the best's length, when given), with `rejected_side=untagged` the best fork vs its own
     words untagged (`plain_ids` encodes them; see the module docstring), with `both` each prompt's two pairs; with
-    `quality_floor`, no chosen side below its prompt's median candidate in quality (see the module docstring)."""
+    `quality_floor`, no chosen side below its prompt's median candidate in quality; with `chosen_must_end`, no
+    chosen side its budget cut (see the module docstring)."""
     pairs: list[Pair] = []
     skipped: Counter = Counter()
     for entry in scored:
@@ -198,10 +206,14 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
         candidates = [scored_of(c, entry, reward) for c in entry.candidates]
         floor = median_quality(entry) if quality_floor else None
         if rejected_side in (RejectedSide.untagged, RejectedSide.both):
-            pair = untagged_pair(entry, candidates, quality_weight, reward, plain_ids, floor)
+            pair = untagged_pair(entry, candidates, quality_weight, reward, plain_ids, floor, chosen_must_end)
             if pair is None:
-                forks = best_forked(entry.candidates, candidates, quality_weight) is not None
-                skipped["fork_below_quality_floor" if forks else "no_fork"] += 1
+                if best_forked(entry.candidates, candidates, quality_weight) is None:
+                    skipped["no_fork"] += 1
+                elif best_forked(entry.candidates, candidates, quality_weight, None, chosen_must_end) is None:
+                    skipped["fork_cut"] += 1
+                else:
+                    skipped["fork_below_quality_floor"] += 1
             elif pair.chosen.score <= pair.rejected.score:
                 # the same words judged the same: only speed separates them, and a fork whose tags cost more steps
                 # than its chunks save is slower (or, at lambda inf, speed has no weight)
@@ -210,14 +222,20 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
                 pairs.append(pair)
         if rejected_side == RejectedSide.untagged:
             continue
-        chosen = best_and_worst(candidates, quality_weight, length_tolerance, floor)
+        chosen = best_and_worst(candidates, quality_weight, length_tolerance, floor, chosen_must_end)
         if chosen is None:
-            if floor is not None and best_and_worst(candidates, quality_weight, length_tolerance) is not None:
+            if floor is not None and best_and_worst(candidates, quality_weight, length_tolerance, None,
+                                                    chosen_must_end) is not None:
                 skipped["below_quality_floor"] += 1
-            elif length_tolerance is not None and best_and_worst(candidates, quality_weight) is not None:
+            elif length_tolerance is not None and best_and_worst(candidates, quality_weight, None, None,
+                                                                 chosen_must_end) is not None:
                 skipped["no_length_match"] += 1
+            elif not any(c.num_malformed == 0 for c in candidates):
+                skipped["all_malformed"] += 1
+            elif chosen_must_end and not any(c.num_malformed == 0 and c.ended for c in candidates):
+                skipped["all_cut"] += 1
             else:
-                skipped["tie" if any(c.num_malformed == 0 for c in candidates) else "all_malformed"] += 1
+                skipped["tie"] += 1
             continue
         best, worst = chosen
         pairs.append(pair_of(entry, quality_weight,
@@ -294,6 +312,9 @@ def summarize(scored: list[ScoredPrompt], pairs: list[Pair], skipped: Counter, q
         # rejected ones cannot raise the fork rate, whatever their speed scores.
         "chosen_num_forked": sum(p.chosen.forked for p in pairs),
         "rejected_num_forked": sum(p.rejected.forked for p in pairs),
+        # Sides its budget cut: a chosen one teaches the length the budget cuts (stage.chosen_must_end).
+        "chosen_num_cut": sum(not by_id[p.id].candidates[p.chosen.index].ended for p in pairs),
+        "rejected_num_cut": sum(not by_id[p.id].candidates[p.rejected.index].ended for p in pairs),
         # Against the samples' own length: chosen sides shorter than the samples they were chosen from teach
         # brevity through the SFT half of the loss, even when each pair's sides are equally long.
         "samples_mean_length_ratio": samples_mean_length_ratio(scored),

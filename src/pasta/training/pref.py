@@ -189,7 +189,8 @@ def run_round(
     sample_seconds = time.perf_counter() - start
     pairs, skipped = make_pairs(scored, settings.quality_weight, settings.speed_reward,
                                 settings.pair_length_tolerance, settings.rejected_side,
-                                lambda text, ended: plain_answer_ids(tokenizer, text, ended), settings.quality_floor)
+                                lambda text, ended: plain_answer_ids(tokenizer, text, ended), settings.quality_floor,
+                                settings.chosen_must_end)
     summary = summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward)
     forking = forking_records(scored, settings.quality_weight, settings.speed_reward, round_index)
     summary["num_forking_records"] = len(forking)
