@@ -5,6 +5,7 @@
     python scripts/pair_signal.py SCORES --length-tolerance 0.2      # as stage.pair_length_tolerance=0.2
     python scripts/pair_signal.py SCORES --quality-floor             # as stage.quality_floor=true
     python scripts/pair_signal.py SCORES --chosen-must-end           # as stage.chosen_must_end=true
+    python scripts/pair_signal.py SCORES --rejected-side both --tokenizer <study>/sft/final   # + the untagged pairs
 
 A round learns from one best-vs-worst pair per prompt. It can raise the fork rate only if its chosen sides fork more
 often than its rejected ones; chosen sides shorter than the samples they were chosen from teach brevity (the SFT half
@@ -15,8 +16,9 @@ candidate's tokens, steps and quality) with the stage's own pairing (pasta.train
 `--chosen-must-end` none its budget cut) and prints, per side: how many fork, how many the budget cut, their
 theoretical speedup (geomean), their tokens over the reference answer's (and, above the table, every sample's), and
 their quality. The quality is the round's judge, named in the output; the
-embedding judge is an offline proxy. The untagged pairs of `stage.rejected_side=untagged|both` are left out: they need
-the model's tokenizer, and their sides hold the same words.
+embedding judge is an offline proxy. `--rejected-side untagged|both` pairs as `stage.rejected_side` does, each best
+fork against its own words untagged; those words are encoded by the tokenizer of `--tokenizer` (a model folder, e.g.
+the round's policy), which it needs.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ from pathlib import Path
 
 from pasta.data import read_jsonl
 from pasta.errors import PastaError, one_line
+from pasta.lang import add_tag_tokens
 from pasta.measure import geometric_mean
+from pasta.models import load_tokenizer
 from pasta.training.candidates import ScoredPrompt
-from pasta.training.config import SpeedReward
+from pasta.training.config import RejectedSide, SpeedReward
+from pasta.training.examples import plain_answer_ids
 from pasta.training.pairs import make_pairs, samples_mean_length_ratio, summarize
 
 
@@ -43,11 +48,12 @@ def read_scores(path: Path) -> list[ScoredPrompt]:
 
 
 def signal(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedReward,
-           length_tolerance: float | None = None, quality_floor: bool = False,
-           chosen_must_end: bool = False) -> dict[str, float | int | None]:
+           length_tolerance: float | None = None, quality_floor: bool = False, chosen_must_end: bool = False,
+           rejected_side: RejectedSide = RejectedSide.worst, tokenizer=None) -> dict[str, float | int | None]:
     """The pairs this reward and lambda make of the scored prompts, per side, in numbers."""
-    pairs, skipped = make_pairs(scored, quality_weight, reward, length_tolerance, quality_floor=quality_floor,
-                                chosen_must_end=chosen_must_end)
+    pairs, skipped = make_pairs(scored, quality_weight, reward, length_tolerance, rejected_side,
+                                lambda text, ended: plain_answer_ids(tokenizer, text, ended), quality_floor,
+                                chosen_must_end)
     summary = summarize(scored, pairs, skipped, quality_weight, reward)
     return {
         "num_pairs": len(pairs),
@@ -99,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chosen-must-end", action="store_true",
                         help="no chosen side its budget cut: a cut answer ranks as a malformed one "
                              "(stage.chosen_must_end=true)")
+    sides = [str(side) for side in RejectedSide]
+    parser.add_argument("--rejected-side", default=str(RejectedSide.worst), choices=sides,
+                        help="what the chosen side is paired against (stage.rejected_side); untagged and both need "
+                             "--tokenizer")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="a model folder whose tokenizer encodes the untagged sides (e.g. the round's policy)")
     args = parser.parse_args(argv)
     if args.length_tolerance is not None and not args.length_tolerance >= 0:
         parser.error(f"--length-tolerance: {args.length_tolerance} must be >= 0")
@@ -108,13 +120,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--lambdas: {args.lambdas} are not all numbers or inf")
     if any(value < 0 or math.isnan(value) for value in lambdas):
         parser.error(f"--lambdas: {args.lambdas} must be >= 0 or inf")
+    rejected_side = RejectedSide(args.rejected_side)
+    if rejected_side != RejectedSide.worst and args.tokenizer is None:
+        parser.error(f"--rejected-side {rejected_side} needs --tokenizer: a model folder whose tokenizer encodes the "
+                     "untagged sides")
     try:
+        tokenizer = None
+        if args.tokenizer is not None:
+            tokenizer = load_tokenizer({"name": "tokenizer", "path": str(args.tokenizer)}, path_key="--tokenizer")
+            add_tag_tokens(tokenizer)  # a policy's tokenizer has them already; a base model's gets the same ids
         scored = read_scores(args.scores)
         if not any(entry.status == "scored" for entry in scored):
             raise PastaError(f"{args.scores}: no scored prompt to pair")
         rows = [(reward, f"{lam:g}",
                  signal(scored, lam, SpeedReward(reward), args.length_tolerance, args.quality_floor,
-                        args.chosen_must_end))
+                        args.chosen_must_end, rejected_side, tokenizer))
                 for reward in args.rewards for lam in lambdas]
     except PastaError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
@@ -129,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         print("chosen sides judged no worse than their prompt's median candidate, rejected sides no better than them")
     if args.chosen_must_end:
         print("chosen sides that ended by themselves: none cut by its budget")
+    if rejected_side != RejectedSide.worst:
+        print(f"rejected sides: {rejected_side} (stage.rejected_side)")
     print(table(rows, judge))
     return 0
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers.scripts import load_script
 
 
@@ -91,3 +93,32 @@ def test_chosen_must_end_chooses_no_answer_its_budget_cut(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "chosen sides that ended by themselves: none cut by its budget" in out
     assert "| theoretical | inf | 1 | 0 / 0 | 0 / 1 | 1.00 / 1.00 | 1.00 / 2.00 | 0.500 / 0.700 |" in out
+
+
+def test_both_rejected_sides_add_each_forks_pair_against_its_own_words_untagged(tmp_path, capsys,
+                                                                                 tiny_model_and_tokenizer):
+    # One prompt: a plain answer judged better and a fork in 30 steps for 60 tokens. With both rejected sides the
+    # fork is also paired against its own words untagged, encoded by the tokenizer given.
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text(json.dumps(scores_record("a", [candidate(0.6, 60, 60), candidate(0.5, 60, 30, "fork")])) + "\n")
+    tiny_model_and_tokenizer[1].save_pretrained(tmp_path / "policy")
+    pair_signal = load_script("pair_signal")
+    argv = [str(scores), "--rewards", "theoretical", "--lambdas", "1"]
+    assert pair_signal.main(argv) == 0
+    assert "| theoretical | 1 | 1 | 1 / 0 |" in capsys.readouterr().out
+    assert pair_signal.main([*argv, "--rejected-side", "both", "--tokenizer", str(tmp_path / "policy")]) == 0
+    out = capsys.readouterr().out
+    assert "rejected sides: both (stage.rejected_side)" in out
+    assert "| theoretical | 1 | 2 | 2 / 0 |" in out
+
+
+def test_an_untagged_pairing_without_a_usable_tokenizer_is_one_error_line(tmp_path, capsys):
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text(json.dumps(scores_record("a", [candidate(0.6, 60, 60), candidate(0.5, 60, 30)])) + "\n")
+    pair_signal = load_script("pair_signal")
+    with pytest.raises(SystemExit) as exited:
+        pair_signal.main([str(scores), "--rejected-side", "untagged"])
+    assert exited.value.code == 2 and "--rejected-side untagged needs --tokenizer" in capsys.readouterr().err
+    assert pair_signal.main([str(scores), "--rejected-side", "both", "--tokenizer", str(tmp_path / "absent")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tokenizer") and str(tmp_path / "absent") in err and len(err.splitlines()) == 1
