@@ -15,10 +15,9 @@ candidate's tokens, steps and quality) with the stage's own pairing (pasta.train
 `--length-tolerance` when given, with `--quality-floor` no chosen side judged below its prompt's median candidate, with
 `--chosen-must-end` none its budget cut) and prints, per side: how many fork, how many the budget cut, their
 theoretical speedup (geomean), their tokens over the reference answer's (and, above the table, every sample's), and
-their quality. The quality is the round's judge, named in the output; the
-embedding judge is an offline proxy. `--rejected-side untagged|both` pairs as `stage.rejected_side` does, each best
-fork against its own words untagged; those words are encoded by the tokenizer of `--tokenizer` (a model folder, e.g.
-the round's policy), which it needs.
+their quality. The quality is the round's judge, named in the output; the embedding judge is an offline proxy.
+`--rejected-side untagged|both` pairs as `stage.rejected_side` does, each best fork also against its own words
+untagged, which the tokenizer of `--tokenizer` encodes (a model folder, e.g. the round's policy).
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ a garbled fork can out-score a clean answer on speed (measured on the tiny model
 malformed fork with log-prob -62 over a clean answer with -6 and made sampling worse). So it is never the chosen
 side, and it is the rejected side when the prompt has one: the pair then teaches away from broken structure.
 With `stage.chosen_must_end` an answer its budget cut ranks the same way: a chosen side is always an answer that
-ended by itself. A cut answer is a long one, and as the chosen side it teaches the length the budget cuts (in the
-CPU study's rounds a fifth of the chosen sides were cut answers, docs/results/study.md).
+ended by itself. A cut answer is a long one, and as the chosen side it teaches the length the budget cuts (how often
+the CPU study's rounds chose one: docs/results/study.md).
 """
 
 from __future__ import annotations
