@@ -87,6 +87,11 @@ def speed_score(candidate: Candidate, reference_num_tokens: int | None, reward: 
     return latency
 
 
+def may_be_chosen(candidate: Scored | Candidate, chosen_must_end: bool) -> bool:
+    """Well-formed, and ended by itself when `chosen_must_end`: a candidate that may be a pair's chosen side."""
+    return candidate.num_malformed == 0 and (candidate.ended or not chosen_must_end)
+
+
 def best_and_worst(candidates: list[Scored], quality_weight: float, length_tolerance: float | None = None,
                    quality_floor: float | None = None, chosen_must_end: bool = False) -> tuple[int, int] | None:
     """Indices of the best and the worst candidate, or None when they tie (or fewer than two were scored).
@@ -100,7 +105,7 @@ def best_and_worst(candidates: list[Scored], quality_weight: float, length_toler
     """
     if len(candidates) < 2:
         return None
-    usable = [c.num_malformed == 0 and (c.ended or not chosen_must_end) for c in candidates]
+    usable = [may_be_chosen(c, chosen_must_end) for c in candidates]
     ranks = [(ok, combined_score(c, quality_weight)) for ok, c in zip(usable, candidates, strict=True)]
     above = [i for i, c in enumerate(candidates) if quality_floor is None or c.quality >= quality_floor]
     if not above:
@@ -164,8 +169,8 @@ def best_forked(candidates: list[Candidate], scores: list[Scored], quality_weigh
                 quality_floor: float | None = None, chosen_must_end: bool = False) -> int | None:
     """Index of the best well-formed candidate that forked (the earliest among equals), of `quality_floor` or more
     when given, one that ended by itself with `chosen_must_end`, or None."""
-    forked = [i for i, c in enumerate(candidates) if c.num_malformed == 0 and c.forked
-              and (quality_floor is None or c.quality >= quality_floor) and (c.ended or not chosen_must_end)]
+    forked = [i for i, c in enumerate(candidates) if may_be_chosen(c, chosen_must_end) and c.forked
+              and (quality_floor is None or c.quality >= quality_floor)]
     return max(forked, key=lambda i: (combined_score(scores[i], quality_weight), -i), default=None)
 
 
@@ -232,7 +237,7 @@ def make_pairs(scored: list[ScoredPrompt], quality_weight: float, reward: SpeedR
                 skipped["no_length_match"] += 1
             elif not any(c.num_malformed == 0 for c in candidates):
                 skipped["all_malformed"] += 1
-            elif chosen_must_end and not any(c.num_malformed == 0 and c.ended for c in candidates):
+            elif not any(may_be_chosen(c, chosen_must_end) for c in candidates):
                 skipped["all_cut"] += 1
             else:
                 skipped["tie"] += 1
