@@ -19,8 +19,9 @@
 # How speed is measured: every model decodes the held-out prompts in batches (eval.timing=throughput) except the
 # first PASTA_STUDY_TIMED_PROMPTS, decoded one at a time after a warm-up: their per-prompt wall-clock speedups against
 # Baseline-SFT are measured, and each forked one is replayed as its own plain text, one token per step, by the same
-# model (eval.parallelism: the part of the speedup that is parallel decoding, not a shorter answer). For every prompt, the cost model prices each answer's steps on the forward cost by rows
-# measured in Baseline-SFT's run (c(q), step_costs.json): the cost-model speedup, beside the measured one.
+# model (eval.parallelism: the part of the speedup that is parallel decoding, not a shorter answer). For every
+# prompt, the cost model prices each answer's steps on the forward cost by rows measured in Baseline-SFT's run (c(q),
+# step_costs.json): the cost-model speedup, beside the measured one.
 #
 #   scripts/cpu_study.sh                                  # outputs/study/, the embedded SmolLM2-135M
 #   PASTA_STUDY_DIR=/tmp/s PASTA_STUDY_LAMBDAS="1 inf" scripts/cpu_study.sh
@@ -41,7 +42,8 @@ export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFF
 export TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
 out=${PASTA_STUDY_DIR:-outputs/study}
 model=${PASTA_STUDY_MODEL:-smollm2-135m}
-data=${PASTA_STUDY_DATA:-alpaca_eval_gpt4_mix}        # conf/data/: the records the teacher annotates (alpaca_5k: the old study)
+# conf/data/: the records the teacher annotates (alpaca_5k: the old study)
+data=${PASTA_STUDY_DATA:-alpaca_eval_gpt4_mix}
 eval_data=${PASTA_STUDY_EVAL_DATA:-alpaca_eval}       # conf/eval_data/: the held-out prompts
 num_records=${PASTA_STUDY_RECORDS:-null}              # records annotated (null = all)
 # Teacher overrides. The default has the chunks write their bold leads (the main thread keeps markers and numbers):
@@ -80,9 +82,9 @@ max_new_tokens=${PASTA_STUDY_MAX_NEW_TOKENS:-320}
 # preference rounds' candidates, so that the rounds score the answers the evaluation sees; 0 = off. Why 3: the sweep
 # in docs/results/study.md ("The repetition guard swept").
 no_repeat=${PASTA_STUDY_NO_REPEAT:-3}
-# The skeleton draft in every PASTA decode (decode.draft_skeleton, stage.draft_skeleton): the evaluations' greedy answers
-# and the rounds' candidates in fewer steps, the same answers (docs/results/study.md, "The promise list's skeleton
-# drafted"), so the rounds' speed reward counts the steps the evaluation takes; 0 = off, as the studies before
+# The skeleton draft in every PASTA decode (decode.draft_skeleton, stage.draft_skeleton): the evaluations' greedy
+# answers and the rounds' candidates in fewer steps, the same answers (docs/results/study.md, "The promise list's
+# skeleton drafted"), so the rounds' speed reward counts the steps the evaluation takes; 0 = off, as the studies before
 # 2026-11-28 decoded.
 draft=${PASTA_STUDY_DRAFT:-1}
 stop_after=${PASTA_STUDY_STOP_AFTER:-}                # sft: stop after SFT and Baseline-SFT
@@ -265,7 +267,8 @@ for run in "${runs[@]}"; do
     step "   decode $name on the same prompts"
     # Baseline-SFT decodes each timed prompt again right after the PASTA answer: the wall-clock speedup divides two
     # times taken side by side (this machine ran 1.2x faster at one hour than at another: docs/results/study.md).
-    "$python" -m pasta.eval "${evaluate[@]}" model.path="${run#*:}" decode=async "decode.draft_skeleton=$draft_skeleton" \
+    "$python" -m pasta.eval "${evaluate[@]}" model.path="${run#*:}" decode=async \
+        "decode.draft_skeleton=$draft_skeleton" \
         eval.reference="$baseline_eval" eval.sequential="$baseline_eval" \
         eval.sequential_model="$out/baseline-sft/final" eval.generator="$name" output_dir="$out/eval/$name"
 done
