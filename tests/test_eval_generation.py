@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from helpers import start_chat_server
 from pasta.config import compose, schema_from
@@ -14,7 +15,7 @@ from pasta.errors import PastaError
 from pasta.eval import evaluate
 from pasta.evaluation import generation, sot
 from pasta.evaluation.config import EvalConfig
-from pasta.evaluation.run_files import load_model_outputs
+from pasta.evaluation.run_files import load_model_outputs, machine, same_machine
 from test_eval_quality import JUDGE_RULES, openai_judge_overrides
 
 TINY = ["model=tiny", "decode.max_new_tokens=8", "eval.warmup_prompts=1", "device=cpu"]
@@ -64,6 +65,7 @@ def test_generation_writes_alpaca_eval_outputs_and_per_prompt_stats(tmp_path, de
     meta = json.loads((run / "run.json").read_text())
     assert (meta["decode"], meta["timing"], meta["model"]) == (decode, "wall", "tiny")
     assert meta["device"].startswith("cpu: ")
+    assert meta["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # AVX512, AVX2, ...
 
 
 def test_killed_generation_resumes_without_decoding_finished_prompts_again(tmp_path, monkeypatch):
@@ -138,13 +140,26 @@ def test_rerun_into_a_directory_of_another_decode_mode_is_refused(tmp_path):
         generate(tmp_path, "async", "eval.limit=1", "eval.generator=same-name")
 
 
-def test_resuming_on_another_machine_is_refused(tmp_path):
+@pytest.mark.parametrize(("key", "other"), [("device", "cpu: another machine, 64 threads"),
+                                           ("cpu_capability", "ANOTHER_ISA")])
+def test_resuming_on_another_machine_is_refused(tmp_path, key, other):
+    """Another CPU, or the same CPU name with other vector instructions (two hosts /proc/cpuinfo names alike)."""
     generate(tmp_path, "sequential", "eval.limit=1", "num_threads=1")
     meta_path = tmp_path / "run" / "run.json"
     meta = json.loads(meta_path.read_text())
-    meta_path.write_text(json.dumps({**meta, "device": "cpu: another machine, 64 threads"}))
-    with pytest.raises(PastaError, match="holds a run with device='cpu: another machine, 64 threads'"):
+    meta_path.write_text(json.dumps({**meta, key: other}))
+    with pytest.raises(PastaError, match=f"holds a run with {key}='{other}'"):
         generate(tmp_path, "sequential", "eval.limit=1", "num_threads=1")
+
+
+def test_wall_times_compare_on_one_device_and_instruction_set_and_an_older_record_matches_either():
+    avx512 = {"device": "cpu: AMD EPYC, 2 threads", "cpu_capability": "AVX512"}
+    avx2 = {**avx512, "cpu_capability": "AVX2"}
+    older = {"device": "cpu: AMD EPYC, 2 threads"}  # a run.json from before the instruction set was recorded
+    assert same_machine(avx512, dict(avx512)) and not same_machine(avx512, avx2)
+    assert same_machine(older, avx2) and same_machine(avx512, older)
+    assert not same_machine(avx2, {**avx2, "device": "cpu: AMD EPYC, 4 threads"})
+    assert (machine(avx2), machine(older)) == ("cpu: AMD EPYC, 2 threads, AVX2", "cpu: AMD EPYC, 2 threads")
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):

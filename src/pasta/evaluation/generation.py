@@ -67,10 +67,10 @@ EVAL_DECODE_MODES = (*DECODE_MODES, "sot")  # sot: Skeleton-of-Thought prompting
 # (eval.subset), and the device (wall times from two machines in one run would make its speedups meaningless).
 RESUME_KEYS = (
     "generator", "model", "decode", "timing", "eval_data", "decoding", "reservation", "seed", "sot", "subset",
-    "device", "sequential_model",
+    "device", "cpu_capability", "sequential_model",
 )
 # Keys run.json did not record before; a run directory written earlier still resumes (make demo into old outputs).
-RECORDED_SINCE = ("reservation", "seed", "sot", "subset", "sequential_model")
+RECORDED_SINCE = ("reservation", "seed", "sot", "subset", "sequential_model", "cpu_capability")
 
 
 def device_description(device: str) -> str:
@@ -84,6 +84,12 @@ def device_description(device: str) -> str:
     except OSError:
         pass
     return f"cpu: {cpu}, {torch.get_num_threads()} threads"
+
+
+def cpu_capability(device: str) -> str | None:
+    """The vector instruction set torch's CPU kernels dispatch to (AVX512, AVX2, ...), None on a GPU. Two hosts
+    that /proc/cpuinfo names alike can differ in it, and it changes both the wall times and the rounding."""
+    return None if device.startswith("cuda") else torch.backends.cpu.get_cpu_capability()
 
 
 def decode_mode(cfg: DictConfig) -> str:
@@ -187,6 +193,7 @@ def _run_meta(
         "eval_data": str(cfg.eval_data.name),
         "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
         "device": device_description(device),
+        "cpu_capability": cpu_capability(device),
         "sequential_model": ecfg.sequential_model,  # the model timed beside each prompt decoded alone
         "num_processes": num_processes,
         "torch": torch.__version__,

@@ -2,7 +2,8 @@
 
 An evaluation run directory holds:
 
-    run.json              what was decoded: generator name, model, decode mode, timing mode, device, eval data
+    run.json              what was decoded: generator name, model, decode mode, timing mode, device (and its CPU
+                          instruction set), eval data
     stats.jsonl           one line per prompt, appended as each finishes (instruction, annotated, output,
                           num_tokens, num_steps, theoretical_speedup, wall_s, prefill_s, decode_s, ...)
     model_outputs.json    AlpacaEval format: [{instruction, output, generator, dataset}], written at the end
@@ -54,6 +55,21 @@ def read_run_meta(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise PastaError(f"evaluation run directory not found: {run_dir}")
     return read_json(run_dir / RUN_META, f"run.json of {run_dir} (is it a `python -m pasta.eval` run?)")
+
+
+def machine(meta: dict[str, Any]) -> str | None:
+    """run.json's device, with the CPU's instruction set where the run recorded it ("cpu: AMD EPYC, 2 threads, AVX2")."""
+    device, capability = meta.get("device"), meta.get("cpu_capability")
+    return f"{device}, {capability}" if device is not None and capability else device
+
+
+def same_machine(meta: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two runs' wall times compare: one device, and one CPU instruction set where both runs recorded it (an
+    older run.json did not; it matches as it did then)."""
+    if meta.get("device") != other.get("device"):
+        return False
+    recorded = "cpu_capability" in meta and "cpu_capability" in other
+    return not recorded or meta["cpu_capability"] == other["cpu_capability"]
 
 
 def read_stats(run_dir: Path) -> list[dict[str, Any]]:

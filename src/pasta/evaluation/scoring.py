@@ -42,10 +42,12 @@ from pasta.evaluation.run_files import (
     check_covers,
     check_known,
     load_model_outputs,
+    machine,
     outputs_path,
     read_run_meta,
     read_stats,
     read_step_costs,
+    same_machine,
 )
 from pasta.evaluation.speed import SpeedSummary, speed_metrics
 from pasta.evaluation.structure import run_dir_structure, student_tokenizer
@@ -93,10 +95,10 @@ def checked_sequential(ecfg: EvalConfig, run_dir: Path, meta: dict[str, Any]) ->
             f"eval.sequential={sequential_dir} was decoded with decode={sequential_meta.get('decode')}, "
             "not sequential: give Baseline-SFT's sequential run"
         )
-    if sequential_meta.get("device") != meta.get("device"):
+    if not same_machine(sequential_meta, meta):
         raise PastaError(
             f"wall-clock speedups need both runs on one machine: {sequential_dir} ran on "
-            f"{sequential_meta.get('device')!r}, {run_dir} on {meta.get('device')!r}"
+            f"{machine(sequential_meta)!r}, {run_dir} on {machine(meta)!r}"
         )
     counts = [run_meta.get("num_processes", 1) for run_meta in (sequential_meta, meta)]
     if counts[0] != counts[1]:
@@ -198,7 +200,7 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
         "model": meta.get("model"),
         "decode": meta.get("decode"),
         "timing": meta.get("timing"),
-        "device": meta.get("device"),
+        "device": machine(meta),
         "eval_data": cfg.eval_data.name,
         "subset": subset_meta(ecfg.subset, ecfg.subset_seed),
         "num_prompts": len(scored.instructions),
