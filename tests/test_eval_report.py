@@ -68,6 +68,16 @@ def test_runs_decoded_on_other_prompt_subsets_are_flagged():
     assert report_rows([summaries[0], {**summaries[1], "subset": summaries[0]["subset"]}])[1] == []
 
 
+def test_runs_decoded_on_other_cpu_instruction_sets_are_flagged_and_an_unrecorded_one_matches():
+    """Two hosts /proc/cpuinfo names alike ("AMD EPYC") differ in speed and rounding when one has AVX-512."""
+    avx512 = {"generator": "a", "eval_data": "alpaca_eval", "device": "cpu: AMD EPYC, 2 threads",
+              "cpu_capability": "AVX512"}
+    avx2 = {**avx512, "generator": "b", "cpu_capability": "AVX2"}
+    assert any("different CPU instruction sets (AVX2, AVX512)" in warning for warning in report_rows([avx512, avx2])[1])
+    older = {key: value for key, value in avx2.items() if key != "cpu_capability"}  # a summary from before the key
+    assert report_rows([avx512, older])[1] == []
+
+
 def test_lc_win_rate_is_the_headline_when_official_and_raw_everywhere_when_mixed():
     lc = {"generator": "a", "quality": {"win_rate": 40.0, "length_controlled_winrate": 45.0, "lc_standard_error": 1.0}}
     raw = {"generator": "b", "quality": {"win_rate": 30.0, "standard_error": 2.0}}

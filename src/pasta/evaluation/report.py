@@ -63,6 +63,7 @@ class ReportRow:
     eval_data: str | None
     subset: Any
     run_dir: str | None = None
+    cpu_capability: str | None = None  # the CPU's vector instruction set (AVX512, AVX2); None on a GPU or unrecorded
     # The embedding-similarity quality proxy (pasta.evaluation.proxies): the plot's quality axis where the runs have
     # no win rate (eval.win_rate=false, the offline runs whose judges do not discriminate).
     proxy_similarity: float | None = None
@@ -98,6 +99,7 @@ def headline(summary: dict[str, Any]) -> ReportRow:
         num_prompts=summary.get("num_prompts"), num_with_threads=None if speed is None else speed.num_with_threads,
         annotator=quality.get("annotator"), reference=quality.get("reference"), device=summary.get("device"),
         eval_data=summary.get("eval_data"), subset=summary.get("subset"), run_dir=summary.get("run_dir"),
+        cpu_capability=summary.get("cpu_capability"),
         proxy_similarity=proxies.get("embedding_similarity"), proxy_model=proxies.get("embedding_model"),
         proxy_reference=proxies.get("reference"),
     )
@@ -159,6 +161,7 @@ def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[ReportRow], l
     rows = [headline(summary) for summary in summaries]
     warnings = []
     for key, what in (("annotator", "judges"), ("reference", "references"), ("device", "devices"),
+                      ("cpu_capability", "CPU instruction sets"),
                       ("eval_data", "eval sets"), ("subset", "prompt subsets (eval.subset)")):
         values = sorted({str(getattr(row, key)) for row in rows if getattr(row, key) is not None})
         if len(values) > 1:
