@@ -127,6 +127,26 @@ def test_a_topic_that_extends_an_earlier_one_word_by_word_ends_the_promise_list(
     assert grown[:3] == ["alpha", "alpha beta", "alpha beta gamma"]
 
 
+def test_the_grammar_reads_every_tokens_text_as_batch_decode_does(tagged):
+    """The grammar decodes the vocabulary in one call to the Rust tokenizer; a tokenizer class with a decode of its
+    own goes through that decode."""
+    from pasta.decoding.grammar import _decode_each
+
+    _, tokenizer = tagged
+    sequences = [[encode_text(tokenizer, "a")[0], i] for i in range(len(tokenizer))]
+    expected = tokenizer.batch_decode(sequences, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    assert _decode_each(tokenizer, sequences) == expected
+    assert any(text.startswith("a ") for text in expected)  # the leading space the anchor keeps
+
+    class Shouting(type(tokenizer)):
+        def _decode(self, token_ids, **kwargs):
+            return super()._decode(token_ids, **kwargs).upper()
+
+    shouting = copy.copy(tokenizer)
+    shouting.__class__ = Shouting
+    assert _decode_each(shouting, sequences[:300]) == [text.upper() for text in expected[:300]]
+
+
 def test_a_topic_stops_growing_at_max_topic_chars_and_can_still_close(tagged):
     from pasta.decoding.grammar import grammar_for
 

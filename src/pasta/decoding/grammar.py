@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
 import weakref
 from dataclasses import dataclass
 
@@ -63,6 +64,8 @@ import torch
 from pasta.decoding.parser import MAX_COUNT_TOKENS
 from pasta.lang import TagIds, encode_text
 from pasta.lang.syntax import MAX_TOPIC_CHARS, num_tokens_value, topic_words, validate_topic
+
+_BAD_TOPIC_CHAR = re.compile(r'["<>\x00-\x1f]')  # what a topic may not hold: quotes, angle brackets, controls
 
 PROMISE_MIN_TOKENS = 3  # <|promise|> topic <|promise_end|>, the uncounted form
 
@@ -127,7 +130,7 @@ class Grammar:
         tags = self.tags = tag_ids
         tag_mask = self._ids_mask(tags.all)
         eos = self._ids_mask(eos_ids)
-        self._bad_topic_token = mask([not text or any(c in '"<>' or ord(c) < 32 for c in text) for text in texts])
+        self._bad_topic_token = mask([not text or _BAD_TOPIC_CHAR.search(text) is not None for text in texts])
         self._blank = mask([not text.strip() for text in texts])
         self._digit = mask([text.isascii() and text.isdigit() for text in texts])
         self._leading_zero = self._digit & mask([text.startswith("0") for text in texts])
@@ -281,8 +284,18 @@ def grammar_for(tokenizer, tag_ids: TagIds, eos_ids: set[int], num_logits: int,
         # read after an anchor token: a SentencePiece vocabulary drops the leading space of a token that stands alone.
         anchor = encode_text(tokenizer, "a")[:1]
         prefix = len(tokenizer.decode(anchor, skip_special_tokens=True, clean_up_tokenization_spaces=False))
-        texts = [text[prefix:] for text in tokenizer.batch_decode(
-            [[*anchor, i] for i in range(len(tokenizer))], skip_special_tokens=True,
-            clean_up_tokenization_spaces=False)]
+        texts = [text[prefix:] for text in _decode_each(tokenizer, [[*anchor, i] for i in range(len(tokenizer))])]
         built[key] = Grammar(texts, tag_ids, eos_ids, num_logits, device)
     return built[key]
+
+
+def _decode_each(tokenizer, sequences: list[list[int]]) -> list[str]:
+    """`tokenizer.batch_decode(sequences, skip_special_tokens=True, clean_up_tokenization_spaces=False)`."""
+    from transformers import TokenizersBackend
+
+    # batch_decode makes a Python call per sequence (~1 s for a 49K vocabulary, paid by every decoder start); a
+    # tokenizer whose decode is the Rust tokenizer's, with nothing cleaned up, gives the same texts from one call.
+    if all(getattr(type(tokenizer), name) is getattr(TokenizersBackend, name)
+           for name in ("batch_decode", "decode", "_decode")):
+        return tokenizer.backend_tokenizer.decode_batch(sequences, skip_special_tokens=True)
+    return tokenizer.batch_decode(sequences, skip_special_tokens=True, clean_up_tokenization_spaces=False)
