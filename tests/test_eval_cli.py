@@ -27,7 +27,7 @@ def run_eval(tmp_path, *overrides: str, env: dict[str, str] | None = None) -> su
 
 @pytest.mark.slow
 def test_alpaca_eval_weighted_gpt4_turbo_annotator_runs_against_a_compatible_server_and_reuses_its_cache(tmp_path):
-    instructions = sample_instructions(3)
+    instructions = sample_instructions(4)
     run = make_run(tmp_path / "run", "m-async", dict.fromkeys(instructions, "an answer"))
     # The weighted judge reads P("m") (output_1 better) against P("M") from the top logprobs of one token.
     rules = {"default": {"reply": "M", "top_logprobs": {"M": math.log(0.8), "m": math.log(0.2)}}}
@@ -48,6 +48,16 @@ def test_alpaca_eval_weighted_gpt4_turbo_annotator_runs_against_a_compatible_ser
     quality = json.loads((results / "quality.json").read_text())
     assert quality["annotator"] == "weighted_alpaca_eval_gpt4_turbo" and quality["n_total"] == 3
     assert "win rate:" in second.stdout
+    # An endpoint that refuses the key: alpaca_eval re-raises openai's error, which is one line naming the annotator
+    # and what the endpoint said, the key left out; the three verdicts cached stay.
+    with start_chat_server(tmp_path, rules=rules, fail_first=10, fail_status=401, echo_auth=True) as (base_url, _):
+        key = "sk-test-key-2026"  # as long as a key: a shorter value is not masked (pasta.errors)
+        refused = run_eval(tmp_path, *common, "eval.limit=4", env={"OPENAI_API_BASE": base_url, "OPENAI_API_KEY": key})
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: annotator weighted_alpaca_eval_gpt4_turbo: AuthenticationError: ")
+    assert "injected failure (401)" in line and "rerun to resume" in line and key not in refused.stderr
+    assert len(json.loads((results / "annotations.json").read_text())) == 3
 
 
 def test_missing_run_directory_is_one_line_error_with_exit_code_2(tmp_path):

@@ -25,14 +25,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import openai
-
 from pasta.errors import PastaError, one_line, redact, register_secret
 
-# Answers that no retry can change and that say the configuration is wrong.
-_CONFIG_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
-# Answers about this one request.
-_REQUEST_ERRORS = (openai.BadRequestError, openai.UnprocessableEntityError)
+# openai is imported where a client is made: every stage's start reads the endpoint configs' settings (the config
+# schemas, check_endpoint_settings), and a command that makes no client would pay ~1 s for the import.
 
 
 class EndpointError(PastaError):
@@ -108,6 +104,8 @@ class Endpoint:
         self.role, self.base_url, self.model = role, cfg.base_url, cfg.model
         self.max_retries, self.timeout_s = cfg.max_retries, cfg.timeout_s
         self.max_consecutive_errors = cfg.max_consecutive_errors
+        import openai
+
         self._client = openai.OpenAI(
             base_url=cfg.base_url, api_key=read_api_key(cfg.api_key_env, role), max_retries=cfg.max_retries,
             timeout=cfg.timeout_s,
@@ -122,15 +120,18 @@ class Endpoint:
 
     def chat(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
         """A chat completion, or a `Rejection` for a request the server refused; raises EndpointError to stop."""
+        import openai
+
         if self._stopped is not None:
             raise EndpointError(self._stopped)
         try:
             completion = self._client.chat.completions.create(model=self.model, messages=messages, **kwargs)
-        except _CONFIG_ERRORS as exc:
+        # Answers that no retry can change and that say the configuration is wrong.
+        except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
             raise EndpointError(
                 f"{self.where}: {exc.status_code} {error_message(exc)}; check the key, model and base_url"
             ) from None
-        except _REQUEST_ERRORS as exc:
+        except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:  # about this one request
             return self._rejected(Rejection(exc.status_code, error_message(exc)))
         except openai.APITimeoutError:
             raise EndpointError(

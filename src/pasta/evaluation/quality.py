@@ -34,12 +34,12 @@ import logging
 import math
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import openai
 import pandas as pd
 
 from pasta.endpoints import error_message
@@ -294,9 +294,13 @@ def evaluate_outputs(
                 annotation_kwargs={"chunksize": chunk_size} if judge is None else None,
                 **annotator_kwargs,
             )
-    except openai.OpenAIError as exc:
+    except Exception as exc:
         # alpaca_eval's annotators re-raise what they cannot retry (a bad key, an endpoint that is down); its
-        # message may echo the key, so it goes through the redaction too.
+        # message may echo the key, so it goes through the redaction too. An OpenAIError comes from an imported
+        # openai: a scoring with pasta's own judges does not pay for importing it.
+        openai = sys.modules.get("openai")
+        if openai is None or not isinstance(exc, openai.OpenAIError):
+            raise
         raise PastaError(
             f"annotator {annotators_config}: {type(exc).__name__}: {error_message(exc)}; verdicts so far are cached "
             f"in {results_dir}: rerun to resume"
