@@ -1,4 +1,5 @@
-"""Shared test fixtures: the tiny random model, the embedded SmolLM2, the embedding judge, and the shared data folder.
+"""Shared test fixtures: the tiny random model, the embedded SmolLM2, the embedding judge, and the shared data folder;
+one cost-model measurement per model architecture.
 
 The embedded model is converted from its GGUF into the ordinary cache folder (PASTA_CACHE_DIR, else
 ~/.cache/pasta) at most once per machine, so the first run pays ~25-50 s and later runs load in seconds.
@@ -15,6 +16,7 @@ to pytest's warnings summary.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import warnings
@@ -101,6 +103,30 @@ def pytest_collection_modifyitems(items):
     at a time from the front; by default it gives each worker a block of consecutive tests to begin with, and the
     first block held every slow test: one worker ran them all, tests/test_study.py last."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_cost_model_per_architecture():
+    """Every evaluation run that decodes measures its model's cost model (pasta.decoding.step_costs: seconds, even on
+    the tiny model); the suite's dozens of runs of the same few architectures measure each one once per worker. What a measurement is keyed by: the model's class and config (not the folder it was loaded from), the
+    device and the thread count. A call with arguments of its own (tests/test_decoding_costs.py) is measured."""
+    from pasta.decoding import step_costs
+
+    measure = step_costs.measure_step_costs
+    measured = {}
+
+    def measure_once(model, **kwargs):
+        if kwargs:
+            return measure(model, **kwargs)
+        config = {k: v for k, v in model.config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+        key = (type(model), json.dumps(config, sort_keys=True, default=str), str(model.device), torch.get_num_threads())
+        if key not in measured:
+            measured[key] = measure(model)
+        return measured[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(step_costs, "measure_step_costs", measure_once)
+        yield
 
 
 @pytest.fixture
