@@ -82,7 +82,8 @@ def add_tag_tokens(tokenizer, model=None) -> TagIds:
     """
     from transformers import AddedToken
 
-    missing = [token for token in TAG_TOKENS if token not in tokenizer.get_vocab()]
+    vocab = tokenizer.get_vocab()  # a copy of the whole vocabulary on each call: once, not once per tag
+    missing = [token for token in TAG_TOKENS if token not in vocab]
     if missing:
         tokenizer.add_tokens(
             [AddedToken(t, special=True, normalized=False) for t in missing], special_tokens=True
