@@ -70,6 +70,7 @@ _BAD_TOPIC_CHAR = re.compile(r'["<>\x00-\x1f]')  # what a topic may not hold: qu
 PROMISE_MIN_TOKENS = 3  # <|promise|> topic <|promise_end|>, the uncounted form
 
 
+@functools.cache  # called per vocabulary token and per topic step, on a few hundred distinct characters
 def _in_word(char: str) -> bool:
     """`char` (one character, or none) is part of a word as `topic_words` reads words: the one definition of a word
     that the duplicate and loop rules share with the evaluation's topic-loop count."""
