@@ -16,6 +16,7 @@ to pytest's warnings summary.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -95,6 +96,13 @@ def pytest_runtest_call(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item):
     return (yield from _fail_on_own_deprecations())
+
+
+def pytest_collection_finish(session):
+    """Freeze what is alive once the tests are collected (the imports of torch, transformers, TRL, ...: hundreds of
+    thousands of objects): a full garbage collection then skips them. Trainers collect garbage on every run
+    (accelerate's free_memory), and Python does now and then; without the freeze each pass walks every import."""
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items):
