@@ -138,8 +138,13 @@ def server(checkpoint):
         yield base_url, app
 
 
+# One client for the GETs of /health and /metrics: each client makes a TLS context (tens of milliseconds, even for
+# http), and wait_idle polls /health every 50 ms.
+HTTP = httpx.Client()
+
+
 def health(base_url: str) -> dict:
-    return httpx.get(base_url.removesuffix("/v1") + "/health").json()
+    return HTTP.get(base_url.removesuffix("/v1") + "/health").json()
 
 
 def wait_idle(base_url: str, timeout_s: float = 20) -> dict:
@@ -290,7 +295,7 @@ def test_models_health_and_metrics(server):
     base_url, _ = server
     assert [m.id for m in client(base_url).models.list()] == ["lively"]
     assert health(base_url)["status"] == "ok" and health(base_url)["decode"] == "async"
-    text = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    text = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
     for name in ("pasta_requests_total", "pasta_generation_tokens_total", "pasta_forward_steps_total",
                  "pasta_live_requests", "pasta_live_threads", "pasta_queue_depth", "pasta_step_seconds_bucket",
                  "pasta_step_host_seconds_bucket", "pasta_step_rows_bucket", "pasta_step_requests_bucket",
@@ -482,7 +487,7 @@ def counted_requests(base_url: str, total: int, timeout_s: float = 20) -> dict[s
     """`pasta_requests_total` by status, once `total` requests are counted (a response is counted as it ends)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
         counts = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
                   if line.startswith("pasta_requests_total{")}
         if sum(counts.values()) >= total:
@@ -507,7 +512,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_request_and_counts_as_49
         state = wait_idle(base_url)
         assert list(client(base_url).completions.create(model="speaker", prompt="Tips", max_tokens=2, stream=True))
         counts = counted_requests(base_url, 2)
-        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
     assert state["num_threads"] == state["num_tokens_in_flight"] == state["num_cache_rows"] == 0
     assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
     assert counts == {"499": 1.0, "200": 1.0}  # the stream that ended is a 200, the one whose client left a 499
@@ -544,7 +549,7 @@ def test_a_client_that_disconnects_before_its_non_streamed_answer_frees_its_requ
         left = time.monotonic()
         state = wait_idle(base_url, timeout_s=30)
         freed_s = time.monotonic() - left
-        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
     assert state["num_cache_rows"] == state["kv_cache_bytes"] == state["num_tokens_in_flight"] == 0
     assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
     assert 'outcome="finished"' not in metrics  # a label appears once counted
@@ -567,7 +572,7 @@ def test_health_reads_what_the_engine_thread_published_never_the_running_batch(s
             while (running_state := health(base_url))["kv_cache_bytes"] == 0:  # the first forward fills the cache
                 assert time.monotonic() < deadline, running_state
                 time.sleep(0.01)
-            metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+            metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
             answer.result()
         idle = wait_idle(base_url)
     assert running_state["num_running"] == running_state["num_cache_rows"] == 1
@@ -700,7 +705,7 @@ def test_a_bounded_load_run_answers_every_request_uncorrupted_and_returns_to_idl
             answers = list(pool.map(lambda i: complete(api, PROMPTS[i % 16], stream=i % 2 == 1)[0],
                                     range(num_requests)))
         state = wait_idle(base_url)
-        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
     assert answers == [expected[i % 16] for i in range(num_requests)]
     assert state["num_threads"] == state["num_cache_rows"] == 0
     assert f'pasta_sequences_total{{outcome="finished"}} {num_requests}.0' in metrics
@@ -761,7 +766,7 @@ def test_a_64_request_load_with_forks_failures_disconnects_and_hang_ups_leaves_n
             outcomes = list(pool.map(one, range(64)))
         state = wait_idle(base_url)
         requests = counted_requests(base_url, 64)
-        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
     answered = [i for i in range(64) if i % 8 not in (4, 5, 6)]
     assert requests == {"200": len(answered), "500": 8, "499": 16}  # both kinds of disconnect are 499s
     assert [outcomes[i] for i in answered] == [expected[i % 16] for i in answered]
@@ -807,7 +812,7 @@ def test_a_forward_that_raises_fails_its_requests_and_the_server_answers_the_nex
             complete(api, PROMPTS[0], stream=False)
         assert complete(api, PROMPTS[2], stream=True)[0] == expected[2]
         state = wait_idle(base_url)
-        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
     assert state["num_running"] == state["num_cache_rows"] == state["kv_cache_bytes"] == 0
     assert state["num_tokens_in_flight"] == 0
     assert 'pasta_sequences_total{outcome="failed"} 1.0' in metrics
