@@ -147,6 +147,23 @@ def test_the_grammar_reads_every_tokens_text_as_batch_decode_does(tagged):
     assert _decode_each(shouting, sequences[:300]) == [text.upper() for text in expected[:300]]
 
 
+def test_a_tokenizer_loaded_again_shares_the_grammar_of_its_vocabulary(tagged):
+    """Each preference round loads its policy's tokenizer again: the grammar is built once per vocabulary."""
+    from pasta.decoding.grammar import grammar_for
+
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+
+    def grammar(tok):
+        return grammar_for(tok, tags, {tok.eos_token_id}, model.config.vocab_size, "cpu")
+
+    again = copy.deepcopy(tokenizer)
+    assert grammar(again) is grammar(tokenizer)
+    other = copy.deepcopy(tokenizer)
+    other.add_tokens(["<|another_token|>"])
+    assert grammar(other) is not grammar(tokenizer)
+
+
 def test_a_topic_stops_growing_at_max_topic_chars_and_can_still_close(tagged):
     from pasta.decoding.grammar import grammar_for
 

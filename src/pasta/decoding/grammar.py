@@ -277,7 +277,9 @@ _GRAMMARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def grammar_for(tokenizer, tag_ids: TagIds, eos_ids: set[int], num_logits: int,
                 device: torch.device | str) -> Grammar:
-    """The grammar of `tokenizer` for logits of width `num_logits`, built once per vocabulary, eos ids and device."""
+    """The grammar of `tokenizer` for logits of width `num_logits`, built once per vocabulary, eos ids and device:
+    per tokenizer object, and per vocabulary's token texts for a tokenizer loaded again (each preference round loads
+    its policy's)."""
     key = (len(tokenizer), tag_ids, frozenset(eos_ids), num_logits, str(device))
     built = _GRAMMARS.setdefault(tokenizer, {})
     if key not in built:
@@ -286,15 +288,21 @@ def grammar_for(tokenizer, tag_ids: TagIds, eos_ids: set[int], num_logits: int,
         anchor = encode_text(tokenizer, "a")[:1]
         prefix = len(tokenizer.decode(anchor, skip_special_tokens=True, clean_up_tokenization_spaces=False))
         texts = [text[prefix:] for text in _decode_each(tokenizer, [[*anchor, i] for i in range(len(tokenizer))])]
-        built[key] = Grammar(texts, tag_ids, eos_ids, num_logits, device)
+        built[key] = _grammar(tuple(texts), *key[1:])
     return built[key]
+
+
+@functools.lru_cache(maxsize=4)
+def _grammar(token_texts: tuple[str, ...], tag_ids: TagIds, eos_ids: frozenset[int], num_logits: int,
+             device: str) -> Grammar:
+    return Grammar(list(token_texts), tag_ids, set(eos_ids), num_logits, device)
 
 
 def _decode_each(tokenizer, sequences: list[list[int]]) -> list[str]:
     """`tokenizer.batch_decode(sequences, skip_special_tokens=True, clean_up_tokenization_spaces=False)`."""
     from transformers import TokenizersBackend
 
-    # batch_decode makes a Python call per sequence (~1 s for a 49K vocabulary, paid by every decoder start); a
+    # batch_decode makes a Python call per sequence, the whole vocabulary's worth on every decoder start; a
     # tokenizer whose decode is the Rust tokenizer's, with nothing cleaned up, gives the same texts from one call.
     if all(getattr(type(tokenizer), name) is getattr(TokenizersBackend, name)
            for name in ("batch_decode", "decode", "_decode")):
