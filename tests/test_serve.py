@@ -26,6 +26,7 @@ import pytest
 import uvicorn
 import yaml
 
+from helpers import run_cli
 from helpers.models import Scripted, cut_checkpoint, lively_model, looping_model
 from pasta.annotate import annotate
 from pasta.config import compose
@@ -244,12 +245,14 @@ def test_the_cli_prints_its_config_and_says_what_is_wrong_in_one_line(tmp_path):
     ("log_level=loud", "error: log_level: 'loud' is not one of critical, error, warning, info, debug, trace"),
     ("limits.max_body_bytes=0", "error: limits.max_body_bytes: must be >= 1 or null, got 0"),
 ])
-def test_a_bad_server_setting_is_one_line_before_anything_loads(tmp_path, override, says):
+def test_a_bad_server_setting_is_one_line_before_anything_loads(tmp_path, monkeypatch, capsys, override, says):
+    """`python -m pasta.serve`'s cli, in this process (the real process: test_the_cli_prints_its_config_...)."""
+    from pasta.serve import cli
+
     # port=0 first: a bad setting other than the port must not depend on port 8000 being free.
-    result = subprocess.run([sys.executable, "-m", "pasta.serve", "model=tiny", "port=0", override,
-                             f"paths.output_root={tmp_path / 'out'}"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert (result.returncode, result.stderr.strip()) == (2, says)
+    code, err = run_cli(monkeypatch, capsys, cli, "model=tiny", "port=0", override,
+                        f"paths.output_root={tmp_path / 'out'}")
+    assert (code, err.strip()) == (2, says)
     assert not (tmp_path / "out").exists()  # refused before Hydra's run folder, so before any model
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import run_cli
 from pasta.cli import literal_overrides
 from pasta.config import compose
 from pasta.errors import PastaError
@@ -80,13 +81,6 @@ def test_the_shipped_defaults_pass_the_check(config_name):
 def test_hydra_composition_errors_are_one_line(override, message):
     with pytest.raises(PastaError, match=message):
         compose("generate", [override])
-
-
-def run_cli(monkeypatch, capsys, module_cli, *argv: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["pasta", *argv])
-    with pytest.raises(SystemExit) as exit_info:
-        module_cli()
-    return exit_info.value.code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -131,3 +131,14 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def run_cli(monkeypatch, capsys, module_cli, *argv: str) -> tuple[int, str]:
+    """Run an entry point's `cli` in this process with `argv`; (its exit code, what it wrote to stderr). For a
+    command line refused before the task: the checks and the one-line error without a Python start-up."""
+    import pytest
+
+    monkeypatch.setattr(sys, "argv", ["pasta", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        module_cli()
+    return exit_info.value.code, capsys.readouterr().err
