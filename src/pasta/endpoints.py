@@ -28,7 +28,7 @@ from typing import Any
 from pasta.errors import PastaError, one_line, redact, register_secret
 
 # openai is imported where a client is made: every stage's start reads the endpoint configs' settings (the config
-# schemas, check_endpoint_settings), and a command that makes no client would pay ~1 s for the import.
+# schemas, check_endpoint_settings), and a command that makes no client need not pay for the import.
 
 
 class EndpointError(PastaError):
