@@ -148,6 +148,11 @@ def health(base_url: str) -> dict:
     return HTTP.get(base_url.removesuffix("/v1") + "/health").json()
 
 
+def read_metrics(base_url: str) -> str:
+    """The server's Prometheus exposition (GET /metrics)."""
+    return HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+
+
 def wait_idle(base_url: str, timeout_s: float = 20) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -298,7 +303,7 @@ def test_models_health_and_metrics(server):
     base_url, _ = server
     assert [m.id for m in client(base_url).models.list()] == ["lively"]
     assert health(base_url)["status"] == "ok" and health(base_url)["decode"] == "async"
-    text = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+    text = read_metrics(base_url)
     for name in ("pasta_requests_total", "pasta_generation_tokens_total", "pasta_forward_steps_total",
                  "pasta_live_requests", "pasta_live_threads", "pasta_queue_depth", "pasta_step_seconds_bucket",
                  "pasta_step_host_seconds_bucket", "pasta_step_rows_bucket", "pasta_step_requests_bucket",
@@ -490,7 +495,7 @@ def counted_requests(base_url: str, total: int, timeout_s: float = 20) -> dict[s
     """`pasta_requests_total` by status, once `total` requests are counted (a response is counted as it ends)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = read_metrics(base_url)
         counts = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
                   if line.startswith("pasta_requests_total{")}
         if sum(counts.values()) >= total:
@@ -515,7 +520,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_request_and_counts_as_49
         state = wait_idle(base_url)
         assert list(client(base_url).completions.create(model="speaker", prompt="Tips", max_tokens=2, stream=True))
         counts = counted_requests(base_url, 2)
-        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = read_metrics(base_url)
     assert state["num_threads"] == state["num_tokens_in_flight"] == state["num_cache_rows"] == 0
     assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
     assert counts == {"499": 1.0, "200": 1.0}  # the stream that ended is a 200, the one whose client left a 499
@@ -552,7 +557,7 @@ def test_a_client_that_disconnects_before_its_non_streamed_answer_frees_its_requ
         left = time.monotonic()
         state = wait_idle(base_url, timeout_s=30)
         freed_s = time.monotonic() - left
-        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = read_metrics(base_url)
     assert state["num_cache_rows"] == state["kv_cache_bytes"] == state["num_tokens_in_flight"] == 0
     assert 'pasta_sequences_total{outcome="cancelled"} 1.0' in metrics
     assert 'outcome="finished"' not in metrics  # a label appears once counted
@@ -575,7 +580,7 @@ def test_health_reads_what_the_engine_thread_published_never_the_running_batch(s
             while (running_state := health(base_url))["kv_cache_bytes"] == 0:  # the first forward fills the cache
                 assert time.monotonic() < deadline, running_state
                 time.sleep(0.01)
-            metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+            metrics = read_metrics(base_url)
             answer.result()
         idle = wait_idle(base_url)
     assert running_state["num_running"] == running_state["num_cache_rows"] == 1
@@ -708,7 +713,7 @@ def test_a_bounded_load_run_answers_every_request_uncorrupted_and_returns_to_idl
             answers = list(pool.map(lambda i: complete(api, PROMPTS[i % 16], stream=i % 2 == 1)[0],
                                     range(num_requests)))
         state = wait_idle(base_url)
-        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = read_metrics(base_url)
     assert answers == [expected[i % 16] for i in range(num_requests)]
     assert state["num_threads"] == state["num_cache_rows"] == 0
     assert f'pasta_sequences_total{{outcome="finished"}} {num_requests}.0' in metrics
@@ -769,7 +774,7 @@ def test_a_64_request_load_with_forks_failures_disconnects_and_hang_ups_leaves_n
             outcomes = list(pool.map(one, range(64)))
         state = wait_idle(base_url)
         requests = counted_requests(base_url, 64)
-        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = read_metrics(base_url)
     answered = [i for i in range(64) if i % 8 not in (4, 5, 6)]
     assert requests == {"200": len(answered), "500": 8, "499": 16}  # both kinds of disconnect are 499s
     assert [outcomes[i] for i in answered] == [expected[i % 16] for i in answered]
@@ -815,7 +820,7 @@ def test_a_forward_that_raises_fails_its_requests_and_the_server_answers_the_nex
             complete(api, PROMPTS[0], stream=False)
         assert complete(api, PROMPTS[2], stream=True)[0] == expected[2]
         state = wait_idle(base_url)
-        metrics = HTTP.get(base_url.removesuffix("/v1") + "/metrics").text
+        metrics = read_metrics(base_url)
     assert state["num_running"] == state["num_cache_rows"] == state["kv_cache_bytes"] == 0
     assert state["num_tokens_in_flight"] == 0
     assert 'pasta_sequences_total{outcome="failed"} 1.0' in metrics

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 CHAT_SERVER = Path(__file__).with_name("chat_server.py")
 
 
@@ -136,8 +138,6 @@ def _free_port() -> int:
 def run_cli(monkeypatch, capsys, module_cli, *argv: str) -> tuple[int, str]:
     """Run an entry point's `cli` in this process with `argv`; (its exit code, what it wrote to stderr). For a
     command line refused before the task: the checks and the one-line error without a Python start-up."""
-    import pytest
-
     monkeypatch.setattr(sys, "argv", ["pasta", *argv])
     with pytest.raises(SystemExit) as exit_info:
         module_cli()
