@@ -532,7 +532,7 @@ def print_summary(result, structures, costs, compile_log, repeats):
         print(f"(a) sequential / generate tokens/s: {g['ratio_sequential_over_generate']:.3f} (fastest runs "
               f"{g['ratio_of_fastest_runs']:.3f}; {g['sequential_tokens_per_s']:.1f} vs "
               f"{g['generate_tokens_per_s']:.1f} tok/s, {g['tokens']} tokens, same tokens: {g['same_tokens']})")
-    from pasta.decoding.step_costs import StepCosts
+    from pasta.decoding.cost_model import StepCosts
 
     for mode, measured in costs.items():
         print(f"c(q) ms, {mode}:", costs_ms(StepCosts.from_dict(measured["step_costs"])))

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pasta.data import read_jsonl
+from pasta.decoding.cost_model import StepCosts
 from pasta.decoding.draft import SkeletonDraft
-from pasta.decoding.step_costs import StepCosts
 from pasta.decoding.text import text_decoder
 from pasta.errors import PastaError, one_line
 from pasta.lang import LangError, TagIds, TokenDoc, encode_text, parse, tokenize_document

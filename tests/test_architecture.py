@@ -18,6 +18,19 @@ def test_every_dependency_rule_of_the_package_is_kept():
     assert "0 broken" in done.stdout
 
 
+def test_the_report_and_the_cost_model_load_without_torch_or_transformers():
+    """`pasta.eval report=` and scripts/study_plot.py read summary.json files and price steps on a saved
+    step_costs.json: the modules that do it import neither torch nor transformers (seconds of a report's start),
+    which only decoding and measuring need."""
+    code = ("import sys\n"
+            "import pasta.evaluation.formatting, pasta.evaluation.report, pasta.evaluation.run_files\n"
+            "import pasta.decoding.cost_model, pasta.evaluation.speed, pasta.measure\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_an_import_inside_a_function_breaks_a_rule(tmp_path):
     """The rules see lazy imports: serving/server.py imports the serving engine only inside `build_app`."""
     config = tmp_path / "contracts.toml"

@@ -8,7 +8,8 @@ import torch
 
 from helpers.models import lively_model
 from pasta.decoding import runner
-from pasta.decoding.step_costs import StepCosts, measure_step_costs
+from pasta.decoding.cost_model import StepCosts
+from pasta.decoding.step_costs import measure_step_costs
 
 COSTS = StepCosts(rows=[1, 3, 10], seconds=[1.0, 2.0, 5.0], requests=[1, 2, 4], request_seconds=[1.0, 2.0, 4.0],
                   slot_seconds=0.01, cache_len=100)

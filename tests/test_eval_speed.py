@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pasta.decoding.step_costs import StepCosts
+from pasta.decoding.cost_model import StepCosts
 from pasta.errors import PastaError
 from pasta.evaluation.speed import BootstrapConfig, SpeedSummary, bootstrap_ci, speed_metrics
 from pasta.measure import geometric_mean

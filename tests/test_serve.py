@@ -316,7 +316,7 @@ def test_the_step_metrics_read_back_price_a_runs_steps_as_the_cost_model_prices_
     cost model prices them one by one; a prompt's step in a coarse rows bucket at the least it can have fed."""
     from prometheus_client import generate_latest
 
-    from pasta.decoding.step_costs import StepCosts
+    from pasta.decoding.cost_model import StepCosts
     from pasta.serving.metrics import ServingMetrics, bucket_counts, read_engine_metrics
 
     costs = StepCosts(rows=[1, 8, 64], seconds=[1.0, 2.0, 9.0], requests=[1, 4], request_seconds=[1.0, 3.0],

@@ -1,8 +1,9 @@
 """The timing harness and summary statistics that every speed figure uses: the benchmarks under scripts/ and the
 evaluation's speed metrics import them from here, so a ratio, a geometric mean or a percentile means one thing.
 
-It imports torch, numpy and the standard library only (no stage): the GPU machines run `scripts/bench_decode.py`
-with pasta's src/ on the path and nothing installed beyond torch and transformers (which bring numpy).
+It imports numpy and the standard library only (no stage), and torch where a device is synchronized: the GPU
+machines run `scripts/bench_decode.py` with pasta's src/ on the path and nothing installed beyond torch and
+transformers (which bring numpy), and an evaluation's report reads its statistics without torch.
 """
 
 from __future__ import annotations
@@ -10,16 +11,20 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 
 
 def synchronize(device: torch.device | str) -> None:
     """Wait for the device's queued work (CUDA); nothing elsewhere."""
+    import torch  # here: the statistics below serve the evaluation's report, which imports no torch
+
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 

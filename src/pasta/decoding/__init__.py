@@ -30,7 +30,8 @@ Modules, one job each:
     sampling     choosing tokens from logits; text: detokenizing, stop strings, streaming
     requests     a request of either decoder, its chooser and its result
     api          the entry points: decode, decode_async, decode_sequential, stream_async, teacher_forced_logprobs
-    step_costs   the cost model: a step's cost by rows, requests and cache length, measured through the real step
+    cost_model   the cost model: a step's cost by rows, requests and cache length (StepCosts; no torch)
+    step_costs   measuring it through the real step
     result       DecodeResult, DecodeStats, TokenLogprobs
 
 `DecodeConfig(compile=True)` (`decode.compile=true`) compiles the steps that feed no prompt with torch.compile; the

@@ -37,7 +37,7 @@ class DecodeStats:
     finish_reason: str = ""  # eos | stop_string | max_new_tokens | max_total_tokens
     # Rows each forward fed for this request, prefill (the prompt) first: what a step costs grows with them and
     # with the cache it attends (their running sum), so its latency alone is priced on the cost model
-    # (pasta/decoding/step_costs.py) from these.
+    # (pasta/decoding/cost_model.py) from these.
     step_rows: list[int] = field(default_factory=list)
 
     @property

@@ -20,8 +20,8 @@ with its own admission: `run_to_completion` (`decode_async` / `decode_sequential
 pasta/decoding/api.py, so evaluation, the preference stage's sampling and `pasta.generate`) admits from its queue
 until it runs dry, at most `max_members` at once; the server's engine (pasta/serving/engine.py) admits what its
 scheduler started and drops cancelled requests, and turns the loop while anything runs; `stream_async` (a generator)
-admits its one request on the first turn and yields between turns. The cost model (pasta/decoding/step_costs.py) and
-both benchmarks step a batch directly.
+admits its one request on the first turn and yields between turns. The cost model's measurement
+(pasta/decoding/step_costs.py) and both benchmarks step a batch directly.
 
 A failure that belongs to one request (its plan, its choice, its commit raising) ends that request alone, with one
 `Failure.reason` that every caller reports as it is: the server as the request's error body, a library call as its

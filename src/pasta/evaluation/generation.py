@@ -18,7 +18,7 @@ paper's batch-1 latency, the only mode per-prompt speedups are computed from); `
 `eval.batch_size` at once, continuously batched (the next prompt joins as one ends; wall_s is then the time from a
 request's joining to its end, shared with the requests beside it), after decoding its first
 `eval.timed_prompts` prompts one at a time, so that a stated subset has batch-1 wall times. Every stats line keeps
-the rows each forward fed (`step_rows`), and `step_costs.json` the model's cost model (pasta.decoding.step_costs:
+the rows each forward fed (`step_rows`), and `step_costs.json` the model's cost model (pasta.decoding.cost_model:
 a step's cost by its rows and the cache it attends, measured through the decoder's own step), so that every
 answer's batch-1 latency can also be modelled, batched or not. A run whose step_costs.json is of an older version
 measures it again when it is rerun, even with nothing left to decode.
@@ -42,6 +42,7 @@ from pasta.config import schema_from
 from pasta.data import JsonlAppender, write_json_atomic
 from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeError, DecodeResult, decode
 from pasta.decoding.config import decode_difference
+from pasta.decoding.cost_model import VERSION as COST_MODEL_VERSION
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig, Timing
 from pasta.evaluation.eval_set import eval_prompts, subset_meta
@@ -319,9 +320,7 @@ def beside_model(cfg: DictConfig, ecfg: EvalConfig, device: str):
 
 def _has_current_costs(path: Path) -> bool:
     """step_costs.json holds a cost model of this version (an older one is measured again)."""
-    from pasta.decoding.step_costs import VERSION
-
-    return path.is_file() and read_json(path, STEP_COSTS).get("version") == VERSION
+    return path.is_file() and read_json(path, STEP_COSTS).get("version") == COST_MODEL_VERSION
 
 
 def timed_records(ecfg: EvalConfig, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ An evaluation run directory holds:
     alpaca_eval_cache.json  an alpaca_eval annotator's own cache (same purpose, alpaca_eval's format)
     annotations.json      alpaca_eval annotations (output_1 = reference, output_2 = this run, preference in [1, 2])
     leaderboard.csv       alpaca_eval's one-row leaderboard of this run
-    step_costs.json       the decoding model's cost per forward by rows fed (pasta.decoding.step_costs)
+    step_costs.json       the decoding model's cost per forward by rows fed (pasta.decoding.cost_model)
     quality.json, speed.json, summary.json, summary.md   the metrics and the per-run summary
 
 Loaders check what a user can get wrong (a file from another model, an outputs file that misses instructions) and
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pasta.data import iter_numbered_jsonl, read_json_file
-from pasta.decoding.step_costs import StepCosts
+from pasta.decoding.cost_model import StepCosts
 from pasta.errors import PastaError
 
 RUN_META = "run.json"

@@ -12,7 +12,7 @@ gathers a `SpeedSummary` (speed.json):
 - `step_speedup_geomean`: the sequential run's steps (its tokens) over the run's steps, per prompt: the wall-clock
   speedup of a machine whose step costs the same whatever it feeds;
 - `cost_speedup_geomean`: both runs' answers priced on one cost model (the sequential run's step_costs.json,
-  pasta.decoding.step_costs: each step by its rows and the cache it attends, decoded alone): this machine's
+  pasta.decoding.cost_model: each step by its rows and the cache it attends, decoded alone): this machine's
   batch-1 wall-clock speedup as the model predicts it, for every prompt, batched or not, without timing noise
   between the runs;
 - `theoretical_speedup_geomean`: geometric mean of tokens / forward steps (what an ideal interpreter would gain);
@@ -31,15 +31,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from pasta.decoding.cost_model import StepCosts
 from pasta.errors import PastaError
 from pasta.measure import geometric_mean
-
-if TYPE_CHECKING:  # its module imports the decoder; a config that reads BootstrapConfig should not
-    from pasta.decoding.step_costs import StepCosts
 
 
 @dataclass

@@ -5,7 +5,7 @@ scraper expects them; a registry per server (not the process-global one) lets te
 process. Live values (requests, threads, queue, cache) are read from the engine when scraped. The step metrics are
 the step loop's own timing record (pasta.decoding.timing.StepTiming): a step is plan, pack, forward, choose and
 commit; its host part is plan, pack and commit. The rows, requests and attended slots of the steps are what the
-cost model (pasta.decoding.step_costs) prices a run's steps from: its terms add, so these distributions and the
+cost model (pasta.decoding.cost_model) prices a run's steps from: its terms add, so these distributions and the
 slots' total are all it needs (scripts/bench_serve.py reads them back with `read_engine_metrics`).
 """
 
