@@ -98,7 +98,11 @@ def test_a_rerun_measures_a_cost_model_of_an_older_version_again_without_decodin
     costs_path.write_text(json.dumps({"rows": [1, 2], "seconds": [0.1, 0.2], "prefix_len": 256}))  # version 1
     decoded = count_decoded(monkeypatch)
     generate(tmp_path, "sequential", "eval.limit=2")
-    assert decoded == [] and json.loads(costs_path.read_text())["version"] == 2
+    costs = json.loads(costs_path.read_text())
+    assert decoded == [] and costs["version"] == 2
+    assert costs["rows"][:2] == [1, 2] and len(costs["seconds"]) == len(costs["rows"])
+    assert all(seconds > 0 for seconds in costs["seconds"])
+    assert costs["seconds"] == sorted(costs["seconds"])  # a forward feeding fewer rows is never priced higher
 
 
 def test_a_prompt_whose_decode_fails_stops_the_run_naming_it_and_the_batchs_other_answers_are_kept(
@@ -215,10 +219,8 @@ def test_timed_prompts_are_decoded_alone_first_and_every_answer_keeps_its_step_r
     assert decoded == [1, 1, 1, 3]  # the warm-up, the two timed prompts, then the rest, two at a time
     for record in stats:
         assert len(record["step_rows"]) == record["num_steps"] and record["step_rows"][0] > 1  # the prompt first
-    costs = json.loads((tmp_path / "run" / "step_costs.json").read_text())
-    assert costs["rows"][:2] == [1, 2] and len(costs["seconds"]) == len(costs["rows"])
-    assert all(seconds > 0 for seconds in costs["seconds"])
-    assert costs["seconds"] == sorted(costs["seconds"])  # a forward feeding fewer rows is never priced higher
+    # Only a sequential run measures the cost model: eval.sequential prices both sides on the sequential run's.
+    assert not (tmp_path / "run" / "step_costs.json").exists()
 
 
 def test_forked_answers_timed_alone_are_replayed_as_their_plain_text_and_timed(tmp_path, monkeypatch):

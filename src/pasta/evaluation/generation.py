@@ -18,10 +18,11 @@ paper's batch-1 latency, the only mode per-prompt speedups are computed from); `
 `eval.batch_size` at once, continuously batched (the next prompt joins as one ends; wall_s is then the time from a
 request's joining to its end, shared with the requests beside it), after decoding its first
 `eval.timed_prompts` prompts one at a time, so that a stated subset has batch-1 wall times. Every stats line keeps
-the rows each forward fed (`step_rows`), and `step_costs.json` the model's cost model (pasta.decoding.cost_model:
-a step's cost by its rows and the cache it attends, measured through the decoder's own step), so that every
-answer's batch-1 latency can also be modelled, batched or not. A run whose step_costs.json is of an older version
-measures it again when it is rerun, even with nothing left to decode.
+the rows each forward fed (`step_rows`), and a sequential run's `step_costs.json` the model's cost model
+(pasta.decoding.cost_model: a step's cost by its rows and the cache it attends, measured through the decoder's own
+step), so that every answer's batch-1 latency can also be modelled, batched or not, on both sides of a speedup
+against it (eval.sequential). A run whose step_costs.json is of an older version measures it again when it is
+rerun, even with nothing left to decode.
 """
 
 from __future__ import annotations
@@ -361,9 +362,10 @@ def generate_run(
     stats.gather()
     done = {r["instruction"] for r in read_stats(run_dir)} if (run_dir / STATS).is_file() else set()
     todo = [record for record in records if record["instruction"] not in done]
-    # The main process measures the model's cost model (a decoder that steps one request's rows at a time), unless
-    # the run holds one of this version already: a rerun with nothing left to decode measures a stale one again.
-    measure_costs = processes.is_main and mode != "sot" and not _has_current_costs(run_dir / STEP_COSTS)
+    # The main process of a sequential run measures the model's cost model, unless the run holds one of this version
+    # already (a rerun with nothing left to decode measures a stale one again). Only a sequential run's is read:
+    # eval.sequential prices both sides on it, so an asynchronous run's would be seconds to minutes spent unread.
+    measure_costs = processes.is_main and mode == "sequential" and not _has_current_costs(run_dir / STEP_COSTS)
     mine = processes.shard(todo)
     # The model loads before anything is written: weights that do not load leave output_dir as it was.
     model, tokenizer = load_model(cfg.model, device=device) if mine or measure_costs else (None, None)
