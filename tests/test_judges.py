@@ -266,7 +266,7 @@ def test_judge_yaml_has_exactly_the_fields_of_its_dataclass(name):
     # The train primary selects the judge (judge: embedding by default); evaluation composes the same group.
     from pasta.config import compose
     from pasta.judges.embedding import EmbeddingJudgeConfig
-    from pasta.judges.hf_judge import HFJudgeConfig
+    from pasta.judges.hf_config import HFJudgeConfig
     from pasta.judges.openai_judge import OpenAIJudgeConfig
 
     schema = {"embedding": EmbeddingJudgeConfig, "openai": OpenAIJudgeConfig, "hf": HFJudgeConfig}[name]
@@ -298,7 +298,8 @@ def test_hf_judge_builds_from_the_composed_config_group():
 
 @pytest.fixture(scope="module")
 def tiny_hf_judge(tiny_model_and_tokenizer):
-    from pasta.judges.hf_judge import HFJudge, HFJudgeConfig
+    from pasta.judges.hf_config import HFJudgeConfig
+    from pasta.judges.hf_judge import HFJudge
 
     model, tokenizer = tiny_model_and_tokenizer
     return lambda **kw: HFJudge(HFJudgeConfig(progress=False, **kw), model, tokenizer, model_name="tiny")

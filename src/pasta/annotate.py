@@ -16,7 +16,6 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pasta.annotation import stage
 from pasta.annotation.config import AnnotateConfig, companion_paths
 from pasta.cli import run_entry
 
@@ -27,6 +26,8 @@ __all__ = ["AnnotateConfig", "annotate", "companion_paths", "cli"]
 # after the file of the function it wraps.
 def annotate(cfg: DictConfig) -> dict[str, Any]:
     """Annotate `cfg.data` with `cfg.teacher` into `cfg.output` (resuming); returns the summary it writes."""
+    from pasta.annotation import stage  # here: the command line is checked first, without the stage's torch
+
     return stage.annotate(cfg)
 
 

@@ -7,12 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
 from pasta.config import schema_from
-from pasta.decoding import DECODE_MODES, DecodeConfig, DecodeResult
+from pasta.decoding import DECODE_MODES, DecodeConfig
 from pasta.errors import PastaError
+
+if TYPE_CHECKING:
+    from pasta.decoding import DecodeResult
 
 FORMATS = ("text", "json")
 

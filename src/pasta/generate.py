@@ -14,11 +14,15 @@ theoretical_speedup, wall_s, ...). Settings: conf/generate.yaml and conf/decode/
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from omegaconf import DictConfig
 
 from pasta.answer import answer
 from pasta.cli import run_entry
-from pasta.decoding import DecodeResult
+
+if TYPE_CHECKING:
+    from pasta.decoding import DecodeResult
 
 
 # A function of this module, not answer itself: Hydra names the job (and so the run folder) after the file of the

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 # import contracts); the classes are imported when they are registered.
 SCHEMAS = {
     "schema_model": "pasta.models.config:ModelConfig",
-    "schema_lang_reservation": "pasta.lang.layout:ReservationPolicy",  # lang/: its `reservation` node
+    "schema_lang_reservation": "pasta.lang.reservation:ReservationPolicy",  # lang/: its `reservation` node
     "schema_data": "pasta.data.instructions:DataConfig",  # data/ and eval_data/
     "schema_decode": "pasta.decoding.config:DecodeConfig",  # async, sequential and sot set only `kind`
     "schema_eval": "pasta.evaluation.config:EvalConfig",
@@ -37,7 +37,7 @@ SCHEMAS = {
     "schema_stage_sft": "pasta.training.config:SFTSettings",
     "schema_stage_pref": "pasta.training.config:PrefSettings",
     "schema_judge_embedding": "pasta.judges.embedding:EmbeddingJudgeConfig",
-    "schema_judge_hf": "pasta.judges.hf_judge:HFJudgeConfig",
+    "schema_judge_hf": "pasta.judges.hf_config:HFJudgeConfig",
     "schema_judge_openai": "pasta.judges.openai_judge:OpenAIJudgeConfig",
     "schema_teacher_structural": "pasta.teachers.structural.config:StructuralConfig",
     "schema_teacher_hf": "pasta.teachers.hf_config:HFTeacherConfig",

@@ -40,20 +40,19 @@ first decode pays the compilation, later ones reuse it (pasta/decoding/step.py).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from pasta.decoding.config import DECODE_MODES, DecodeConfig, SamplingConfig
+from pasta.lazy import lazy_exports
 
-# The rest is imported on first use (PEP 562): every command composes its config through DecodeConfig, and a bad
-# command line is refused without importing transformers, which only the decoders need.
-_LAZY_MODULES = {
+# The rest is imported on first use: every command composes its config through DecodeConfig, and a bad command line
+# is refused without importing torch or transformers, which only the decoders need.
+__getattr__ = lazy_exports(__name__, {
     "pasta.decoding.api": ("decode", "decode_async", "decode_sequential", "stream_async", "teacher_forced_logprobs"),
     "pasta.decoding.attention": ("layout_attention",),
     "pasta.decoding.result": ("DecodeResult", "DecodeStats", "TokenLogprobs"),
     "pasta.decoding.runner": ("DecodeError",),
-}
-_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+}, globals())
 
 if TYPE_CHECKING:
     from pasta.decoding.api import (
@@ -66,15 +65,6 @@ if TYPE_CHECKING:
     from pasta.decoding.attention import layout_attention
     from pasta.decoding.result import DecodeResult, DecodeStats, TokenLogprobs
     from pasta.decoding.runner import DecodeError
-
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(_LAZY[name])
-    for loaded in _LAZY_MODULES[_LAZY[name]]:
-        globals()[loaded] = getattr(module, loaded)
-    return globals()[name]
 
 
 __all__ = [

@@ -34,7 +34,7 @@ def judge_config(judge_cfg: DictConfig | dict[str, Any]) -> Any:
         check_endpoint_settings("judge", config)
         return config
     if kind == "hf":
-        from pasta.judges.hf_judge import HFJudgeConfig
+        from pasta.judges.hf_config import HFJudgeConfig
 
         return schema_from(cfg, HFJudgeConfig, "judge")
     raise PastaError(f"judge.kind: {kind!r} is not one of {', '.join(KINDS)} (judge=embedding|openai|hf)")

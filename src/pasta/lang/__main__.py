@@ -24,8 +24,9 @@ from pathlib import Path
 
 from pasta.data.jsonl import check_text, read_text_file
 from pasta.errors import PastaError
-from pasta.lang.layout import MAIN_THREAD, PROMPT_THREAD, Reservation, ReservationPolicy, build_layout
+from pasta.lang.layout import MAIN_THREAD, PROMPT_THREAD, build_layout
 from pasta.lang.repetition import cross_thread_repetition
+from pasta.lang.reservation import Reservation, ReservationPolicy
 from pasta.lang.schedule import schedule
 from pasta.lang.syntax import Document, LangError, parse, plain_text
 from pasta.lang.tokens import (

@@ -7,6 +7,11 @@ and the shared chat prompt format.
     prompt_ids = encode_prompt(tokenizer, "Give three tips for sleeping well.")
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pasta.lazy import lazy_exports
 from pasta.models.config import EmbeddedModel, ModelConfig, RandomInit
 from pasta.models.loading import (
     incomplete_weights,
@@ -16,8 +21,16 @@ from pasta.models.loading import (
     model_at,
     resolve_source,
 )
-from pasta.models.prompts import encode_chat, encode_prompt, encode_text_prompt, user_message
 from pasta.models.tiny import build_tiny_model
+
+# The prompt format encodes through the language's tokens (torch): imported on first use (pasta.lazy), so that a
+# command's config check, which reads ModelConfig, does not import torch.
+__getattr__ = lazy_exports(__name__, {
+    "pasta.models.prompts": ("encode_chat", "encode_prompt", "encode_text_prompt", "user_message"),
+}, globals())
+
+if TYPE_CHECKING:
+    from pasta.models.prompts import encode_chat, encode_prompt, encode_text_prompt, user_message
 
 __all__ = [
     "EmbeddedModel",
