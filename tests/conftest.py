@@ -117,9 +117,8 @@ def pytest_collection_modifyitems(items):
 def one_cost_model_per_architecture():
     """Every sequential evaluation run that decodes measures its model's cost model (pasta.decoding.step_costs:
     seconds, even on the tiny model); the suite's dozens of runs of the same few architectures measure each one once
-    per worker. What
-    a measurement is keyed by: the model's class and config (not the folder it was loaded from), the device and the
-    thread count. A call with arguments of its own (tests/test_decoding_costs.py) is measured."""
+    per worker. What a measurement is keyed by: the model's class and config (not the folder it was loaded from), the
+    device and the thread count. A call with arguments of its own (tests/test_decoding_costs.py) is measured."""
     from pasta.decoding import step_costs
 
     measure = step_costs.measure_step_costs
