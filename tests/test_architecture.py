@@ -18,17 +18,20 @@ def test_every_dependency_rule_of_the_package_is_kept():
     assert "0 broken" in done.stdout
 
 
-def test_the_report_and_the_cost_model_load_without_torch_or_transformers():
+def test_a_report_and_the_cost_model_run_without_torch_or_transformers(tmp_path):
     """`pasta.eval report=` and scripts/study_plot.py read summary.json files and price steps on a saved
-    step_costs.json: the modules that do it import neither torch nor transformers (seconds of a report's start),
-    which only decoding and measuring need."""
-    code = ("import sys\n"
-            "import pasta.evaluation.formatting, pasta.evaluation.report, pasta.evaluation.run_files\n"
-            "import pasta.decoding.cost_model, pasta.evaluation.speed, pasta.measure\n"
+    step_costs.json: the command, its runtime setup included, and the modules the plot reads import neither torch
+    nor transformers (seconds of a report's start), which only decoding and measuring need."""
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['pasta.eval', 'report={ROOT}/tests/fixtures/eval/*', 'output_dir={tmp_path / 'report'}',\n"
+            f"            'hydra.run.dir={tmp_path / 'hydra'}']\n"
+            "runpy.run_module('pasta.eval', run_name='__main__')\n"
+            "import pasta.evaluation.run_files, pasta.decoding.cost_model, pasta.evaluation.speed, pasta.measure\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "[]"
+    assert (tmp_path / "report" / "report.md").is_file()
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_an_import_inside_a_function_breaks_a_rule(tmp_path):

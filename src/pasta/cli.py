@@ -119,9 +119,14 @@ def check_command_line(config_name: str, argv: list[str]) -> None:
 
 
 def run_entry(
-    task_fn: Callable[[DictConfig], Any], config_name: str, literal_keys: tuple[str, ...] = ()
+    task_fn: Callable[[DictConfig], Any],
+    config_name: str,
+    literal_keys: tuple[str, ...] = (),
+    uses_torch: Callable[[DictConfig], bool] = lambda cfg: True,
 ) -> Callable[[], None]:
-    """Wrap `task_fn(cfg)` into a `main()` for `python -m ...` and console scripts (see the module docstring)."""
+    """Wrap `task_fn(cfg)` into a `main()` for `python -m ...` and console scripts (see the module docstring).
+
+    `uses_torch(cfg)` False: the task never imports torch, so the runtime setup does not seed or import it."""
 
     # functools.wraps keeps task_fn's module and file, from which Hydra names the job (and so the run dir).
     @functools.wraps(task_fn)
@@ -129,7 +134,7 @@ def run_entry(
         # Caught here, inside Hydra: errors that escape reach Hydra's reporter, which prints a traceback.
         try:
             install_log_redaction()
-            setup_runtime(cfg)
+            setup_runtime(cfg, uses_torch(cfg))
             task_fn(cfg)
         except (PastaError, FileNotFoundError, KeyboardInterrupt) as exc:
             fail(exc)

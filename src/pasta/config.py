@@ -190,15 +190,22 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
-def setup_runtime(cfg: DictConfig) -> None:
-    """Apply the keys every primary config has: `seed` (python, numpy, torch) and `num_threads` (torch)."""
-    import numpy as np
-    import torch
+def setup_runtime(cfg: DictConfig, uses_torch: bool = True) -> None:
+    """Apply the keys every primary config has: `seed` (python, numpy, torch) and `num_threads` (torch).
 
-    if cfg.get("num_threads") is not None:
-        torch.set_num_threads(int(cfg.num_threads))
+    `uses_torch=False`, for a task that never imports torch (a report), leaves it unimported: its import is most of
+    such a command's start."""
+    import numpy as np
+
     seed = cfg.get("seed")
     if seed is not None:
         random.seed(seed)
         np.random.seed(seed)
+    if not uses_torch:
+        return
+    import torch
+
+    if cfg.get("num_threads") is not None:
+        torch.set_num_threads(int(cfg.num_threads))
+    if seed is not None:
         torch.manual_seed(seed)

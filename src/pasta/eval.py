@@ -30,7 +30,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     return dispatch.evaluate(cfg)
 
 
-cli = run_entry(evaluate, "eval")
+cli = run_entry(evaluate, "eval", uses_torch=dispatch.uses_torch)
 
 if __name__ == "__main__":
     cli()

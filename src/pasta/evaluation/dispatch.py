@@ -43,6 +43,11 @@ def resolve_mode(cfg: DictConfig, ecfg: EvalConfig) -> EvalMode:
     return EvalMode.score if ecfg.annotations is not None else EvalMode.all
 
 
+def uses_torch(cfg: DictConfig) -> bool:
+    """Whether the run decodes or scores (torch), or only gathers a report of saved runs (no torch)."""
+    return resolve_mode(cfg, schema_from(cfg.eval, EvalConfig, "eval")) != EvalMode.report
+
+
 def output_dir(cfg: DictConfig, ecfg: EvalConfig, mode: EvalMode) -> Path:
     """`output_dir`, else <paths.output_root>/eval/<run name> (or /eval/report for a report)."""
     if cfg.get("output_dir"):
