@@ -83,7 +83,8 @@ def test_lc_win_rate_is_the_headline_when_official_and_raw_everywhere_when_mixed
     raw = {"generator": "b", "quality": {"win_rate": 30.0, "standard_error": 2.0}}
     assert (headline(lc).win_rate, headline(lc).win_rate_kind) == (45.0, "LC")
     rows, warnings = report_rows([lc, raw])
-    assert [(r.win_rate, r.win_rate_kind) for r in rows] == [(40.0, "raw"), (30.0, "raw")]
+    # The error bar is the raw win rate's too, not the LC one's.
+    assert [(r.win_rate, r.win_rate_kind, r.win_rate_se) for r in rows] == [(40.0, "raw", None), (30.0, "raw", 2.0)]
     assert warnings
 
 
@@ -140,7 +141,7 @@ def test_the_plot_measures_quality_by_the_embedding_proxy_and_says_so_when_the_r
 
     def row(name, win_rate, similarity, speedup=Interval(1.3, 1.1, 1.5)):
         return ReportRow(name=name, decode="async", win_rate=win_rate, win_rate_kind="raw", win_rate_se=None,
-                         raw_win_rate=win_rate, lc_offline_estimate=None, speedup=speedup, theoretical_speedup=1.2,
+                         raw_win_rate=win_rate, raw_win_rate_se=None, lc_offline_estimate=None, speedup=speedup, theoretical_speedup=1.2,
                          ms_per_token=10.0, num_prompts=8, num_with_threads=3, annotator=None,
                          reference="baseline-sft", device="cpu", eval_data="sample", subset=None,
                          proxy_similarity=similarity, proxy_model="all-MiniLM-L6-v2", proxy_reference="GPT-4")

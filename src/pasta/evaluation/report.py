@@ -51,6 +51,7 @@ class ReportRow:
     win_rate_kind: str  # LC | raw
     win_rate_se: float | None
     raw_win_rate: float | None
+    raw_win_rate_se: float | None
     lc_offline_estimate: float | None
     speedup: Interval | None  # the wall-clock speedup against the sequential run; None when not measured
     theoretical_speedup: float | None
@@ -91,7 +92,7 @@ def headline(summary: dict[str, Any]) -> ReportRow:
         win_rate, win_rate_kind, win_rate_se = quality.get("win_rate"), "raw", quality.get("standard_error")
     return ReportRow(
         name=summary.get("generator"), decode=summary.get("decode"), win_rate=win_rate, win_rate_kind=win_rate_kind,
-        win_rate_se=win_rate_se, raw_win_rate=quality.get("win_rate"),
+        win_rate_se=win_rate_se, raw_win_rate=quality.get("win_rate"), raw_win_rate_se=quality.get("standard_error"),
         lc_offline_estimate=quality.get("lc_winrate_offline_estimate"),
         speedup=None if speed is None else speed.headline,
         theoretical_speedup=None if speed is None else speed.theoretical_speedup_geomean.value,
@@ -170,7 +171,7 @@ def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[ReportRow], l
     if len(kinds) > 1:
         # One axis, one metric: fall back to the raw win rate everywhere.
         for row in rows:
-            row.win_rate, row.win_rate_kind = row.raw_win_rate, "raw"
+            row.win_rate, row.win_rate_kind, row.win_rate_se = row.raw_win_rate, "raw", row.raw_win_rate_se
         warnings.append("some runs have no LC win rate: the table and plot use the raw win rate for all")
     unmeasured = [str(row.name) for row in rows
                   if row.speedup is None and row.theoretical_speedup is not None and row.decode != "sequential"]
