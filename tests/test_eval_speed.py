@@ -177,6 +177,12 @@ def test_without_prompts_timed_alone_there_is_no_wall_speedup_but_still_a_step_s
     assert metrics.wall_speedup_geomean is None and metrics.num_timed_prompts == 0
     assert metrics.step_speedup_geomean.value == pytest.approx(2.0)
     assert metrics.cost_speedup_geomean is None  # no cost model given
+    # A prompt left alone in a throughput batch (the last of a run, or a resume's one left) was decoded one at a
+    # time, but cold: no warm-up ran before it and nothing was timed beside it.
+    left_alone = {"batch_size": 1, "timed_alone": False}
+    metrics = speed_metrics([candidate[0] | left_alone], [sequential[0] | left_alone],
+                            bootstrap=BootstrapConfig(num_resamples=50))
+    assert metrics.wall_speedup_geomean is None and metrics.num_timed_prompts == 0
 
 
 def test_the_summary_round_trips_through_speed_json_and_its_headline_is_the_wall_clock_speedup():

@@ -91,7 +91,8 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     # Baseline-SFT answers only the prompts the rounds sample (2 rounds x 2 prompts), not all 12 records.
     assert len((out / "pref-lambda1" / "baseline_answers.jsonl").read_text().splitlines()) == 4
     stats = [json.loads(line) for line in (out / "eval" / "pasta-sft" / "stats.jsonl").read_text().splitlines()]
-    assert [r["batch_size"] for r in stats] == [1, 1]  # one timed prompt, then a batch of the one left
+    # One timed prompt, then a batch of the one left: decoded alone too, but not timed (no warm-up before it).
+    assert [(r["batch_size"], r["timed_alone"]) for r in stats] == [(1, True), (1, False)]
     assert (out / "eval" / "baseline-sft" / "step_costs.json").is_file()
     assert "| pasta-lambdainf-round2 |" in done.stdout and "(proxy)" in done.stdout
     assert "cost-model speedup" in done.stdout

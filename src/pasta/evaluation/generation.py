@@ -247,10 +247,10 @@ def check_prompts_fit(cfg: DictConfig, records: list[dict[str, Any]]) -> None:
         )
 
 
-def _stats_record(record: dict[str, Any], result: DecodeResult, batch_size: int) -> dict[str, Any]:
+def _stats_record(record: dict[str, Any], result: DecodeResult, batch_size: int, timed_alone: bool) -> dict[str, Any]:
     stats = result.stats.to_dict()
     return {"instruction": record["instruction"], "output": result.text, "annotated": result.annotated,
-            "batch_size": batch_size, **stats}
+            "batch_size": batch_size, "timed_alone": timed_alone, **stats}
 
 
 def _decode_into(out: JsonlAppender, cfg: DictConfig, ecfg: EvalConfig, mode: str, device: str,
@@ -289,7 +289,7 @@ def _decode_one(out: JsonlAppender, decoder: Decoder, record: dict[str, Any]) ->
         raise _failed([record], exc) from None
     # An answer that forked nothing is already its plain text decoded one token per step: nothing to replay.
     replay = decoder.replay(record, result) if result.stats.num_threads > 0 and decoder.replays else {}
-    out.append({**_stats_record(record, result, 1), **replay, **decoder.time_beside(record)})
+    out.append({**_stats_record(record, result, 1, timed_alone=True), **replay, **decoder.time_beside(record)})
 
 
 def _decode_batched(out: JsonlAppender, decoder: Decoder, records: list[dict[str, Any]], batch_size: int,
@@ -301,7 +301,7 @@ def _decode_batched(out: JsonlAppender, decoder: Decoder, records: list[dict[str
     at_once = min(batch_size, len(records))
 
     def ended(i: int, result: DecodeResult) -> None:
-        out.append(_stats_record(records[i], result, at_once))
+        out.append(_stats_record(records[i], result, at_once, timed_alone=False))
         bar.update(1)
 
     try:

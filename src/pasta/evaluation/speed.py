@@ -104,6 +104,10 @@ class AnswerSpeed:
     num_steps: float
     wall_s: Any  # checked where it is read: a batched answer's is its batch's, and read only for the cost model
     batch_size: int = 1  # stats written before batch sizes were kept came from eval.timing=wall
+    # Decoded one request at a time after the warm-up, timed beside the sequential model: its wall time is its own.
+    # Not a prompt left alone in a throughput batch (no warm-up, nothing beside it); stats written before the key
+    # was kept read it from the batch size.
+    timed_alone: bool = True
     step_rows: tuple[int, ...] = ()
     num_threads: int = 0
     malformed: bool = False
@@ -117,15 +121,11 @@ class AnswerSpeed:
                    num_tokens=_positive(record.get("num_tokens"), "num_tokens", where),
                    num_steps=_positive(record.get("num_steps"), "num_steps", where),
                    wall_s=record.get("wall_s"), batch_size=record.get("batch_size", 1),
+                   timed_alone=bool(record.get("timed_alone", record.get("batch_size", 1) == 1)),
                    step_rows=tuple(record.get("step_rows") or ()), num_threads=record.get("num_threads", 0),
                    malformed=bool(record.get("malformed")), replay_wall_s=record.get("replay_wall_s"),
                    sequential_wall_s=record.get("sequential_wall_s"),
                    sequential_num_tokens=record.get("sequential_num_tokens"))
-
-    @property
-    def timed_alone(self) -> bool:
-        """Decoded one request at a time: its wall time is its own."""
-        return self.batch_size == 1
 
     @property
     def theoretical_speedup(self) -> float:
