@@ -353,28 +353,33 @@ def test_a_step_is_timed_once_and_each_request_counts_its_prefill_and_decode_ste
     assert second.clock.forward_s == pytest.approx(sum(t.forward_s for t in timings[1:]))
 
 
-@pytest.mark.parametrize("mode", ["async", "sequential"])
-def test_a_request_whose_step_fails_ends_alone_and_the_call_raises_its_reason(lively, monkeypatch, mode):
+@pytest.mark.parametrize(("mode", "method", "reason"), [
+    ("async", "commit", "sampling or committing"), ("sequential", "commit", "sampling or committing"),
+    ("async", "plan", "planning"), ("sequential", "plan", "planning")])
+def test_a_request_whose_step_fails_ends_alone_and_the_call_raises_its_reason(lively, monkeypatch, mode, method,
+                                                                             reason):
     """The failing request leaves the batch with the reason every caller reports (the server's error body); the
-    others decode what they decode alone, and the library call raises a DecodeError with them attached."""
+    others decode what they decode alone, and the library call raises a DecodeError with them attached. One that
+    fails planning leaves before the step's forward: the last request takes its cache row, and the plans follow."""
     model, tokenizer = lively
     config = DecodeConfig(max_new_tokens=8)
-    prompts = [encode_prompt(tokenizer, text) for text in ("Name a fruit.", "Give three tips.", "Hello there")]
+    texts = ("Name a fruit.", "Give three tips.", "Hello there", "Write a haiku about rain.")
+    prompts = [encode_prompt(tokenizer, text) for text in texts]
     alone = decode(model, tokenizer, prompts, config, mode=mode, policy=ReservationPolicy())
     request_type = Interpreter if mode == "async" else type(new_request("sequential", model, tokenizer, [1], config))
-    commit = request_type.commit
+    original = getattr(request_type, method)
 
-    def fragile_commit(self, plan, token_ids):
+    def fragile(self, *args):
         if self.prompt_ids == prompts[1] and len(self.main_ids) == 2:
             raise RuntimeError("injected failure")
-        commit(self, plan, token_ids)
+        return original(self, *args)
 
-    monkeypatch.setattr(request_type, "commit", fragile_commit)
-    with pytest.raises(DecodeError, match="^sampling or committing the step failed: injected failure$") as raised:
+    monkeypatch.setattr(request_type, method, fragile)
+    with pytest.raises(DecodeError, match=f"^{reason} the step failed: injected failure$") as raised:
         decode(model, tokenizer, prompts, config, mode=mode, policy=ReservationPolicy())
     assert raised.value.failed_indices == [1]
-    first, _, last = (member.request for member in raised.value.members)
-    assert [first.main_ids, last.main_ids] == [alone[0].token_ids, alone[2].token_ids]
+    others = [member.request.main_ids for i, member in enumerate(raised.value.members) if i != 1]
+    assert others == [alone[i].token_ids for i in (0, 2, 3)]
 
 
 def test_streaming_a_request_whose_step_fails_yields_what_was_final_then_raises_its_reason(lively, monkeypatch):

@@ -195,7 +195,13 @@ class StepBatch:
                 members.append(member)
             except Exception as exc:
                 failed.append(Failure(member, f"planning the step failed: {exc}", exc))
-        self.leave(f.member for f in failed)
+        if failed:
+            self.leave(f.member for f in failed)
+            # The last members moved into the rows that left: the plans are packed in the members' new order,
+            # since a plan's index is its cache row.
+            plan_of = {id(m): p for m, p in zip(members, plans, strict=True)}
+            members = list(self.members)
+            plans = [plan_of[id(m)] for m in members]
         if not members:
             return StepOutcome(StepTiming(time.perf_counter() - started, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, False),
                                [], [], failed)
