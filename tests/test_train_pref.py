@@ -525,6 +525,19 @@ def test_the_reference_scored_once_gives_the_losses_of_a_reference_forward_on_ev
     assert losses == pytest.approx(step_losses, rel=1e-4) and margins == pytest.approx(step_margins, abs=1e-3)
     # 4 policy steps, and the reference's forwards: the 2 pairs once, against once per step
     assert (num_forwards, step_forwards) == (4 + 2, 4 + 4)
+    if finetune == "lora":  # stage.merge_lora=false: the round's adapter loads onto the base the round saved
+        from pasta.models import load_model
+
+        final = tmp_path / "True" / "round-1" / "final"
+        loaded, _ = load_model({"name": "adapter", "path": str(final)})
+        assert (final.parent / "base" / "config.json").is_file()
+        assert loaded.get_input_embeddings().weight.shape == model.get_input_embeddings().weight.shape
+        # and a resumed run takes the round as finished, as it does a merged model
+        from pasta.training.rounds import ROUND_METRICS, finished_round_metrics
+
+        metrics = {"round": 1, "mean_score": 0.5, "mean_score_margin": 0.1, "train": {}}
+        (final.parent / ROUND_METRICS).write_text(json.dumps(metrics))
+        assert finished_round_metrics(final.parent, 1) == metrics
 
 
 # --- whole rounds ---------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from pasta.training.config import Finetune, PrefSettings, Reference, settings_fr
 from pasta.training.examples import loader_config, num_rows, plain_answer_ids, with_min_promises
 from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
-from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_final
+from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_base_once, save_final
 from pasta.training.pairs import json_number, make_pairs, summarize
 from pasta.training.rounds import (
     ROUND_METRICS,
@@ -115,6 +115,8 @@ def train_round(
     resume_from = checkpoint_to_resume(checkpoint_dir, resume)
     args = bonbon_args(settings, cfg, checkpoint_dir)
     peft_config = lora_config(settings.lora, model, tag_ids) if settings.finetune == Finetune.lora else None
+    if peft_config is not None and not settings.merge_lora:
+        save_base_once(model, tokenizer, round_dir / "base")  # the round's adapter is saved against its start
     # Full finetuning needs an explicit reference (DPOTrainer would reload it by name); under LoRA the reference is
     # the model with its adapter switched off, which is the round's starting policy.
     ref_model = copy.deepcopy(model).eval() if peft_config is None else None

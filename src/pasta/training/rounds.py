@@ -59,7 +59,9 @@ def finished_round_metrics(round_path: Path, round_index: int) -> dict[str, Any]
     checkpoint. A final model whose weights are cut short is one line: it is the next round's policy."""
     final = round_path / "final"
     metrics_path = round_path / ROUND_METRICS
-    if not (metrics_path.is_file() and (final / "config.json").is_file()):
+    # A merged or full model has config.json; an adapter (stage.merge_lora=false) adapter_config.json.
+    saved = any((final / name).is_file() for name in ("config.json", "adapter_config.json"))
+    if not (metrics_path.is_file() and saved):
         return None
     problem = incomplete_weights(final)
     if problem is not None:
