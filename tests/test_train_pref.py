@@ -502,6 +502,22 @@ def test_a_few_pref_steps_change_the_weights_and_lower_the_loss_on_a_repeated_pa
     assert "model.layers.0.self_attn.q_proj.weight" in changed and "model.embed_tokens.weight" in changed
 
 
+def test_pairs_longer_than_max_length_are_cut_and_counted_or_skipped_as_sft_examples_are(tagged):
+    from pasta.training.config import TooLong
+    from pasta.training.pref import fit_pairs, pair_rows
+
+    _, tokenizer = tagged
+    pairs = hand_pairs(tokenizer)
+    rows = sorted(pair_rows(p) for p in pairs)
+    assert fit_pairs(pairs, rows[-1], TooLong.truncate) == (pairs, 0, 0)
+    shorter = [p for p in pairs if pair_rows(p) == rows[0]]
+    assert fit_pairs(pairs, rows[0], TooLong.truncate) == (pairs, 0, 1)
+    assert fit_pairs(pairs, rows[0], TooLong.skip) == (shorter, 1, 0)
+    # A prompt that fills max_length alone leaves no answer token to train on: skipped either way.
+    shortest_prompt = min(len(p.prompt_ids) for p in pairs)
+    assert fit_pairs(pairs, shortest_prompt, TooLong.truncate) == ([], 2, 0)
+
+
 @pytest.mark.parametrize("finetune", ["lora", "full"])
 def test_the_reference_scored_once_gives_the_losses_of_a_reference_forward_on_every_step(tagged, tmp_path, finetune):
     from pasta.training.pref import pair_examples
@@ -593,6 +609,7 @@ def test_rounds_write_scores_pairs_metrics_and_chain_their_policies(sft_folder, 
         pairs = read_jsonl(out / f"round-{r}" / "pairs.jsonl")
         assert metrics["num_pairs"] == len(pairs) > 0 and metrics["judge"] == "fake:length"
         assert metrics["num_pairs"] + sum(metrics["skipped"].values()) == 3
+        assert metrics["num_pairs_cut"] <= metrics["num_pairs"]  # longer than stage.max_length, trained cut
         assert metrics["mean_speedup"] >= 1.0 and metrics["train"]["train_loss"] > 0
     round_2 = json.loads((out / "round-2" / "metrics.json").read_text())
     assert round_2["policy"] == str(out / "round-1" / "final")

@@ -51,7 +51,7 @@ from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
-from pasta.training.config import Finetune, PrefSettings, Reference, settings_from_cfg
+from pasta.training.config import Finetune, PrefSettings, Reference, TooLong, settings_from_cfg
 from pasta.training.examples import loader_config, num_rows, plain_answer_ids, with_min_promises
 from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
@@ -85,12 +85,33 @@ def round_prompts(records: list[Record], settings: PrefSettings, round_index: in
 # --- training ------------------------------------------------------------------------------------------------
 
 
+def pair_rows(pair: Pair) -> int:
+    """Rows of the pair's longer side's layout (prompt, main thread, every chunk)."""
+    return max(num_rows({"prompt_ids": pair.prompt_ids, **side.tokens}) for side in (pair.chosen, pair.rejected))
+
+
+def fit_pairs(pairs: list[Pair], max_length: int, too_long: TooLong) -> tuple[list[Pair], int, int]:
+    """The pairs trained under `stage.max_length`, how many were skipped as too long and how many are cut, as SFT
+    treats its examples: a pair longer than `max_length` rows is skipped (`too_long=skip`) or trained on its sides'
+    first `max_length` rows (`truncate`: a forked side loses its chunk bodies first, as they follow the main
+    thread); a prompt that alone fills `max_length` leaves nothing to train on and is always skipped."""
+    kept, num_skipped, num_cut = [], 0, 0
+    for pair in pairs:
+        if pair_rows(pair) > max_length:
+            if too_long == TooLong.skip or len(pair.prompt_ids) >= max_length:
+                num_skipped += 1
+                continue
+            num_cut += 1
+        kept.append(pair)
+    return kept, num_skipped, num_cut
+
+
 def pair_examples(pairs: list[Pair]) -> list[dict[str, Any]]:
     """What PairCollator takes (a datasets row each): the prompt ids and each side's thread ids, and the rows of its
     longer side's layout (`length`, what stage.group_by_length batches by)."""
     return [
         {"prompt": {"prompt_ids": p.prompt_ids}, "chosen": p.chosen.tokens, "rejected": p.rejected.tokens,
-         "length": max(num_rows({"prompt_ids": p.prompt_ids, **side.tokens}) for side in (p.chosen, p.rejected))}
+         "length": pair_rows(p)}
         for p in pairs
     ]
 
@@ -193,7 +214,15 @@ def run_round(
                                 settings.pair_length_tolerance, settings.rejected_side,
                                 lambda text, ended: plain_answer_ids(tokenizer, text, ended), settings.quality_floor,
                                 settings.chosen_must_end)
-    summary = summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward)
+    pairs, num_too_long, num_cut = fit_pairs(pairs, settings.max_length, settings.too_long)
+    if num_too_long:
+        skipped["too_long"] += num_too_long
+    if num_cut:
+        log.warning("round %d: %d of %d pairs are longer than stage.max_length=%d rows and are trained on their "
+                    "first %d (a fork's chunks are cut first); raise stage.max_length or set stage.too_long=skip",
+                    round_index, num_cut, len(pairs), settings.max_length, settings.max_length)
+    summary = {**summarize(scored, pairs, skipped, settings.quality_weight, settings.speed_reward),
+               "num_pairs_cut": num_cut}
     forking = forking_records(scored, settings.quality_weight, settings.speed_reward, round_index)
     summary["num_forking_records"] = len(forking)
     if processes.is_main:
