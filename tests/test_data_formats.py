@@ -35,11 +35,24 @@ def turns(*pairs: tuple[str, object]) -> dict:
 
 def test_one_exchange_becomes_an_instruction_record_with_the_system_prompt_in_front_or_dropped():
     record = turns(("system", "Answer like a pirate. "), ("human", "Where is the gold?"), ("gpt", "Arr, buried."))
-    assert conversation_record(record) == {
-        "instruction": "Answer like a pirate.\n\nWhere is the gold?", "input": "", "output": "Arr, buried."}
+    assert conversation_record(record) == {"instruction": "Answer like a pirate.\n\nWhere is the gold?", "input": "",
+                                           "output": "Arr, buried.", "human": "Where is the gold?"}
     assert conversation_record(record, SystemPrompt.drop)["instruction"] == "Where is the gold?"
     no_system = turns(("system", ""), ("user", "Hi?"), ("assistant", "Hello."))
-    assert conversation_record(no_system) == {"instruction": "Hi?", "input": "", "output": "Hello."}
+    assert conversation_record(no_system) == {"instruction": "Hi?", "input": "", "output": "Hello.", "human": "Hi?"}
+
+
+def test_a_held_out_prompt_behind_a_system_prompt_is_left_out_and_counted(tmp_path, monkeypatch):
+    from pasta.data import heldout
+
+    monkeypatch.setattr(heldout, "heldout_pool", lambda: frozenset({heldout.prompt_hash("Where is the gold?")}))
+    data = write_records(tmp_path / "chats.jsonl", [
+        turns(("system", "Answer like a pirate."), ("human", "Where is the gold?"), ("gpt", "Arr, buried.")),
+        turns(("human", "Where is the gold?"), ("gpt", "Buried.")),
+        turns(("system", "Answer like a pirate."), ("human", "Where is the ship?"), ("gpt", "At sea."))])
+    records, report = load_training_records(compose("train", ["data=slimorca", f"data.path={data}"]).data)
+    assert [r.instruction for r in records] == ["Answer like a pirate.\n\nWhere is the ship?"]
+    assert report.num_heldout_left_out == 2 and "human" not in records[0].extra
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 from pasta.choice import Choice
 from pasta.config import schema_from
 from pasta.data.answers import Pick, pick_answers
-from pasta.data.heldout import leave_out_heldout
+from pasta.data.heldout import is_heldout, leave_out_heldout
 from pasta.data.jsonl import OnError, invalid_unicode, iter_numbered_jsonl, read_json_file
 from pasta.data.sharegpt import SystemPrompt, conversation_record
 from pasta.errors import PastaError
@@ -156,9 +156,10 @@ def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[t
         yield f"{cfg.hub_id}[{cfg.split}] record {index}", record
 
 
-def _converted(records: Iterator[tuple[str, Any]], cfg: DataConfig, report: LoadReport
+def _converted(records: Iterator[tuple[str, Any]], cfg: DataConfig, report: LoadReport, leave_out: bool
                ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The records as instruction records: ShareGPT conversations converted, malformed ones skipped and counted."""
+    """The records as instruction records: ShareGPT conversations converted, malformed ones skipped and counted;
+    with `leave_out`, one whose human turn is a held-out prompt too (its instruction may hold a system prompt)."""
     if cfg.format != DataFormat.sharegpt:
         yield from records
         return
@@ -169,6 +170,10 @@ def _converted(records: Iterator[tuple[str, Any]], cfg: DataConfig, report: Load
             if report.num_malformed <= 3:  # the count says the rest
                 log.warning("skipping %s: malformed ShareGPT record (%s)", where, converted)
             continue
+        if leave_out and is_heldout(converted.pop("human")):
+            report.num_heldout_left_out += 1
+            continue
+        converted.pop("human", None)
         yield where, converted
 
 
@@ -329,13 +334,15 @@ def _selected_records(
     extras = extra_files(cfg, group)  # before the main file is read: a typo fails at once
 
     def checked(records: Iterator[tuple[str, Any]]) -> list[dict[str, Any]]:
-        return _checked(_converted(records, cfg, report), required, optional, cfg.on_error, check_unicode)
+        return _checked(_converted(records, cfg, report, leave_out), required, optional, cfg.on_error,
+                        check_unicode)
 
     records = checked(_raw_records(cfg, group, check_unicode))
     if report.num_malformed:
         log.warning("data %s: skipped %d malformed ShareGPT records", cfg.name, report.num_malformed)
     if leave_out:
-        records, report.num_heldout_left_out = leave_out_heldout(records)
+        records, num_left_out = leave_out_heldout(records)
+        report.num_heldout_left_out += num_left_out
     answer_files = _answer_files(cfg, group)
     if answer_files:
         files = [records]
