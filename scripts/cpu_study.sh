@@ -174,6 +174,8 @@ for value in lambdas:
 
 # torch and transformers load here, after the checks that need neither, so that a mistyped setting fails at once.
 from pasta.data import load_alpaca_eval
+from pasta.data.heldout import HELDOUT_POOL_SIZE
+from pasta.evaluation.eval_set import ALPACA_EVAL_SIZE
 from pasta.models import max_positions
 
 positions = max_positions(compose("generate", common).model)
@@ -186,7 +188,11 @@ try:
     num_prompts = len(load_alpaca_eval(compose("eval", [*common, f"eval_data={eval_data}"]).eval_data))
 except PastaError as exc:
     fail(PastaError(f"PASTA_STUDY_EVAL_DATA={eval_data}: {exc}"))
-num_eval = integer("PASTA_STUDY_EVAL_PROMPTS", 1, num_prompts, f" (eval_data={eval_data} has {num_prompts} prompts)")
+if num_prompts == ALPACA_EVAL_SIZE:  # the study's prompts stay inside the held-out pool its data leaves out
+    num_eval = integer("PASTA_STUDY_EVAL_PROMPTS", 1, HELDOUT_POOL_SIZE,
+                       f" (the held-out pool of eval_data={eval_data}: data=alpaca_eval_gpt4* trains on the others)")
+else:
+    num_eval = integer("PASTA_STUDY_EVAL_PROMPTS", 1, num_prompts, f" (eval_data={eval_data} has {num_prompts} prompts)")
 integer("PASTA_STUDY_TIMED_PROMPTS", 0, num_eval, " (at most PASTA_STUDY_EVAL_PROMPTS: they are decoded one at a time)")
 checked("PASTA_STUDY_EVAL_DATA", "eval", [*common, f"eval_data={eval_data}", f"eval.subset={num_eval}",
                                           f"decode.max_new_tokens={max_new_tokens}",

@@ -67,11 +67,24 @@ def test_subset_runs_decode_the_same_prompts_record_them_and_refuse_another_subs
     assert stats_instructions(tmp_path / "base") == stats_instructions(tmp_path / "pasta") == instructions_of(subset)
     meta = json.loads((tmp_path / "pasta" / "run.json").read_text())
     assert meta["subset"] == {"size": 3, "seed": 7} and meta["reservation"]["policy"] == "uncounted"
+    assert meta["num_outside_heldout_pool"] is None  # not the full AlpacaEval set: no pool to be outside of
     with pytest.raises(PastaError, match=r"holds a run with subset\.seed=7, not 8: "):
         generate(tmp_path, "pasta", "async", "eval.subset=3", "eval.subset_seed=8")
     cfg = compose("eval", [*TINY, "eval.mode=score", f"output_dir={tmp_path / 'pasta'}"])
     with pytest.raises(PastaError, match="decoded on eval.subset=3 eval.subset_seed=7, not every prompt"):
         evaluate(cfg)
+
+
+def test_prompts_of_the_full_alpaca_eval_set_outside_the_held_out_pool_are_counted(monkeypatch):
+    from pasta.data import heldout
+    from pasta.evaluation.eval_set import num_outside_heldout_pool
+
+    monkeypatch.setattr(heldout, "heldout_pool", lambda: frozenset({heldout.prompt_hash("Held out?")}))
+    records = [{"instruction": "Held out?"}, {"instruction": "Trained on?"}, {"instruction": "Also trained on?"}]
+    positions = {r["instruction"]: i for i, r in enumerate(records)}  # the full set's: some AlpacaEval positions
+    assert num_outside_heldout_pool(records, positions) == 2
+    assert num_outside_heldout_pool(records[:1], positions) == 0
+    assert num_outside_heldout_pool(records, None) is None
 
 
 def test_a_run_recorded_before_the_reservation_policy_resumes_but_not_under_another_policy(tmp_path):

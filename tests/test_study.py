@@ -123,3 +123,15 @@ def test_the_study_checks_every_setting_before_its_first_step(tmp_path, setting,
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: {says}")
     assert "== [" not in done.stdout and not out.exists()
+
+
+
+def test_the_study_evaluates_on_alpaca_eval_inside_the_held_out_pool_only(tmp_path, shared_data_dir):
+    """Beyond the pool's 300 prompts the study's default data (alpaca_eval_gpt4_mix) trains on the evaluated ones."""
+    out = tmp_path / "study"
+    env = {**study_env(out), "PASTA_STUDY_EVAL_DATA": "alpaca_eval", "PASTA_STUDY_EVAL_PROMPTS": "301"}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "cpu_study.sh")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip() == ("error: PASTA_STUDY_EVAL_PROMPTS=301 must be an integer in 1..300 (the held-out "
+                                   "pool of eval_data=alpaca_eval: data=alpaca_eval_gpt4* trains on the others)")

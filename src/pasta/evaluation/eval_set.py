@@ -5,7 +5,9 @@ each sits in AlpacaEval.
 also defines the held-out pool no training stage sees: pasta/data/heldout.py), so that every model of a study is
 decoded on the same unseen prompts; `eval.limit` then keeps the first prompts of that subset (a quick
 check on prompts of the study). run.json records the subset (`subset_meta`), and a run is neither resumed nor
-scored with another one.
+scored with another one. Prompts of the full AlpacaEval set outside the held-out pool (any subset beyond its 300, or
+another seed) may be training prompts (`data=alpaca_eval_gpt4` trains on every one): run.json counts them and the
+run warns.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from omegaconf import DictConfig
 
 from pasta.config import schema_from
 from pasta.data import DataConfig, load_alpaca_eval
-from pasta.data.heldout import select_subset
+from pasta.data.heldout import is_heldout, select_subset
 from pasta.errors import PastaError
 
 ALPACA_EVAL_SIZE = 805
@@ -52,6 +54,13 @@ def eval_prompts(
         if len(full) == ALPACA_EVAL_SIZE else None
     )
     return records, instructions, positions
+
+
+def num_outside_heldout_pool(records: list[dict[str, Any]], positions: dict[str, int] | None) -> int | None:
+    """How many evaluated prompts of the full AlpacaEval set are outside the held-out pool; None for other data."""
+    if positions is None:
+        return None
+    return sum(not is_heldout(record["instruction"]) for record in records)
 
 
 def check_same_subset(meta: dict[str, Any], subset: int | None, subset_seed: int, run_dir: Path) -> None:

@@ -46,7 +46,7 @@ from pasta.decoding.config import decode_difference
 from pasta.decoding.cost_model import VERSION as COST_MODEL_VERSION
 from pasta.errors import PastaError
 from pasta.evaluation.config import EvalConfig, Timing
-from pasta.evaluation.eval_set import eval_prompts, subset_meta
+from pasta.evaluation.eval_set import eval_prompts, num_outside_heldout_pool, subset_meta
 from pasta.evaluation.run_files import (
     MODEL_OUTPUTS,
     RUN_META,
@@ -347,13 +347,17 @@ def generate_run(
     mode = decode_mode(cfg)
     if mode == "async":
         decoding_policy(cfg.lang.reservation, cfg.model)  # a checkpoint trained with another policy: before loading
-    records, _, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
+    records, _, positions = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
     check_prompts_fit(cfg, records)
+    num_outside = num_outside_heldout_pool(records, positions)
+    if num_outside:
+        log.warning("%d of the %d prompts are outside the held-out pool (eval.subset=300 eval.subset_seed=0): a "
+                    "model trained on data=alpaca_eval_gpt4* has seen them", num_outside, len(records))
     from pasta.models import load_model
 
     device = resolve_device(str(cfg.device))
-    meta = _run_meta(cfg, ecfg, generator, mode, device, processes.count)
+    meta = {**_run_meta(cfg, ecfg, generator, mode, device, processes.count), "num_outside_heldout_pool": num_outside}
     previous = read_json(run_dir / RUN_META, "run.json") if (run_dir / RUN_META).is_file() else None
     if previous is not None:
         _check_resumable(run_dir, previous, meta)  # every process refuses alike, so none is left waiting below
