@@ -3,6 +3,8 @@ measured through the decoder's own step."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -43,10 +45,16 @@ def test_steps_priced_from_their_distributions_cost_what_they_cost_one_by_one():
     assert COSTS.steps_seconds(rows, requests, sum(s for _, _, s in steps)) == pytest.approx(one_by_one)
 
 
-def test_a_version_1_record_prices_rows_alone():
-    old = StepCosts.from_dict({"rows": [1, 3, 10], "seconds": [1.0, 2.0, 5.0], "prefix_len": 256})
+def test_a_version_1_record_prices_rows_alone(tmp_path):
+    from pasta.evaluation.run_files import read_step_costs
+
+    version_1 = {"rows": [1, 3, 10], "seconds": [1.0, 2.0, 5.0], "prefix_len": 256}
+    old = StepCosts.from_dict(version_1)
     assert old.version == 1 and old.cost(6, 4, num_slots=9999) == pytest.approx(old.rows_cost(6))
     assert StepCosts.from_dict(COSTS.to_dict()) == COSTS
+    # A sequential run's step_costs.json from before version 2 is read so too when a run is scored against it.
+    (tmp_path / "step_costs.json").write_text(json.dumps(version_1))
+    assert read_step_costs(tmp_path) == old
 
 
 def test_the_cost_model_is_measured_through_the_decoders_own_step(tiny_model_and_tokenizer, torch_threads,

@@ -164,6 +164,6 @@ def read_step_costs(run_dir: Path) -> StepCosts | None:
         return None
     record = read_json(path, f"{STEP_COSTS} of {run_dir}")
     try:
-        return StepCosts(**record)
-    except TypeError as exc:
+        return StepCosts.from_dict(record)
+    except (TypeError, KeyError) as exc:
         raise PastaError(f"{path}: not a step-costs record ({exc})") from None
