@@ -295,9 +295,9 @@ def sot_config() -> EvalConfig:
     return schema_from(compose("eval").eval, EvalConfig, "eval")
 
 
-def fake_result(text: str, tokens: int, steps: int | None = None) -> DecodeResult:
+def fake_result(text: str, tokens: int, steps: int | None = None, finish_reason: str = "eos") -> DecodeResult:
     stats = DecodeStats(num_tokens=tokens, num_steps=steps or tokens, prefill_s=0.01, wall_s=0.02,
-                        finish_reason="eos")
+                        finish_reason=finish_reason)
     return DecodeResult(text=text, annotated=text, token_doc=None, token_ids=[0] * tokens, stats=stats)
 
 
@@ -309,7 +309,8 @@ def test_sot_expands_every_point_in_one_batch_and_counts_the_critical_path(monke
         if len(calls) == 1:
             return [fake_result(" Prepare\n2. Practise\n3. Follow up", tokens=12)]
         # The second point runs on into a third: SoT keeps its own point only.
-        return [fake_result(" well ahead.", 5), fake_result(" out loud.\n3. Follow up soon", 9), fake_result("!", 2)]
+        return [fake_result(" well ahead.", 5), fake_result(" out loud.\n3. Follow up soon", 9, finish_reason="max_new_tokens"),
+                fake_result("!", 2)]
 
     monkeypatch.setattr(sot, "decode_sequential", fake_decode)
     _, tokenizer = _tiny()
@@ -321,6 +322,8 @@ def test_sot_expands_every_point_in_one_batch_and_counts_the_critical_path(monke
     stats = result.stats
     assert (stats.num_tokens, stats.num_steps, stats.num_threads) == (12 + 5 + 9 + 2, 12 + 9, 3)
     assert stats.theoretical_speedup == pytest.approx(28 / 21)
+    # One finish reason, as every decode records: a point its budget cut cuts the answer (a budget cut counted).
+    assert stats.finish_reason == "max_new_tokens"
 
 
 def test_sot_skeleton_without_points_is_kept_as_the_answer(monkeypatch):

@@ -18,6 +18,7 @@ import re
 import time
 
 from pasta.decoding import DecodeConfig, DecodeResult, DecodeStats, decode_sequential
+from pasta.decoding.result import BUDGET_CUTS, ENDED_BY_ITSELF
 from pasta.evaluation.config import SotConfig
 from pasta.models import encode_prompt
 
@@ -78,7 +79,9 @@ def decode_sot(model, tokenizer, instruction: str, sot: SotConfig, config: Decod
     stats.num_tokens += sum(expansion.stats.num_tokens for expansion in expansions)
     stats.num_steps += max(expansion.stats.num_steps for expansion in expansions)
     stats.num_threads = len(points)
-    stats.finish_reason = ",".join(sorted({expansion.stats.finish_reason for expansion in expansions}))
+    # One reason, as every decode records (pasta.decoding.result): a point its budget cut cuts the answer.
+    reasons = {expansion.stats.finish_reason for expansion in expansions}
+    stats.finish_reason = next(reason for reason in (*BUDGET_CUTS, *ENDED_BY_ITSELF) if reason in reasons)
     stats.wall_s = time.perf_counter() - started
     stats.decode_s = stats.wall_s - stats.prefill_s
     # The skeleton stands in `annotated`, the place where PASTA runs keep their structure.
