@@ -144,6 +144,13 @@ def test_rerun_into_a_directory_of_another_decode_mode_is_refused(tmp_path):
         generate(tmp_path, "async", "eval.limit=1", "eval.generator=same-name")
 
 
+def test_an_async_run_resumes_only_with_the_parallelism_replays_it_was_decoded_with(tmp_path):
+    """Forked answers decoded without their replay would leave the parallelism geomean, the plain ones not."""
+    generate(tmp_path, "async", "eval.limit=1", "eval.parallelism=false")
+    with pytest.raises(PastaError, match="holds a run with parallelism=False, not True"):
+        generate(tmp_path, "async", "eval.limit=2", "eval.parallelism=true")
+
+
 @pytest.mark.parametrize(("key", "other"), [("device", "cpu: another machine, 64 threads"),
                                            ("cpu_capability", "ANOTHER_ISA")])
 def test_resuming_on_another_machine_is_refused(tmp_path, key, other):

@@ -66,13 +66,15 @@ log = logging.getLogger(__name__)
 EVAL_DECODE_MODES = (*DECODE_MODES, "sot")  # sot: Skeleton-of-Thought prompting over the sequential decoder
 # run.json keys that must match for a rerun to resume into the same directory: every setting that changes the
 # tokens (model, decode mode and settings, reservation policy, seed, Skeleton-of-Thought prompts), the prompts
-# (eval.subset), and the device (wall times from two machines in one run would make its speedups meaningless).
+# (eval.subset), and the device (wall times from two machines in one run would make its speedups meaningless); and
+# eval.parallelism: forked answers decoded without their replay would drop out of the parallelism geomean while
+# the plain ones stayed, drawing it toward 1.
 RESUME_KEYS = (
     "generator", "model", "decode", "timing", "eval_data", "decoding", "reservation", "seed", "sot", "subset",
-    "device", "cpu_capability", "sequential_model",
+    "device", "cpu_capability", "sequential_model", "parallelism",
 )
 # Keys run.json did not record before; a run directory written earlier still resumes (make demo into old outputs).
-RECORDED_SINCE = ("reservation", "seed", "sot", "subset", "sequential_model", "cpu_capability")
+RECORDED_SINCE = ("reservation", "seed", "sot", "subset", "sequential_model", "cpu_capability", "parallelism")
 
 
 def device_description(device: str) -> str:
@@ -197,6 +199,7 @@ def _run_meta(
         "device": device_description(device),
         "cpu_capability": cpu_capability(device),
         "sequential_model": ecfg.sequential_model,  # the model timed beside each prompt decoded alone
+        "parallelism": ecfg.parallelism if mode == "async" else None,  # forked answers replayed sequentially
         "num_processes": num_processes,
         "torch": torch.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
