@@ -46,6 +46,20 @@ def test_a_registered_key_is_masked_wherever_it_appears():
     assert redact("echo: plain-looking-secret-value!") == f"echo: {MASK}!"
 
 
+def test_a_reply_loses_the_keys_pasta_read_and_keeps_its_key_shaped_words():
+    """A teacher's reply is the response it annotates: masking "basic JavaScript" or a code answer's placeholder
+    key would change its words, and the record would be rejected as text_changed."""
+    from types import SimpleNamespace
+
+    from pasta.endpoints import _redacted
+
+    register_secret(SECRET)
+    text = f'Learn basic JavaScript, then set api_key = "YOUR_API_KEY_HERE". Your key: {SECRET}'
+    completion = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=text, refusal=None))])
+    assert _redacted(completion).choices[0].message.content == (
+        f'Learn basic JavaScript, then set api_key = "YOUR_API_KEY_HERE". Your key: {MASK}')
+
+
 def test_log_records_and_their_tracebacks_are_redacted_by_the_filter(caplog):
     register_secret("another-secret-value-42")
     handler = logging.StreamHandler()

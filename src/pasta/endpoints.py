@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from pasta.errors import PastaError, one_line, redact, register_secret
+from pasta.errors import PastaError, one_line, redact_secrets, register_secret
 
 # openai is imported where a client is made: every stage's start reads the endpoint configs' settings (the config
 # schemas, check_endpoint_settings), and a command that makes no client need not pay for the import.
@@ -84,14 +84,16 @@ def error_message(exc: BaseException) -> str:
 
 
 def _redacted(completion: Any) -> Any:
-    """`completion` with its choices' text redacted, before anything reads it: an answer that echoes the key (as
-    an error body may) must not reach a record the teacher or the judge writes."""
+    """`completion` with the keys pasta read masked in its choices' text, before anything reads it: an answer that
+    echoes the key (as an error body may) must not reach a record the teacher or the judge writes. Only those keys:
+    masking key-shaped text too ("basic JavaScript", `api_key = "YOUR_API_KEY"`) would change the words of a
+    response the teacher annotates, which is then rejected as text_changed."""
     for choice in getattr(completion, "choices", None) or ():
         message = getattr(choice, "message", None)
         for name in ("content", "refusal"):
             text = getattr(message, name, None)
             if isinstance(text, str):
-                setattr(message, name, redact(text))
+                setattr(message, name, redact_secrets(text))
     return completion
 
 

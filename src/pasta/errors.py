@@ -63,13 +63,18 @@ def _mask_shape(match: re.Match[str]) -> str:
     return (match.group("prefix") or match.group("field") or "") + MASK
 
 
-def redact(text: str) -> str:
-    """`text` with every known secret and every key-shaped string replaced by ***."""
+def redact_secrets(text: str) -> str:
+    """`text` with every registered secret (a key pasta read) replaced by ***; key-shaped strings are left alone."""
     with _lock:
         secrets = sorted(_secrets, key=len, reverse=True)  # a key that contains another is masked whole
     for secret in secrets:
         text = text.replace(secret, MASK)
-    return _SECRET_SHAPES.sub(_mask_shape, text)
+    return text
+
+
+def redact(text: str) -> str:
+    """`text` with every known secret and every key-shaped string replaced by ***."""
+    return _SECRET_SHAPES.sub(_mask_shape, redact_secrets(text))
 
 
 def one_line(text: str) -> str:
