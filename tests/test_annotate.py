@@ -46,7 +46,7 @@ def test_sample_run_keeps_every_response_exactly_and_measures_its_structure(tmp_
         doc = parse(record["annotated"], require_tokens=True)
         assert plain_text(doc) == source["output"]
         assert record["accepted"] and record["reject_reason"] is None
-        assert (record["teacher"], record["teacher_model"]) == ("structural", "rules-v3")
+        assert (record["teacher"], record["teacher_model"]) == ("structural", "rules-v4")
         assert record["num_promises"] == len(record["chunk_tokens"]) == len(doc.promises)
         assert record["chunk_tokens"] == [p.num_tokens for p in doc.promises]
         assert record["theoretical_speedup"] == pytest.approx(record["num_tokens"] / record["num_steps"], abs=1e-4)
@@ -60,11 +60,11 @@ def test_sample_run_keeps_every_response_exactly_and_measures_its_structure(tmp_
     assert summary["tag_steps_per_fork"]["count"] == summary["cross_thread_repetition"]["count"] == (
         summary["num_with_promises"])
     assert summary["num_with_promises"] == sum(1 for r in records if r["num_promises"])
-    assert summary["by_teacher"] == {"structural (rules-v3)": {"num_records": 80, "num_accepted": 80, "acceptance_rate": 1.0}}
+    assert summary["by_teacher"] == {"structural (rules-v4)": {"num_records": 80, "num_accepted": 80, "acceptance_rate": 1.0}}
     assert json.loads((tmp_path / "ann.summary.json").read_text()) == summary
     assert read_jsonl(tmp_path / "ann.rejects.jsonl") == []
     printed = capsys.readouterr().out
-    assert "structural (rules-v3)" in printed and "100.0%" in printed and "chunk tokens:" in printed
+    assert "structural (rules-v4)" in printed and "100.0%" in printed and "chunk tokens:" in printed
 
 
 def bad_records() -> list[dict]:
@@ -145,11 +145,11 @@ def test_an_output_made_by_another_teacher_is_not_extended(tmp_path):
 
 def test_an_output_of_the_structural_teacher_is_not_extended_under_other_settings(tmp_path):
     run_annotate(tmp_path, "data.limit=5")
-    with pytest.raises(PastaError, match=r"written by teacher structural \(rules-v3\), not structural \(rules-v3 "
+    with pytest.raises(PastaError, match=r"written by teacher structural \(rules-v4\), not structural \(rules-v4 "
                                          r"topic_words=1\)"):
         run_annotate(tmp_path, "teacher.topic_words=1")
     summary = run_annotate(tmp_path, "teacher.topic_words=1", name="short.jsonl")
-    assert list(summary["by_teacher"]) == ["structural (rules-v3 topic_words=1)"]
+    assert list(summary["by_teacher"]) == ["structural (rules-v4 topic_words=1)"]
 
 
 def test_non_utf8_input_is_a_one_line_error(tmp_path):

@@ -179,3 +179,25 @@ def test_realignment_keeps_words_and_tags_and_restores_the_exact_original(case):
 def test_realign_is_identity_when_whitespace_already_matches():
     doc = parse(GOOD)
     assert realign_whitespace(doc, ORIGINAL) == doc
+
+
+def test_an_answer_naming_one_topic_twice_is_rejected_even_in_two_groups():
+    """The parser refuses a repeat within one group; the decoder's grammar anywhere in an answer."""
+    original = "Intro.\nA: cheap.\nB: fast.\nMore.\nA: cheap again."
+    answer = ('Intro.\nA: <promise topic="price"/><async topic="price">cheap.</async><sync/>\nMore.\n'
+              'A: <promise topic="Price!"/><async topic="Price!">cheap again.</async>')
+    with pytest.raises(Rejected, match="^duplicate_topic: topic 'Price!' repeats an earlier promise's words$"):
+        validate_annotation(original, answer)
+
+
+def test_a_topic_with_a_lone_surrogate_is_refused_and_its_reject_line_can_be_written():
+    from pasta.annotation.records import make_record
+    from pasta.data import Record
+
+    answer = '<promise topic="a\ud800"/><async topic="a\ud800">Hi.</async>'
+    with pytest.raises(Rejected) as rejected:
+        validate_annotation("Hi.", answer)
+    assert rejected.value.code == "parse_error" and "lone surrogate" in rejected.value.reason
+    record = make_record(source=Record(instruction="Say hi.", output="Hi."), teacher="t",
+                         teacher_model="m", reject_reason=rejected.value.reason, teacher_output=answer)
+    json.dumps(record, ensure_ascii=False).encode("utf-8")  # what the output file holds

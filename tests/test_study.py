@@ -57,7 +57,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     assert trained_steps == {"sft": 2, "baseline-sft": 1}
     assert not (out / "eval").exists() and "stopped after SFT" in trained.stdout
     # By default the chunks write their leads (PASTA_STUDY_TEACHER_ARGS; the measured lever).
-    assert json.loads((out / "annotated.summary.json").read_text())["teacher_model"] == "rules-v3 leads_in_main=False"
+    assert json.loads((out / "annotated.summary.json").read_text())["teacher_model"] == "rules-v4 leads_in_main=False"
     done = subprocess.run(script, env=study_env(out), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.count("   already done: ") == 2

@@ -229,7 +229,7 @@ def test_teacher_interface_answers_in_request_order():
     assert [r.id for r in replies] == [r.id for r in requests]
     assert all(r.error is None and r.reject_reason is None for r in replies)
     assert [parse(r.text).is_annotated for r in replies] == [False, True, False, True, False]
-    assert teacher.model == "rules-v3"
+    assert teacher.model == "rules-v4"
 
 
 def test_unknown_teacher_key_is_a_one_line_error():
@@ -548,3 +548,32 @@ def test_a_dash_lead_may_hold_a_hyphenated_name():
     )
     doc = doc_of("Name thinkers who influenced democracy.", response)
     assert [p.topic for p in doc.promises] == ["John", "Jean-Jacques", "Thomas"]
+
+
+def test_no_two_promises_of_an_answer_share_a_topic_even_in_two_lists():
+    """The decoder's grammar allows no topic twice in one answer (its words, whatever their case): the teacher
+    never writes one, so the student never learns what it could not decode."""
+    phone = ("- **Price**: it costs less than most phones of its class, and often goes on sale.\n"
+             "- **Camera**: it takes sharp photos in daylight and decent ones at night too.\n")
+    response = ("Phone A is a good choice for most people who want a phone that lasts.\n\n" + phone +
+                "\nPhone B is the choice for people who want the most features they can get.\n\n" + phone)
+    doc = doc_of("Compare these two phones.", response)
+    words = [tuple(re.findall(r"\w+", p.topic.lower())) for p in doc.promises]
+    assert len(doc.groups) == 2 and len(words) == 4 and len(set(words)) == 4
+
+
+def test_a_bold_then_makes_its_list_sequential():
+    response = ("Here is how to get a good cake out of your oven this weekend:\n\n"
+                "1. **Preheat** the oven to 180 degrees and grease the round tin with butter.\n"
+                "2. **Then** mix the flour, the sugar and the eggs in a large bowl until smooth.\n"
+                "3. **Finally** pour the batter into the tin and bake it for forty minutes.")
+    assert not doc_of("Give me tips for a cake", response).is_annotated
+
+
+def test_a_sentence_pointing_back_at_the_points_stays_in_the_main_thread_after_them():
+    response = ("Regular exercise helps you for two main reasons. First, it strengthens your heart and lungs so "
+                "that everyday effort feels easier. Second, it lifts your mood by releasing endorphins and lowering "
+                "stress. Both benefits grow over time, so the first one makes the second one even easier to feel.")
+    doc = doc_of("Why should I exercise?", response)
+    assert len(doc.promises) == 2 and not any("Both" in p.content for p in doc.promises)
+    assert isinstance(doc.items[-2], Sync) and doc.items[-1].text.startswith(" Both benefits")

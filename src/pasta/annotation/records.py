@@ -82,7 +82,7 @@ def make_record(
         "output": output,
         "annotated": None,
         "accepted": reject_reason is None,
-        "reject_reason": reject_reason,
+        "reject_reason": None if reject_reason is None else writable(reject_reason),  # it may quote the reply
         "teacher": teacher,
         "teacher_model": teacher_model,
         **dict.fromkeys(STAT_FIELDS),

@@ -14,7 +14,17 @@ import bisect
 import re
 from dataclasses import dataclass, replace
 
-from pasta.lang import Document, LangError, Promise, Sync, Text, normalize_whitespace, parse, plain_text
+from pasta.lang import (
+    Document,
+    LangError,
+    Promise,
+    Sync,
+    Text,
+    normalize_whitespace,
+    parse,
+    plain_text,
+    topic_words,
+)
 from pasta.teachers.base import EMPTY_REPLY, REFUSED, TRUNCATED
 
 # Reason codes. Records the stage cannot use whatever the teacher says:
@@ -28,6 +38,7 @@ PARSE_ERROR = "parse_error"
 EXTRA_TEXT = "extra_text"
 TEXT_CHANGED = "text_changed"
 WHITESPACE_CHUNK = "whitespace_chunk"
+DUPLICATE_TOPIC = "duplicate_topic"
 
 UNUSABLE_CODES = frozenset({EMPTY_RESPONSE, INVALID_UNICODE, CONTAINS_TAGS})
 
@@ -94,12 +105,25 @@ def validate_annotation(original: str, answer: str | None) -> Document:
         if _is_refusal(answer, original):
             raise Rejected(REFUSED, _show(answer)) from None
         raise Rejected(PARSE_ERROR, str(exc)) from None
+    _check_topics_differ(doc)
     plain = plain_text(doc)
     if plain == original:
         return doc
     if normalize_whitespace(plain) == normalize_whitespace(original):
         return realign_whitespace(doc, original)
     raise Rejected(*_explain_difference(original, plain, answer))
+
+
+def _check_topics_differ(doc: Document) -> None:
+    """No two promises of the answer name the same words: the parser refuses a repeat within a group, the decoder's
+    grammar anywhere in an answer (a model trained on one would learn what it can never write)."""
+    promised: set[tuple[str, ...]] = set()
+    for item in doc.items:
+        if isinstance(item, Promise):
+            words = topic_words(item.topic)
+            if words in promised:
+                raise Rejected(DUPLICATE_TOPIC, f"topic {item.topic!r} repeats an earlier promise's words")
+            promised.add(words)
 
 
 def _is_refusal(answer: str, original: str) -> bool:

@@ -128,6 +128,8 @@ def validate_topic(topic: str) -> str | None:
         return 'topic contains ", < or >'
     if any(ord(ch) < 32 for ch in topic):
         return "topic contains a control character (newline, tab)"
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in topic):
+        return "topic is not valid Unicode (a lone surrogate)"
     return None
 
 

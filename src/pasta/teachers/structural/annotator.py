@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from pasta.errors import PastaError
-from pasta.lang import Document, LangError, Promise, Sync, Text, parse, plain_text, serialize
+from pasta.lang import Document, LangError, Promise, Sync, Text, parse, plain_text, serialize, topic_words
 from pasta.teachers.base import Teacher, TeacherReply, TeacherRequest
 from pasta.teachers.structural.config import StructuralConfig
 from pasta.teachers.structural.leads import Lead, group_leads
@@ -29,7 +29,7 @@ from pasta.teachers.structural.topics import topic_of
 
 # v2: runs of points inside a paragraph. v3: leads (markers, numbers, bold leads, headings, openers) stay in the
 # main thread; sections under headings; groups join across heading lines.
-RULES_VERSION = "rules-v3"
+RULES_VERSION = "rules-v4"
 _DEFAULTS = StructuralConfig()
 
 
@@ -102,10 +102,11 @@ class StructuralAnnotator:
     def _build(self, response: str, groups: list[list[Chunk]]) -> Document:
         items: list[Text | Promise | Sync] = []
         position = 0
+        promised: set[tuple[str, ...]] = set()  # the topics' words so far: no two promises of an answer share them
         for group_index, group in enumerate(groups):
             texts = [chunk.text(response) for chunk in group]
             leads = group_leads(texts, self.cfg.leads_in_main)  # marker, number, lead, heading: the main thread's
-            for chunk, lead, topic in zip(group, leads, self._topics(texts, leads), strict=True):
+            for chunk, lead, topic in zip(group, leads, self._topics(texts, leads, promised), strict=True):
                 body_start = chunk.start + lead.length
                 if body_start > position:
                     items.append(Text(response[position:body_start]))
@@ -118,9 +119,11 @@ class StructuralAnnotator:
             items.append(Text(response[position:]))
         return Document(tuple(items))
 
-    def _topics(self, texts: list[str], leads: list[Lead]) -> list[str]:
-        """One distinct topic per chunk of a group: a lead's first `lead_topic_words` words, else the body's first
-        `topic_words` words (either more where two would be equal); a topic still taken gets a number."""
+    def _topics(self, texts: list[str], leads: list[Lead], promised: set[tuple[str, ...]]) -> list[str]:
+        """One topic per chunk of a group, named by words no other promise of the answer has (`promised`, the earlier
+        groups' topics, which this adds to: the decoder's grammar allows no repeat, pasta.lang.topic_words): a lead's
+        first `lead_topic_words` words, else the body's first `topic_words` words (either more where two would be
+        equal); a topic still taken gets a number."""
         def topic(index: int, num_words: int) -> str:
             lead = leads[index]
             return topic_of(lead.label, texts[index][lead.length :], num_words) or f"part {index + 1}"
@@ -128,20 +131,19 @@ class StructuralAnnotator:
         num_words = [self.cfg.lead_topic_words if lead.label else self.cfg.topic_words for lead in leads]
         topics = [topic(i, n) for i, n in enumerate(num_words)]
         for _ in range(4):  # lengthen the topics that collide, a word at a time
-            taken = Counter(topics)
-            clashing = [i for i, t in enumerate(topics) if taken[t] > 1]
+            taken = Counter(topic_words(t) for t in topics)
+            clashing = [i for i, t in enumerate(topics) if taken[topic_words(t)] > 1 or topic_words(t) in promised]
             if not clashing:
                 break
             for i in clashing:
                 num_words[i] += 1
                 topics[i] = topic(i, num_words[i])
-        seen: set[str] = set()
         for i, base in enumerate(topics):
             suffix = 2
-            while topics[i] in seen:
+            while topic_words(topics[i]) in promised:
                 topics[i] = f"{base[:95]} ({suffix})"
                 suffix += 1
-            seen.add(topics[i])
+            promised.add(topic_words(topics[i]))
         return topics
 
 
@@ -162,7 +164,7 @@ class StructuralTeacher(Teacher):
 
     def __init__(self, cfg: StructuralConfig):
         self.annotator = StructuralAnnotator(cfg)
-        # The rules' version and every setting that differs from the defaults ("rules-v3 topic_words=1"): each record
+        # The rules' version and every setting that differs from the defaults ("rules-v4 topic_words=1"): each record
         # says what wrote it, and an output is never extended under other settings (pasta.annotation.stage).
         changed = [f"{f.name}={value if isinstance(value, int | bool) else 'custom'}" for f in dataclasses.fields(cfg)
                    if f.name != "kind" and (value := getattr(cfg, f.name)) != getattr(_DEFAULTS, f.name)]

@@ -42,13 +42,14 @@ def parallel_chunks(block: Block, response: str, min_item_words: int, instructio
     are the numbered imperative items of an answer to "how do I ..." (steps, whatever the text calls them).
     """
     chunks = list(block.chunks)
-    if len(chunks) >= 2 and CONCLUSION_START.match(strip_marker(chunks[-1].text(response))):
+    if len(chunks) >= 2 and CONCLUSION_START.match(_opening(chunks[-1].text(response))):
         chunks.pop()
     texts = [c.text(response) for c in chunks]
     if not texts or statistics.median(map(word_count, texts)) < min_item_words:
         return None  # most parts too short to be worth a promise ("- Pencil")
     items = [strip_marker(t) for t in texts]
-    if not block.is_sentences and any(DEPENDENT_START.match(t) or BACK_REFERENCE.search(t) for t in items[1:]):
+    if not block.is_sentences and any(DEPENDENT_START.match(_opening(t)) or BACK_REFERENCE.search(t)
+                                      for t in items[1:]):
         return None  # (sentence runs checked themselves, and may end with a "Finally" point)
     if not block.is_sentences and (texts[-1].rstrip().endswith(":") or (
             re.match(r"\s*1[.)]\s", texts[0]) and STARTS_SEQUENCE.match(MARKDOWN.sub("", items[0]).strip()))):
@@ -63,6 +64,11 @@ def parallel_chunks(block: Block, response: str, min_item_words: int, instructio
     if _numbered_steps(texts, instruction):
         return None
     return chunks
+
+
+def _opening(text: str) -> str:
+    """An item's words without its marker or Markdown: "2. **Then** mix" opens with "Then"."""
+    return MARKDOWN.sub("", strip_marker(text)).strip()
 
 
 def _numbered_steps(texts: list[str], instruction: str) -> bool:

@@ -64,7 +64,10 @@ def find_sentence_runs(instruction: str, response: str, lines: list[Line], taken
         starts = _point_starts(texts)
         if len(starts) < 2 or starts[0] == 0:
             continue
-        end = next((i for i in range(starts[-1] + 1, len(texts)) if SUMMING_UP.match(texts[i])), len(texts))
+        # The last point ends where a sentence sums the points up or points back at them ("Both ...", "This ..."):
+        # that sentence stays in the main thread, after them.
+        end = next((i for i in range(starts[-1] + 1, len(texts)) if SUMMING_UP.match(texts[i])
+                    or POINTS_BACK.match(texts[i])), len(texts))
         bounds = list(zip(starts, [*starts[1:], end], strict=True))
         bodies = [point_body(texts[start]) or "" for start in starts]  # every start opens with a point marker
         if any(POINTS_BACK.match(body) for body in bodies[1:]):
