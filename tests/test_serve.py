@@ -801,6 +801,33 @@ def test_a_crash_inside_one_requests_step_fails_only_that_request(speaker, monke
 
 
 
+def test_a_request_that_cannot_join_the_batch_fails_alone_and_frees_its_place(speaker, monkeypatch):
+    """Joining grows the cache (on a GPU, where memory runs out): a join that raises fails that request with its
+    reason, and its place and tokens in flight go back, so the server is not left full."""
+    from pasta.decoding.runner import StepBatch
+
+    _, tokenizer = speaker
+    poison = encode_text(tokenizer, " poison")[0]
+    expected = alone_answers(speaker)
+    join = StepBatch.join
+
+    def fragile_join(self, request, choose, capacity):
+        if poison in request.prompt_ids:
+            raise RuntimeError("injected out of memory")
+        return join(self, request, choose, capacity)
+
+    monkeypatch.setattr(StepBatch, "join", fragile_join)
+    limits = AdmissionLimits(max_running_requests=1, max_queued_requests=8)
+    with running(speaker_app(speaker, limits)) as base_url:
+        api = client(base_url)
+        for _ in range(2):  # one place: a leaked one would leave the second poisoned request waiting forever
+            with pytest.raises(openai.InternalServerError, match="could not start the request: injected out of"):
+                complete(api, "Request: poison Go", stream=False)
+        assert complete(api, PROMPTS[0], stream=False)[0] == expected[0]
+        state = wait_idle(base_url)
+    assert state["num_running"] == state["num_waiting"] == state["num_tokens_in_flight"] == 0
+
+
 def test_a_forward_that_raises_fails_its_requests_and_the_server_answers_the_next(speaker, monkeypatch):
     """A step's forward belongs to every running request: when it raises, they fail with its reason, the batch
     empties, and the engine goes on serving."""

@@ -143,7 +143,8 @@ class Engine:
                         self._update(outcome)
                 except Exception as exc:  # the forward, which every member shared, or a bug outside any one request
                     log.exception("engine step failed")
-                    self._abandon(batch.members, f"engine step failed: {exc}")
+                    # Every request served: the batch's members, and those the step took out before what raised.
+                    self._abandon(f"engine step failed: {exc}")
                     batch.clear()
                 if not batch.members:
                     self._publish()
@@ -172,19 +173,21 @@ class Engine:
         for request in self.scheduler.take_started():
             if request.cancelled:
                 self.scheduler.retire(request)
+                self._wake.set()  # as below
                 self.metrics.sequences.labels("cancelled").inc()
                 continue
             config = request.config
             try:
                 decoded = new_request(self.mode, self.model, self.tokenizer, request.prompt_ids, config, self.policy)
                 choose = sampling_chooser(decoded, self.tokenizer, config, _generator(config, self.model.device))
+                capacity = initial_capacity(len(request.prompt_ids), config.max_new_tokens)
+                member = self._batch.join(decoded, choose, capacity)  # grows the cache: may run out of memory
             except Exception as exc:
                 self.scheduler.retire(request)
+                self._wake.set()  # retiring may have started waiting requests
                 self.metrics.sequences.labels("failed").inc()
                 request.emit(Failed(f"could not start the request: {exc}"))
                 continue
-            capacity = initial_capacity(len(request.prompt_ids), config.max_new_tokens)
-            member = self._batch.join(decoded, choose, capacity)
             self._served[id(member)] = _Served(request)
         self._publish()  # once a step: what the last step and these joins and leaves left
 
@@ -241,10 +244,10 @@ class Engine:
                 request.emit(event)
         self._wake.set()  # retiring may have started waiting requests
 
-    def _abandon(self, members: list[Member], reason: str) -> None:
-        """Fail these members without touching their batch (it may be what broke)."""
-        for member in members:
-            request = self._served.pop(id(member)).request
+    def _abandon(self, reason: str) -> None:
+        """Fail every request served, without touching the batch (it may be what broke)."""
+        for key in list(self._served):
+            request = self._served.pop(key).request
             self.scheduler.retire(request)
             self.metrics.sequences.labels("failed").inc()
             request.emit(Failed(reason))
