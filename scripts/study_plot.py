@@ -24,7 +24,7 @@ from typing import Any
 from pasta.errors import PastaError, one_line
 from pasta.evaluation.report import load_summaries
 
-NAME = re.compile(r"^pasta-lambda(?P<lam>[^-]+)-round(?P<round>\d+)$")
+NAME = re.compile(r"^pasta-lambda(?P<lam>.+?)-round(?P<round>\d+)$")  # a lambda may hold a minus: 1e-3
 PROXY = "emb-sim to reference (proxy)"
 
 
@@ -70,7 +70,7 @@ def sweep_lines(points: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, A
     start = points.get("pasta-sft")
     return {
         lam: ([start] if start else []) + sorted(rounds, key=lambda p: p["round"])
-        for lam, rounds in sorted(lines.items())
+        for lam, rounds in sorted(lines.items(), key=lambda item: float(item[0]))  # 4 before 10, inf last
     }
 
 

@@ -72,6 +72,13 @@ def test_runs_are_named_by_their_folder_so_runs_decoded_elsewhere_plot_when_link
         "4": ["pasta-sft", "pasta-lambda4-round1"]}
 
 
+def test_sweep_lines_are_in_lambdas_order_and_a_lambda_may_hold_a_minus():
+    study_plot = load_script("study_plot")
+    names = ["pasta-sft", *(f"pasta-lambda{lam}-round1" for lam in ("inf", "10", "4", "1e-3"))]
+    points = {name: study_plot.point({"run_dir": f"/runs/{name}", "decode": "async"}) for name in names}
+    assert list(study_plot.sweep_lines(points)) == ["1e-3", "4", "10", "inf"]
+
+
 def test_a_line_of_the_last_round_only_labels_its_points_by_their_rounds(tmp_path):
     """The study decodes each lambda's last round only: the line is r0 (SFT) and r2, not r0 and r1."""
     study_plot = load_script("study_plot")
