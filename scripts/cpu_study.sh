@@ -213,7 +213,12 @@ baseline_eval="$out/eval/baseline-sft"
 if [ "$draft" = 1 ]; then draft_skeleton=true; else draft_skeleton=false; fi
 started=$SECONDS
 step() { printf '\n== [%4d s] %s\n' $((SECONDS - started)) "$*"; }
-done_already() { [ -f "$1/final/config.json" ] && echo "   already done: $1/final"; }
+# Done: the run's train_info.json says so, written after its last model, metrics and checks (a run killed after
+# its final model but before them resumes and writes them).
+done_already() {
+    "$python" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("status") != "done")' \
+        "$1/train_info.json" 2>/dev/null && echo "   already done: $1"
+}
 # Run names say lambda and round; "inf" and "1.0" are fine in a folder name.
 pref_dir() { echo "$out/pref-lambda$1"; }
 
@@ -248,7 +253,8 @@ step "6/7 preference: lambda in {$lambdas} x $num_rounds rounds, each lambda fro
 first=""
 for lambda in $lambdas; do
     dir=$(pref_dir "$lambda")
-    if done_already "$dir/round-$num_rounds"; then first=${first:-$dir}; continue; fi
+    # (a run of fewer rounds is done too: its last round is not this one)
+    if [ -d "$dir/round-$num_rounds/final" ] && done_already "$dir"; then first=${first:-$dir}; continue; fi
     # The same round-1 candidates and Baseline-SFT answers as the first lambda's: paired again, not decoded again.
     reuse=()
     [ -z "$first" ] || reuse=("stage.candidates_from=$first")

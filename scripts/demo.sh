@@ -39,7 +39,12 @@ started=$SECONDS
 
 step() { printf '\n== [%4d s] %s\n' $((SECONDS - started)) "$*"; }
 # A finished training stage is not trained again on a rerun (a killed one resumes from its last checkpoint).
-done_already() { [ -f "$1/final/config.json" ] && echo "   already done: $1/final"; }
+# Done: the run's train_info.json says so, written after its last model, metrics and checks (a run killed after
+# its final model but before them resumes and writes them).
+done_already() {
+    "$python" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("status") != "done")' \
+        "$1/train_info.json" 2>/dev/null && echo "   already done: $1"
+}
 
 step "1/8 prepare the embedded model (converted once into the cache)"
 "$python" -m pasta.models prepare
@@ -57,7 +62,7 @@ done_already "$out/baseline-sft" || "$python" -m pasta.train experiment=cpu_sft 
     "stage.num_train_epochs=$sft_epochs" data.strip_annotations=true output_dir="$out/baseline-sft"
 
 step "5/8 one preference round: sample, score speed + quality (embedding judge), train on best vs worst"
-done_already "$out/pref/round-1" || "$python" -m pasta.train experiment=cpu_pref "${train[@]}" \
+done_already "$out/pref" || "$python" -m pasta.train experiment=cpu_pref "${train[@]}" \
     model.path="$out/sft/final" "stage.prompts_per_round=$num_prompts" "stage.num_samples=$num_samples" \
     "stage.max_new_tokens=$max_new_tokens" output_dir="$out/pref"
 
