@@ -363,10 +363,11 @@ GOOD = {"model": "lively", "messages": [{"role": "user", "content": "Hi"}]}
     ({**GOOD, "top_logprobs": 2}, 400, "top_logprobs is not supported"),
     ({**GOOD, "tool_choice": "auto"}, 400, "tool_choice is not supported"),
     ({**GOOD, "response_format": {"type": "json_object"}}, 400, "response_format is not supported"),
+    ({**GOOD, "messages": [{"role": "user", "content": "a\ud800b"}]}, 400, "not valid Unicode (a lone surrogate)"),
 ], ids=["malformed-json", "wrong-type", "messages-not-a-list", "empty-messages", "no-content", "max-tokens-0",
         "max-tokens-over-limit", "prompt-over-context", "unknown-model", "negative-temperature", "logprobs", "n",
         "seed-over-2**64", "seed-plus-n-over-2**64", "max-tokens-string", "max-tokens-bool", "stream-string",
-        "annotated-string", "temperature-string", "top-logprobs", "tool-choice", "response-format"])
+        "annotated-string", "temperature-string", "top-logprobs", "tool-choice", "response-format", "lone-surrogate"])
 def test_bad_input_is_an_openai_error_and_the_server_goes_on(server, body, status, says):
     base_url, _ = server
     content = body if isinstance(body, str) else json.dumps(body)
@@ -382,10 +383,13 @@ def test_bad_input_is_an_openai_error_and_the_server_goes_on(server, body, statu
     ({"best_of": 2}, "best_of is not supported"),
     ({"suffix": " the end."}, "suffix is not supported"),
     ({"echo": True}, "echo is not supported"),
-], ids=["best-of", "suffix", "echo"])
+    ({"prompt": "a\ud800b"}, "prompt: Input should be a valid string, unable to parse raw data as a unicode"),
+], ids=["best-of", "suffix", "echo", "lone-surrogate"])
 def test_completions_fields_the_decoder_does_not_implement_are_refused(server, body, says):
     base_url, _ = server
-    reply = httpx.post(f"{base_url}/completions", json={"model": "lively", "prompt": "Hi", **body}, timeout=30)
+    content = json.dumps({"model": "lively", "prompt": "Hi", **body})  # escaped: a lone surrogate goes as JSON has it
+    reply = httpx.post(f"{base_url}/completions", content=content, headers={"content-type": "application/json"},
+                       timeout=30)
     assert reply.status_code == 400 and says in reply.json()["error"]["message"]
 
 
@@ -900,3 +904,14 @@ def test_alpaca_evals_openai_decoder_generates_through_the_server(speaker, tmp_p
     expected = [decode_async(model, tokenizer, [encode_prompt(tokenizer, p)], config, ReservationPolicy())[0].text
                 for p in PROMPTS[:2]]
     assert [text.strip() for text in out["completions"]] == [text.strip() for text in expected]
+
+
+def test_a_request_without_stop_keeps_the_servers_stop_strings_and_one_with_stop_replaces_them():
+    from pasta.serving.app import _decode_configs
+    from pasta.serving.protocol import CompletionRequest
+
+    settings = ServeSettings(model_name="m", decode=DecodeConfig(max_new_tokens=8, stop_strings=("END",)),
+                             max_tokens_limit=8, max_n=1, context_length=64)
+    stops = [_decode_configs(CompletionRequest(model="m", prompt="Hi", **extra), settings, [1, 2], None)[0]
+             .stop_strings for extra in ({}, {"stop": "###"}, {"stop": []})]
+    assert stops == [("END",), ("###",), ()]

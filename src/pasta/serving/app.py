@@ -197,6 +197,7 @@ def _decode_configs(body, settings: ServeSettings, prompt_ids: list[int], max_to
         seed = body.seed + i if body.seed is not None else None
         configs.append(dataclasses.replace(base, max_new_tokens=max_tokens, max_total_tokens=max_total_tokens,
                                            free_tag_tokens=0,
-                                           stop_strings=tuple(body.stop or ()),
+                                           stop_strings=tuple(body.stop) if "stop" in body.model_fields_set
+                                           else base.stop_strings,
                                            sampling=dataclasses.replace(sampling, seed=seed)))
     return configs

@@ -12,12 +12,24 @@ config. Each choice carries a `pasta` object: the decoder's stats, and the annot
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 # What torch.Generator.manual_seed takes; choice i of n samples with seed + i.
 MIN_SEED, MAX_SEED = -(2**63), 2**64 - 1
+
+
+def _encodable(value: str) -> str:
+    # JSON's \ud800 escapes decode to lone surrogates, which no tokenizer encodes: a 400 here, not a 500 there.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("is not valid Unicode (a lone surrogate)") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_encodable)]
 
 
 class _Strict(BaseModel):
@@ -47,7 +59,7 @@ class _Generation(_Strict):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = Field(default=None, ge=MIN_SEED, le=MAX_SEED)
-    stop: str | list[str] | None = None
+    stop: Text | list[Text] | None = None
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -75,12 +87,12 @@ class _Generation(_Strict):
 
 class TextPart(_Strict):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    content: Text | list[TextPart]
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
@@ -104,7 +116,7 @@ class ChatCompletionRequest(_Generation):
 
 
 class CompletionRequest(_Generation):
-    prompt: str = Field(min_length=1)
+    prompt: Text = Field(min_length=1)
     echo: bool = False
     best_of: int | None = None
     suffix: str | None = None
