@@ -232,6 +232,14 @@ def test_teacher_interface_answers_in_request_order():
     assert teacher.model == "rules-v4"
 
 
+def test_two_lists_of_custom_patterns_name_two_teachers():
+    """An output is extended only by the teacher that wrote it: its name holds every setting off the defaults."""
+    names = [build_teacher({"kind": "structural", "sequential_patterns": [pattern], "topic_words": 1}).model
+             for pattern in (r"\brecipe\b", r"\bstory\b")]
+    assert names[0] != names[1] and all(re.fullmatch(r"rules-v4 topic_words=1 sequential_patterns=custom-[0-9a-f]{8}",
+                                                     name) for name in names)
+
+
 def test_unknown_teacher_key_is_a_one_line_error():
     from pasta.errors import PastaError
 

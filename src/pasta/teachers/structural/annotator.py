@@ -4,6 +4,8 @@ and write the annotation from character spans of the response."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -159,6 +161,10 @@ def _candidate_blocks(instruction: str, response: str, lines: list[Line]) -> lis
     return blocks
 
 
+def _custom(value: object) -> str:
+    return "custom-" + hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+
+
 class StructuralTeacher(Teacher):
     name = "structural"
 
@@ -166,7 +172,9 @@ class StructuralTeacher(Teacher):
         self.annotator = StructuralAnnotator(cfg)
         # The rules' version and every setting that differs from the defaults ("rules-v4 topic_words=1"): each record
         # says what wrote it, and an output is never extended under other settings (pasta.annotation.stage).
-        changed = [f"{f.name}={value if isinstance(value, int | bool) else 'custom'}" for f in dataclasses.fields(cfg)
+        # A list of patterns is named by a hash of its contents ("custom-1a2b3c4d"): two custom lists differ too.
+        changed = [f"{f.name}={value if isinstance(value, int | bool) else _custom(value)}"
+                   for f in dataclasses.fields(cfg)
                    if f.name != "kind" and (value := getattr(cfg, f.name)) != getattr(_DEFAULTS, f.name)]
         self.model = " ".join([RULES_VERSION, *changed])
 
