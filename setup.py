@@ -2,8 +2,9 @@
 
 The Hydra configs live in the checkout's `conf/` (that is where users edit them); an installed wheel carries them
 as `pasta/conf/`, which `pasta.config.conf_dir()` finds. Each config folder is declared as a (data-only) package so
-that setuptools ships its files; `pasta.data` ships the held-out pool's prompt hashes beside its code. Everything
-else is in pyproject.toml.
+that setuptools ships its files; `pasta.data` ships the held-out pool's prompt hashes beside its code, and the
+top-level `data/` (the small sample data the default configs read) ships as `pasta/sample_data/`. Everything else is in
+pyproject.toml.
 """
 
 from pathlib import Path
@@ -18,7 +19,8 @@ conf_packages = ["pasta.conf"] + sorted(
 )
 
 setup(
-    packages=[*find_packages("src"), *conf_packages],
-    package_dir={"": "src", "pasta.conf": "conf"},
-    package_data={"pasta.data": ["heldout_pool.txt"], **{package: CONF_FILES for package in conf_packages}},
+    packages=[*find_packages("src"), *conf_packages, "pasta.sample_data"],
+    package_dir={"": "src", "pasta.conf": "conf", "pasta.sample_data": "data"},
+    package_data={"pasta.data": ["heldout_pool.txt"], "pasta.sample_data": ["*.jsonl", "*.md"],
+                  **{package: CONF_FILES for package in conf_packages}},
 )

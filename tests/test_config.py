@@ -152,6 +152,7 @@ def test_installed_wheel_finds_its_configs_from_another_directory(tmp_path):
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(root / "src", src / "src", ignore=ignore)
     shutil.copytree(root / "conf", src / "conf", ignore=ignore)
+    shutil.copytree(root / "data", src / "data", ignore=ignore)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", tmp_path / "wheel", src],
                    check=True, cwd=src, capture_output=True)
@@ -164,16 +165,18 @@ def test_installed_wheel_finds_its_configs_from_another_directory(tmp_path):
     probe = (
         "import pasta, pasta.config as c;"
         "cfg = c.compose('eval', ['model=tiny']);"
-        "print(pasta.__file__); print(c.conf_dir()); print(cfg.paths.root_dir); print(cfg.model.name)"
+        "print(pasta.__file__); print(c.conf_dir()); print(cfg.paths.root_dir); print(cfg.model.name);"
+        "from pasta.data import load_alpaca_eval; print(len(load_alpaca_eval(cfg.eval_data)))"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=elsewhere, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(target)})
     assert out.returncode == 0, out.stderr
-    module_file, config_dir, root_dir, model_name = out.stdout.split()
+    module_file, config_dir, root_dir, model_name, num_prompts = out.stdout.split()
     assert Path(module_file).is_relative_to(target)
     assert Path(config_dir) == target / "pasta" / "conf"
     assert Path(root_dir) == elsewhere  # no checkout: paths are relative to where the user runs pasta
     assert model_name == "tiny"
+    assert num_prompts == "25"  # the default eval_data=sample, from the sample data the wheel carries
 
 
 # The groups whose options extend a schema of pasta.schemas (directly, or through another option of the group).

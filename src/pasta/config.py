@@ -60,6 +60,16 @@ def _pasta_root() -> str:
     return str(root if root is not None else Path.cwd())
 
 
+def _data_dir(root_dir: str) -> str:
+    """`<root_dir>/data`; installed from a wheel, the sample data the wheel carries (pasta/sample_data) unless the
+    current directory has a data/ folder of its own."""
+    local = Path(root_dir) / "data"
+    packaged = _PACKAGE_DIR / "sample_data"
+    if checkout_root() is None and not local.is_dir() and packaged.is_dir():
+        return str(packaged)
+    return str(local)
+
+
 def user_cache_dir() -> str:
     """pasta's default cache folder: $XDG_CACHE_HOME/pasta, else ~/.cache/pasta."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -68,7 +78,7 @@ def user_cache_dir() -> str:
 
 def register_resolvers() -> None:
     """Register pasta's OmegaConf resolvers (idempotent; done on import of this module)."""
-    for name, fn in (("pasta_root", _pasta_root), ("pasta_user_cache", user_cache_dir)):
+    for name, fn in (("pasta_root", _pasta_root), ("pasta_data", _data_dir), ("pasta_user_cache", user_cache_dir)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
