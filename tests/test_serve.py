@@ -915,3 +915,17 @@ def test_a_request_without_stop_keeps_the_servers_stop_strings_and_one_with_stop
     stops = [_decode_configs(CompletionRequest(model="m", prompt="Hi", **extra), settings, [1, 2], None)[0]
              .stop_strings for extra in ({}, {"stop": "###"}, {"stop": []})]
     assert stops == [("END",), ("###",), ()]
+
+
+def test_an_unexpected_error_is_a_500_and_counted_as_one(speaker, monkeypatch):
+    from pasta.serving import app as serving_app
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(serving_app, "encode_text_prompt", broken)
+    with running(speaker_app(speaker)) as base_url:
+        reply = httpx.post(f"{base_url}/completions", json={"model": "speaker", "prompt": "Hi"}, timeout=30)
+        metrics = read_metrics(base_url)
+    assert reply.status_code == 500
+    assert 'pasta_requests_total{status="500"} 1.0' in metrics

@@ -51,9 +51,14 @@ class CountResponses:
         except (OSError, ClientDisconnect):  # a write into a connection the client closed
             mark_client_gone(scope)
             raise
-        except BaseException:
+        except Exception:
+            # Broke off after its start, or before it: Starlette's outermost middleware, outside this one, answers
+            # the exception with a 500 that this one never sees.
+            status = 500
+            raise
+        except BaseException:  # cancelled: no answer goes out after it
             if status is not None:
-                status = 500  # broke off after its start; before it, the server's error answer is counted
+                status = 500
             raise
         finally:
             if status is not None:
