@@ -304,6 +304,18 @@ def test_max_total_tokens_stops_every_thread():
     assert it.token_doc().chunks[0].body_ids[-1] == AE
 
 
+def test_max_total_tokens_that_cuts_a_chunk_after_the_main_threads_eos_is_the_finish_reason():
+    """A list of promises then eos, the chunks running on (the usual ending): a budget that cuts a chunk cuts the
+    answer, which counts as cut (evaluations, pairing), and the main thread's eos stays in its token doc."""
+    it = interpreter(DecodeConfig(max_new_tokens=10, free_tag_tokens=0))
+    drive(it, [1, *promise([5], 1), EOS], [[6] * 20 + [AE]])
+    assert it.finish_reason == "max_total_tokens" and it.num_sampled == 10
+    assert it.token_doc().main_ids[-1] == EOS
+    ended = interpreter(DecodeConfig(max_new_tokens=64, free_tag_tokens=0))
+    drive(ended, [1, *promise([5], 1), EOS], [[6, 6, AE]])  # every chunk closed before the budget: eos
+    assert ended.finish_reason == "eos" and ended.token_doc().main_ids[-1] == EOS
+
+
 def test_max_total_tokens_inside_a_promise_cuts_it_without_a_malformed_event_or_its_topic_as_text():
     # The chunk spends the shared budget as well: it runs out while the main thread writes its second promise.
     first = [1, *promise([5], 9)]

@@ -349,7 +349,10 @@ class Interpreter:
             self.malformed["empty_chunk"] += 1
 
     def _stop_all(self) -> None:
-        """max_total_tokens: every thread stops; running chunks are closed as they are, waiting ones dropped."""
+        """max_total_tokens: every thread stops; running chunks are closed as they are, waiting ones dropped. The
+        answer is cut (its finish reason) when a thread was: the main thread, or a chunk after the main's eos."""
+        if any(c.state in (ChunkState.FORKING, ChunkState.QUEUED, ChunkState.RUNNING) for c in self.chunks):
+            self.finish_reason = "max_total_tokens"
         if self.main.state != MainState.DONE:
             # A promise being written is cut like a sentence at the limit, not counted malformed: the chunks spent
             # the shared budget too, which the grammar cannot foresee for the main thread (it closes promises
@@ -385,4 +388,6 @@ class Interpreter:
 
     def token_doc(self) -> TokenDoc:
         """The cleaned structure as ids: a valid TokenDoc (stray tags and dropped promises left out)."""
-        return self.renderer.token_doc(self.items, self.main_ids[-1] if self.finish_reason == "eos" else None)
+        # The main thread's eos, whatever ended the answer after it (a budget that cut a chunk running on).
+        ended = bool(self.main_ids) and self.main_ids[-1] in self.eos_ids
+        return self.renderer.token_doc(self.items, self.main_ids[-1] if ended else None)
