@@ -177,6 +177,23 @@ def test_a_topic_stops_growing_at_max_topic_chars_and_can_still_close(tagged):
     assert bool(grammar.topic([word], "hello", set(), budget=50, max_chars=64).allowed[longer])
 
 
+def test_a_count_stops_at_what_a_chunk_can_hold(tagged):
+    """tokens="N" reserves N positions for the chunk (counted policies): a count past max_chunk_tokens would leave
+    the main thread past positions no chunk writes."""
+    from pasta.decoding.grammar import grammar_for
+
+    model, tokenizer = tagged
+    tags = TagIds.from_tokenizer(tokenizer)
+    grammar = grammar_for(tokenizer, tags, {tokenizer.eos_token_id}, model.config.vocab_size, "cpu")
+    digit = {d: encode_text(tokenizer, str(d))[0] for d in range(10)}
+    first = grammar.count([], "", budget=50, max_count=64)
+    assert [bool(first.allowed[digit[d]]) for d in range(10)] == [False] + [True] * 9  # no leading zero
+    second = grammar.count([digit[6]], "6", budget=50, max_count=64)
+    assert [bool(second.allowed[digit[d]]) for d in range(10)] == [True] * 5 + [False] * 5  # 60-64 only
+    assert second.violation(digit[5]) == "bad_count" and bool(second.allowed[tags.promise_end])
+    assert bool(grammar.count([digit[6]], "6", budget=50).allowed[digit[9]])  # no bound given: none
+
+
 def test_a_topic_with_the_words_of_one_this_list_promised_cannot_close(tagged):
     """The study's topic loops were one list promising 'he wore' and then 'He wore' or 'markdown syntax:': the
     same words, another case or a colon. The grammar treats them as the duplicate they are: the student that

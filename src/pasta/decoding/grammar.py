@@ -134,6 +134,7 @@ class Grammar:
         self._bad_topic_token = mask([not text or _BAD_TOPIC_CHAR.search(text) is not None for text in texts])
         self._blank = mask([not text.strip() for text in texts])
         self._digit = mask([text.isascii() and text.isdigit() for text in texts])
+        self._digit_ids = [i for i, text in enumerate(texts) if text.isascii() and text.isdigit()]
         self._leading_zero = self._digit & mask([text.startswith("0") for text in texts])
         self._text = ~tag_mask & ~eos  # tokens that are neither a tag nor eos
         self._not_text = set(tags.all) | set(eos_ids)
@@ -249,9 +250,14 @@ class Grammar:
         return [i for i in candidates
                 if i not in self._not_text and topic_words(topic + self.token_texts[i]) in named]
 
-    def count(self, count_ids: list[int], count: str, budget: int) -> Constraint:
-        """In a promise's count: `count` is `count_ids` decoded."""
+    def count(self, count_ids: list[int], count: str, budget: int, max_count: int | None = None) -> Constraint:
+        """In a promise's count: `count` is `count_ids` decoded; `max_count` the largest count a chunk can fill
+        (max_chunk_tokens: a larger one reserves positions no chunk writes, and moves the main thread past them)."""
         rules = [self._count_escape, Rule("bad_count", self._text & ~self._digit)]
+        if max_count is not None and max_count >= 1:  # a digit only ever raises the count: a prefix check is exact
+            over = [i for i in self._digit_ids if int(count.strip() + self.token_texts[i]) > max_count]
+            if over:
+                rules.append(Rule("bad_count", self._ids_mask(over)))
         if not count_ids:
             rules.append(Rule("bad_count", self._leading_zero))
         if len(count_ids) >= MAX_COUNT_TOKENS:

@@ -168,7 +168,7 @@ class Interpreter:
             return grammar.topic(parser.topic_ids, self.decode(parser.topic_ids), parser.answer_topics, budget,
                                  self.config.max_topic_chars)
         if parser.mode == PromiseMode.COUNT:
-            return grammar.count(parser.count_ids, self.decode(parser.count_ids), budget)
+            return grammar.count(parser.count_ids, self.decode(parser.count_ids), budget, self.config.max_chunk_tokens)
         capped = self.config.max_promises is not None and len(self.chunks) >= self.config.max_promises
         return grammar.main_text(budget, can_promise=not capped and not self.topic_loop)
 
