@@ -223,7 +223,7 @@ done_already() {
 pref_dir() { echo "$out/pref-lambda$1"; }
 
 step "1/7 prepare the model (converted once into the cache)"
-"$python" -m pasta.models prepare
+"$python" -m pasta.models prepare "model=$model"
 
 step "2/7 annotate $data with the structural teacher (rule-based, no model)"
 # shellcheck disable=SC2086

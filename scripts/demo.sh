@@ -47,7 +47,7 @@ done_already() {
 }
 
 step "1/8 prepare the embedded model (converted once into the cache)"
-"$python" -m pasta.models prepare
+"$python" -m pasta.models prepare "model=$model"
 
 step "2/8 annotate the embedded sample with the structural teacher (rule-based, no model)"
 "$python" -m pasta.annotate "${common[@]}" teacher=structural data=sample on_reject=keep_unannotated \
