@@ -121,7 +121,7 @@ def _check_topics_differ(doc: Document) -> None:
     for item in doc.items:
         if isinstance(item, Promise):
             words = topic_words(item.topic)
-            if words in promised:
+            if words and words in promised:  # a topic of no words names none (the grammar's rule too)
                 raise Rejected(DUPLICATE_TOPIC, f"topic {item.topic!r} repeats an earlier promise's words")
             promised.add(words)
 
