@@ -30,7 +30,8 @@ from pasta.teachers.structural.sentences import find_sentence_runs
 from pasta.teachers.structural.topics import topic_of
 
 # v2: runs of points inside a paragraph. v3: leads (markers, numbers, bold leads, headings, openers) stay in the
-# main thread; sections under headings; groups join across heading lines.
+# main thread; sections under headings; groups join across heading lines. v4: no topic's words twice in an answer, a
+# bold "Then" item keeps its list sequential, a sentence pointing back at a run's points ends the run.
 RULES_VERSION = "rules-v4"
 _DEFAULTS = StructuralConfig()
 
