@@ -348,3 +348,17 @@ def test_official_lc_looks_up_instruction_difficulty_by_alpaca_eval_position(sha
     assert results[0]["lc_method"] == "alpaca_eval length_controlled_v1"
     assert 0 < results[0]["length_controlled_winrate"] < 100
     assert (results[0]["comparable_with_leaderboard"], results[1]["comparable_with_leaderboard"]) == (True, False)
+
+
+@pytest.mark.parametrize("num_pairs", [1, 9])
+def test_too_few_judged_pairs_give_no_official_lc_and_say_why(num_pairs):
+    """alpaca_eval's length GLM on one pair fails inside alpaca_eval after judging; below the offline estimate's
+    floor the official one is not fitted either."""
+    rows = [{"instruction": f"q{i}", "output_1": "a" * (i + 1), "output_2": "b" * (2 * i + 3), "preference": 2.0,
+             "generator_1": "ref", "generator_2": "m"} for i in range(num_pairs)]
+    positions = {f"q{i}": i for i in range(805)}
+    result = make_metric_fn(positions, "auto")(rows)
+    assert result["win_rate"] == 100.0 and "length_controlled_winrate" not in result
+    assert f"{num_pairs} judged pairs: too few to fit the length GLM" in result["lc_unavailable"]
+    with pytest.raises(PastaError, match="length_controlled=official, but .* too few"):
+        make_metric_fn(positions, "official")(rows)

@@ -157,9 +157,16 @@ def _official_lc(judged: pd.DataFrame, positions: dict[str, int] | None, lc_mode
 
 def _why_no_official_lc(judged: pd.DataFrame, positions: dict[str, int] | None) -> str | None:
     """Why the official LC cannot be computed for these annotations, or None when it can."""
-    available, why = _official_lc_available()
     if positions is None:
         return f"the evaluation set is not the {ALPACA_EVAL_SIZE}-prompt AlpacaEval set"
+    # alpaca_eval's GLM standardises the length difference: one pair, or pairs all alike, leave it nothing to fit
+    # (and make it fail on the index it writes back).
+    if len(judged) < MIN_PROMPTS_FOR_GLM:
+        return f"{len(judged)} judged pairs: too few to fit the length GLM"
+    length_gap = judged["output_2"].astype(str).str.len() - judged["output_1"].astype(str).str.len()
+    if not length_gap.std() > 0:
+        return "every judged pair differs in length alike: the length GLM has nothing to fit"
+    available, why = _official_lc_available()
     if not available:
         return why
     unknown = [i for i in judged["instruction"] if i not in positions]
