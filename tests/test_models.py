@@ -339,3 +339,18 @@ def test_a_checkpoint_is_decoded_only_with_the_reservation_it_was_trained_with(t
         decoding_policy(reservation(policy="uncounted"), model_cfg)
     with pytest.raises(PastaError, match=r"not lang\.reservation\.policy=scale lang\.reservation\.scale=10"):
         decoding_policy(reservation(policy="scale", scale=10), model_cfg)
+
+
+def test_the_reservation_check_reads_a_model_path_under_home_as_the_loader_does(tmp_path, monkeypatch):
+    """model.path=~/runs/sft/final: bash leaves the ~ (a dotted name is no assignment) and the loader expands it."""
+    from omegaconf import OmegaConf
+
+    from pasta.errors import PastaError
+    from pasta.lang import ReservationPolicy
+    from pasta.models.trained_lang import decoding_policy, write_trained_policy
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "final").mkdir()
+    write_trained_policy(tmp_path / "final", ReservationPolicy("scale", scale=2.0))
+    with pytest.raises(PastaError, match="trained with lang.reservation.policy=scale"):
+        decoding_policy(OmegaConf.create({"policy": "uncounted"}), OmegaConf.create({"path": "~/final"}))

@@ -53,7 +53,7 @@ def decoding_policy(reservation_cfg: Any, model_cfg: Any) -> ReservationPolicy:
     """`lang.reservation` as configured, checked against the policy the model at `model.path` was trained with."""
     policy = ReservationPolicy.from_config(reservation_cfg)
     folder = model_cfg.get("path")
-    trained = trained_policy(Path(str(folder))) if folder else None
+    trained = trained_policy(Path(str(folder)).expanduser()) if folder else None  # as the loader reads it
     if trained is not None and _overrides(trained) != _overrides(policy):
         raise PastaError(
             f"model.path={folder} was trained with {_overrides(trained)}, not {_overrides(policy)}: decode it "
