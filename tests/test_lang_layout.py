@@ -71,6 +71,26 @@ def test_new_tag_embeddings_start_at_the_mean_of_their_inline_text(tagged):
     torch.testing.assert_close(weight[row], expected)
 
 
+def test_tag_rows_in_a_padded_vocabulary_start_at_their_inline_text_and_a_checkpoints_stay(tiny_model_and_tokenizer):
+    """A vocabulary padded past the tokenizer (Qwen2.5's) holds the new tag ids in untrained rows: they start at their
+    inline text's mean all the same, without a resize; a tokenizer that has the tags keeps the model's rows."""
+    from pasta.models import build_tiny_model
+
+    _, tokenizer = tiny_model_and_tokenizer
+    tokenizer = copy.deepcopy(tokenizer)
+    model = build_tiny_model(tokenizer)
+    model.resize_token_embeddings(len(tokenizer) + 64, mean_resizing=False)  # padded, as Qwen2.5's
+    num_rows = model.get_input_embeddings().weight.shape[0]
+    tag_ids = add_tag_tokens(tokenizer, model)
+    weight = model.get_input_embeddings().weight
+    assert weight.shape[0] == num_rows > max(tag_ids.all)
+    torch.testing.assert_close(weight[tag_ids.async_end], weight[encode_text(tokenizer, "</async>")].mean(dim=0))
+    with torch.no_grad():
+        weight[tag_ids.async_end] = 7.0  # trained
+    add_tag_tokens(tokenizer, model)
+    assert bool((model.get_input_embeddings().weight[tag_ids.async_end] == 7.0).all())
+
+
 def test_tags_tokenize_identically_inside_a_response_and_alone(tagged):
     _, tokenizer = tagged
     doc = token_doc(TWO_GROUPS, tokenizer)

@@ -90,24 +90,29 @@ def add_tag_tokens(tokenizer, model=None) -> TagIds:
         )
     tag_ids = TagIds.from_tokenizer(tokenizer)
     if model is not None:
-        _grow_embeddings(model, tokenizer, tag_ids)
+        _grow_embeddings(model, tokenizer, tag_ids, added=bool(missing))
     return tag_ids
 
 
 @torch.no_grad()
-def _grow_embeddings(model, tokenizer, tag_ids: TagIds) -> None:
+def _grow_embeddings(model, tokenizer, tag_ids: TagIds, added: bool) -> None:
+    """Rows for the tags the model lacks, each started at its inline text's mean: the rows past the model's (a resize),
+    and, for tags this call `added` to the tokenizer, rows the model already has: a padded vocabulary (Qwen2.5's
+    151,936 rows for 151,665 tokens) holds the new ids in rows no token ever trained. Tags the tokenizer had (a
+    PASTA checkpoint's) keep their trained rows."""
     num_rows = model.get_input_embeddings().weight.shape[0]
     needed = max(tag_ids.all) + 1
-    if num_rows >= needed:
+    if num_rows >= needed and not added:
         return
-    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    if num_rows < needed:
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     matrices = [model.get_input_embeddings().weight]
     output = model.get_output_embeddings()
     if output is not None and output.weight.data_ptr() != matrices[0].data_ptr():
         matrices.append(output.weight)
     for token, text in TAG_TOKENS.items():
         row = tokenizer.convert_tokens_to_ids(token)
-        if row < num_rows:
+        if row < num_rows and not added:
             continue
         source_ids = torch.tensor(encode_text(tokenizer, text))
         for weight in matrices:  # [V, D]
