@@ -518,6 +518,23 @@ def test_pairs_longer_than_max_length_are_cut_and_counted_or_skipped_as_sft_exam
     assert fit_pairs(pairs, shortest_prompt, TooLong.truncate) == ([], 2, 0)
 
 
+def test_a_full_round_trains_float32_weights_whatever_the_dtype_it_sampled_in(tagged, tmp_path):
+    """On a GPU the round's policy is loaded in bfloat16 to sample; full finetuning trains float32 weights, or
+    steps this small round away."""
+    model, tokenizer = tagged
+    policy = copy.deepcopy(model).to(torch.bfloat16)
+    cfg = pref_cfg(tmp_path, "stage.finetune=full", "stage.per_device_train_batch_size=1", "stage.max_steps=1",
+                   "stage.learning_rate=1e-5", "stage.max_length=96")
+    train_round(policy, tokenizer, hand_pairs(tokenizer, num_pairs=1), settings_from_cfg(cfg.stage), cfg,
+                tmp_path / "round-1", ReservationPolicy(), resume=False)
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}
+    start = {name: value.float() for name, value in model.state_dict().items()}
+    final = load_file(tmp_path / "round-1" / "final" / "model.safetensors")
+    assert final["model.layers.0.self_attn.q_proj.weight"].dtype == torch.float32
+    assert not torch.equal(final["model.layers.0.self_attn.q_proj.weight"],
+                           start["model.layers.0.self_attn.q_proj.weight"].to(torch.bfloat16).float())
+
+
 @pytest.mark.parametrize("finetune", ["lora", "full"])
 def test_the_reference_scored_once_gives_the_losses_of_a_reference_forward_on_every_step(tagged, tmp_path, finetune):
     from pasta.training.pref import pair_examples

@@ -136,6 +136,11 @@ def train_round(
     resume_from = checkpoint_to_resume(checkpoint_dir, resume)
     args = bonbon_args(settings, cfg, checkpoint_dir)
     peft_config = lora_config(settings.lora, model, tag_ids) if settings.finetune == Finetune.lora else None
+    if peft_config is None:
+        # The round's policy was loaded to sample (bfloat16 on a GPU): full finetuning updates float32 weights, as
+        # SFT's, under mixed_precision's autocast; bfloat16 weights would round a small step away. (LoRA's adapter
+        # rows are float32 whatever the base's dtype.)
+        model.float()
     if peft_config is not None and not settings.merge_lora:
         save_base_once(model, tokenizer, round_dir / "base")  # the round's adapter is saved against its start
     # Full finetuning needs an explicit reference (DPOTrainer would reload it by name); under LoRA the reference is
