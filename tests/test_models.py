@@ -354,3 +354,24 @@ def test_the_reservation_check_reads_a_model_path_under_home_as_the_loader_does(
     write_trained_policy(tmp_path / "final", ReservationPolicy("scale", scale=2.0))
     with pytest.raises(PastaError, match="trained with lang.reservation.policy=scale"):
         decoding_policy(OmegaConf.create({"policy": "uncounted"}), OmegaConf.create({"path": "~/final"}))
+
+
+def test_a_final_folder_appears_with_its_reservation_policy_or_not_at_all(tmp_path, monkeypatch):
+    """The policy is written before the rename that puts the folder in place: a kill between the two would leave a
+    checkpoint that decodes under any policy."""
+    from pathlib import Path
+
+    from pasta.lang import ReservationPolicy
+    from pasta.training.modeling import save_model_folder
+
+    class Saves:
+        def save_pretrained(self, folder):
+            (Path(folder) / f"{type(self).__name__}.json").write_text("{}")
+
+    renamed = []
+    rename = Path.rename
+    monkeypatch.setattr(Path, "rename", lambda self, target: renamed.append(sorted(p.name for p in self.iterdir()))
+                        or rename(self, target))
+    final = save_model_folder(Saves(), Saves(), tmp_path / "final", ReservationPolicy("scale", scale=2.0))
+    assert renamed == [["Saves.json", "pasta_lang.json"]]
+    assert sorted(p.name for p in final.iterdir()) == ["Saves.json", "pasta_lang.json"]

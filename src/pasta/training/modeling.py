@@ -70,14 +70,17 @@ def expose_head_bias(model) -> None:
         vars(head)["bias"] = head.token_adapter.base_layer.bias
 
 
-def save_model_folder(model, tokenizer, target: Path) -> Path:
-    """Save model and tokenizer into `target` through a temporary sibling folder and a rename."""
+def save_model_folder(model, tokenizer, target: Path, policy: ReservationPolicy | None = None) -> Path:
+    """Save model and tokenizer, and the reservation `policy` it was trained with (None: none recorded), into
+    `target` through a temporary sibling folder and a rename: the folder appears whole or not at all."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if policy is not None:
+            write_trained_policy(tmp, policy)
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)
@@ -119,15 +122,15 @@ def save_final(trainer, tokenizer, settings: OptimSettings, output_dir: Path,
         trainer.save_model(str(gathered))
         if trainer.is_world_process_zero():
             tokenizer.save_pretrained(gathered)
+            if policy is not None:
+                write_trained_policy(gathered, policy)
             if final.exists():
                 shutil.rmtree(final)
             gathered.rename(final)
     elif trainer.is_world_process_zero():
         if isinstance(model, PeftModel) and settings.merge_lora:
             model = model.merge_and_unload()
-        save_model_folder(model, tokenizer, final)
-    if policy is not None and trainer.is_world_process_zero():
-        write_trained_policy(final, policy)
+        save_model_folder(model, tokenizer, final, policy)
     trainer.accelerator.wait_for_everyone()
     return final
 
