@@ -168,6 +168,27 @@ def test_verdicts_of_another_judge_are_not_reused(tmp_path):
         JudgeAnnotator("judge-b", judge=CountingJudge(), pairs_path=pairs_path).annotate_head2head(reference, model)
 
 
+def test_verdicts_of_the_same_judge_name_under_other_settings_are_not_reused(tmp_path):
+    """hf:smollm2-135m names the judge's model config, not the checkpoint at judge.model.path or its prompts."""
+    from pasta.evaluation.judge_annotator import judge_settings
+
+    base = compose("eval", ["judge=hf"]).judge
+    other = compose("eval", ["judge=hf", "judge.compare_prompt=my_compare.md"]).judge
+    faster = compose("eval", ["judge=hf", "judge.batch_size=64", "judge.device=cpu"]).judge
+    assert judge_settings(base) != judge_settings(other) and judge_settings(base) == judge_settings(faster)
+    pairs_path = tmp_path / "judge_pairs.jsonl"
+    reference, model = outputs("reference", {"q": "ref"}), outputs("model", {"q": "a"})
+    JudgeAnnotator("hf:smollm2-135m", judge=CountingJudge(), pairs_path=pairs_path,
+                   settings=judge_settings(base)).annotate_head2head(reference, model)
+    again = CountingJudge()
+    JudgeAnnotator("hf:smollm2-135m", judge=again, pairs_path=pairs_path,
+                   settings=judge_settings(faster)).annotate_head2head(reference, model)
+    assert again.judged == []  # the same verdicts: reused
+    with pytest.raises(PastaError, match="under other judge settings"):
+        JudgeAnnotator("hf:smollm2-135m", judge=CountingJudge(), pairs_path=pairs_path,
+                       settings=judge_settings(other)).annotate_head2head(reference, model)
+
+
 def test_unjudged_pairs_are_dropped_from_the_win_rate_and_counted():
     frame = pd.DataFrame({
         "instruction": list("abcd"), "output_1": ["r"] * 4, "output_2": ["o"] * 4,

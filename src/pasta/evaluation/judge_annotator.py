@@ -5,6 +5,7 @@ judge_pairs.jsonl, so a rerun judges only the pairs not yet there."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,22 @@ from pasta.judges import Judge, JudgeItem
 log = logging.getLogger(__name__)
 
 
+# Judge settings that change how a verdict is reached (where, how fast, how often retried), not what it is: the same
+# served model at another address (base_url) gives the same verdicts.
+_OPERATIONAL_SETTINGS = frozenset({"device", "batch_size", "progress", "concurrency", "max_retries", "timeout_s",
+                                   "max_consecutive_errors", "api_key_env", "parse_retries", "base_url"})
+
+
+def judge_settings(judge_cfg: Any) -> str:
+    """A hash of the judge settings that decide its verdicts (its model and checkpoint, prompts, order, sampling):
+    the judge's name alone ("hf:smollm2-135m") is the same for another checkpoint or prompt."""
+    from omegaconf import DictConfig, OmegaConf
+
+    values = OmegaConf.to_container(judge_cfg, resolve=True) if isinstance(judge_cfg, DictConfig) else dict(judge_cfg)
+    kept = {key: value for key, value in values.items() if key not in _OPERATIONAL_SETTINGS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+
+
 def _pair_key(instruction: str, reference: str, candidate: str) -> str:
     # Both answers are in the key: a pair whose candidate changed (regenerated outputs) is judged again.
     return hashlib.sha256("\x00".join((instruction, reference, candidate)).encode("utf-8")).hexdigest()[:24]
@@ -33,9 +50,11 @@ class JudgeAnnotator:
     `annotate_head2head(outputs_1=reference, outputs_2=model)`; the rows it returns are alpaca_eval annotations.
     """
 
-    def __init__(self, annotators_config: str, *, judge: Judge, pairs_path: Path, chunk_size: int = 16):
+    def __init__(self, annotators_config: str, *, judge: Judge, pairs_path: Path, chunk_size: int = 16,
+                 settings: str | None = None):
         self.annotator_name = annotators_config
         self.judge = judge
+        self.settings = settings  # judge_settings(): verdicts under other settings are not this judge's
         self.pairs_path = Path(pairs_path)
         self.chunk_size = chunk_size
 
@@ -53,6 +72,12 @@ class JudgeAnnotator:
                 raise PastaError(
                     f"{self.pairs_path} holds verdicts of {record.get('annotator')!r}, not of {self.annotator_name!r}; "
                     "score into another output_dir or delete that file"
+                )
+            # A verdict recorded before the settings were kept is taken as this judge's.
+            if None not in (self.settings, record.get("settings")) and record["settings"] != self.settings:
+                raise PastaError(
+                    f"{self.pairs_path} holds verdicts of {self.annotator_name!r} under other judge settings (its "
+                    "model, checkpoint, prompts or order); score into another output_dir or delete that file"
                 )
             if record["preference"] is not None:  # a pair the judge gave up on is asked again on a rerun
                 judged[record["key"]] = record["preference"]
@@ -107,7 +132,8 @@ class JudgeAnnotator:
                 # None = the judge gave up on this pair; alpaca_eval drops a NaN preference from the metrics.
                 preference = None if probability is None else 1.0 + float(probability)
                 judged[row["key"]] = preference
-                out.append({"key": row["key"], "annotator": self.annotator_name, "preference": preference})
+                out.append({"key": row["key"], "annotator": self.annotator_name, "settings": self.settings,
+                            "preference": preference})
             progress.update(len(chunk))
         progress.close()
         return [{**row, "preference": judged[row["key"]]} for row in rows]

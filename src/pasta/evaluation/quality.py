@@ -267,6 +267,7 @@ def evaluate_outputs(
     annotators_config: str | None = None,
     judge: Judge | None = None,
     chunk_size: int = 16,
+    judge_settings: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Annotate with an alpaca_eval annotator (annotators_config) or a pasta judge, through `alpaca_eval.evaluate`.
 
@@ -283,6 +284,7 @@ def evaluate_outputs(
             "judge": judge,
             "pairs_path": results_dir / JUDGE_PAIRS,
             "chunk_size": chunk_size,
+            "settings": judge_settings,
         }
         annotators_config = judge.name
     else:

@@ -257,15 +257,17 @@ def _judged_quality(
         metrics = {"annotator": None, "win_rate": None, "reference": references[0]["generator"],
                    "outputs": str(outputs_file), "not_judged": "eval.win_rate=false: offline proxies only"}
         return _ScoredQuality(generator, metrics, instructions, None, proxies)
-    judge = None
+    judge, settings = None, None
     if ecfg.annotators_config is None:
+        from pasta.evaluation.judge_annotator import judge_settings
         from pasta.judges import build_judge
 
-        judge = build_judge(cfg.judge)
+        judge, settings = build_judge(cfg.judge), judge_settings(cfg.judge)
     name = ecfg.annotators_config or judge.name
     metrics, annotation_records = quality_lib.evaluate_outputs(
         model_outputs, references, results_dir=run_dir / quality_lib.annotator_slug(name), metric_fn=metric_fn,
         annotators_config=ecfg.annotators_config, judge=judge, chunk_size=ecfg.judge_chunk_size,
+        judge_settings=settings,
     )
     metrics["reference"] = references[0]["generator"]
     metrics["outputs"] = str(outputs_file)
