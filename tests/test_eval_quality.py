@@ -383,3 +383,17 @@ def test_too_few_judged_pairs_give_no_official_lc_and_say_why(num_pairs):
     assert f"{num_pairs} judged pairs: too few to fit the length GLM" in result["lc_unavailable"]
     with pytest.raises(PastaError, match="length_controlled=official, but .* too few"):
         make_metric_fn(positions, "official")(rows)
+
+
+def test_annotations_of_one_model_are_not_scored_into_another_models_run(tmp_path):
+    """The summary would join their win rate to the folder's speed and structure, another model's."""
+    instructions = sample_instructions(2)
+    run = make_run(tmp_path / "run", "model-b", dict.fromkeys(instructions, "b"))
+    annotations = tmp_path / "annotations.json"
+    annotations.write_text(json.dumps([
+        {"instruction": q, "output_1": "ref", "output_2": "a", "generator_1": "ref", "generator_2": "model-a",
+         "preference": 2.0} for q in instructions]))
+    cfg = compose("eval", [f"eval.annotations={annotations}", f"output_dir={run}"])
+    with pytest.raises(PastaError, match="eval.annotations judge 'model-a', but .* holds a run of 'model-b'"):
+        evaluate(cfg)
+    assert not (run / "summary.json").exists()

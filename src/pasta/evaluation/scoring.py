@@ -182,6 +182,10 @@ def score_run(cfg: DictConfig, ecfg: EvalConfig, run_dir: Path) -> dict[str, Any
     sequential_run = checked_sequential(ecfg, run_dir, meta)
     if ecfg.annotations is not None:
         scored = _rescored_quality(ecfg, all_instructions, metric_fn)
+        if meta.get("generator") not in (None, scored.generator):  # its speed and structure are another model's
+            raise PastaError(f"eval.annotations judge {scored.generator!r}, but {run_dir} holds a run of "
+                             f"{meta['generator']!r}: score them into another output_dir (by default, one named "
+                             "after the annotations' model)")
     else:
         scored = _judged_quality(cfg, ecfg, run_dir, meta, records, all_instructions, metric_fn)
     metrics = scored.metrics
