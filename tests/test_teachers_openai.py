@@ -225,6 +225,22 @@ def test_runs_interrupted_by_ctrl_c_and_by_a_kill_resume_to_the_same_file_as_an_
     assert output.read_bytes() == expected
 
 
+def test_ctrl_c_does_not_wait_for_the_requests_in_flight(tmp_path):
+    """A server that answers in a minute, requests that time out in 20 s and are retried: the interrupted run exits
+    at once, with the line that says how to resume, instead of waiting on its requests in flight."""
+    with start_chat_server(tmp_path, rules={"default": "x"}, delay=60) as (base_url, _):
+        process = _run_cli(base_url, tmp_path, tmp_path / "interrupted.jsonl", "run")
+        deadline = time.monotonic() + 120
+        while server_stats(base_url)["chat_requests"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        waited = time.monotonic() - started
+    assert process.returncode == 2 and "rerun the same command to resume" in stderr.strip().splitlines()[-1]
+    assert waited < 15  # the requests in flight had 20 s to go at least
+
+
 def test_openai_yaml_matches_the_dataclass_defaults():
     import dataclasses
 

@@ -21,7 +21,10 @@ gets the key into an error line, a log or a record written from its answer.
 from __future__ import annotations
 
 import os
+import queue
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +84,46 @@ def error_message(exc: BaseException) -> str:
         if isinstance(error, dict) and error.get("message"):
             return one_line(str(error["message"]))[:300]
     return one_line(str(getattr(exc, "message", None) or exc))[:300]
+
+
+class RequestThreads:
+    """`num_threads` daemon threads that run the calls submitted to them, each call's result in its Future.
+
+    Not concurrent.futures' ThreadPoolExecutor: Python joins its workers when the interpreter exits, so after Ctrl-C
+    the process waited for every request in flight, up to `timeout_s` x retries each. A daemon thread's request goes
+    with the process; what the run finished is on disk already, and a rerun resumes."""
+
+    def __init__(self, num_threads: int, name: str):
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._num_threads = num_threads
+        for index in range(num_threads):
+            threading.Thread(target=self._work, name=f"{name}-{index}", daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args = call
+            if not future.set_running_or_notify_cancel():  # cancelled while it waited
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # the caller reads it from the Future
+                future.set_exception(exc)
+
+    def close(self) -> None:
+        """The threads end after the calls submitted before (cancel the futures not wanted first); nothing waits."""
+        for _ in range(self._num_threads):
+            self._calls.put(None)
+
+    def __enter__(self) -> RequestThreads:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _redacted(completion: Any) -> Any:

@@ -17,13 +17,13 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from pasta.endpoints import Endpoint, Rejection
+from pasta.endpoints import Endpoint, Rejection, RequestThreads
 from pasta.errors import PastaError
 from pasta.judges.base import JudgeItem, rating_to_unit
 from pasta.judges.prompts import (
@@ -184,7 +184,7 @@ class OpenAIJudge:
 
     def _run(self, jobs: list[Callable[[], float | None]], desc: str) -> list[float | None]:
         results: list[float | None] = [None] * len(jobs)
-        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
+        with RequestThreads(self.config.concurrency, "judge") as pool:
             futures = {pool.submit(job): index for index, job in enumerate(jobs)}
             try:
                 bar = tqdm(

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from pasta.endpoints import Endpoint, EndpointError, Rejection
+from pasta.endpoints import Endpoint, EndpointError, Rejection, RequestThreads
 from pasta.teachers.base import (
     EMPTY_REPLY,
     REFUSED,
@@ -86,7 +86,7 @@ class OpenAITeacher(Teacher):
         iterator = iter(requests)
         window = 2 * self.cfg.concurrency  # keeps every worker busy while the oldest request is still running
         pending: deque[tuple[TeacherRequest, Future[TeacherReply]]] = deque()
-        pool = ThreadPoolExecutor(self.cfg.concurrency, thread_name_prefix="teacher")
+        pool = RequestThreads(self.cfg.concurrency, "teacher")
         try:
             exhausted = False
             while True:
@@ -107,7 +107,7 @@ class OpenAITeacher(Teacher):
         finally:
             for _, future in pending:
                 future.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.close()
 
     def _ask(self, request: TeacherRequest) -> TeacherReply:
         completion = self._endpoint.chat(
