@@ -170,10 +170,10 @@ def _converted(records: Iterator[tuple[str, Any]], cfg: DataConfig, report: Load
             if report.num_malformed <= 3:  # the count says the rest
                 log.warning("skipping %s: malformed ShareGPT record (%s)", where, converted)
             continue
-        if leave_out and is_heldout(converted.pop("human")):
+        human = converted.pop("human")
+        if leave_out and is_heldout(human):
             report.num_heldout_left_out += 1
             continue
-        converted.pop("human", None)
         yield where, converted
 
 

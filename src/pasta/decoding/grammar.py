@@ -133,8 +133,8 @@ class Grammar:
         eos = self._ids_mask(eos_ids)
         self._bad_topic_token = mask([not text or _BAD_TOPIC_CHAR.search(text) is not None for text in texts])
         self._blank = mask([not text.strip() for text in texts])
-        self._digit = mask([text.isascii() and text.isdigit() for text in texts])
         self._digit_ids = [i for i, text in enumerate(texts) if text.isascii() and text.isdigit()]
+        self._digit = self._ids_mask(self._digit_ids)
         self._leading_zero = self._digit & mask([text.startswith("0") for text in texts])
         self._text = ~tag_mask & ~eos  # tokens that are neither a tag nor eos
         self._not_text = set(tags.all) | set(eos_ids)

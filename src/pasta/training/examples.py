@@ -268,6 +268,13 @@ def num_rows(example: dict[str, Any]) -> int:
     )
 
 
+def skipped_as_too_long(num_layout_rows: int, num_prompt_ids: int, max_length: int, too_long: str) -> bool:
+    """Whether a layout of `num_layout_rows` rows is left out under `stage.max_length`/`too_long` (SFT's examples and
+    the preference stage's pairs alike): longer than `max_length` with `too_long=skip`, or a prompt that alone fills
+    `max_length`, leaving nothing to train on. A longer one kept is trained on its first `max_length` rows."""
+    return num_layout_rows > max_length and (too_long == "skip" or num_prompt_ids >= max_length)
+
+
 def count_cut(stats: ExampleStats, num_prompt_ids: int, doc: TokenDoc, max_length: int) -> None:
     """Add to `stats` what cutting the example's layout to its first `max_length` rows leaves out of training."""
     cut = row_targets(num_prompt_ids, doc)[max_length:]
@@ -320,11 +327,12 @@ def build_sft_examples(
         example = example_from_doc(
             encode_prompt(tokenizer, record.instruction, record.input), token_doc
         )
-        if num_rows(example) > max_length:
-            if too_long == "skip" or len(example["prompt_ids"]) >= max_length:
-                stats.skipped["too_long"] += 1
-                continue
-            count_cut(stats, len(example["prompt_ids"]), token_doc, max_length)
+        rows, num_prompt_ids = num_rows(example), len(example["prompt_ids"])
+        if skipped_as_too_long(rows, num_prompt_ids, max_length, too_long):
+            stats.skipped["too_long"] += 1
+            continue
+        if rows > max_length:
+            count_cut(stats, num_prompt_ids, token_doc, max_length)
         stats.num_targets += token_doc.num_tokens
         examples.append(example)
     stats.num_used = len(examples)

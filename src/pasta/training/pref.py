@@ -52,7 +52,13 @@ from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
 from pasta.training.config import Finetune, PrefSettings, Reference, TooLong, settings_from_cfg
-from pasta.training.examples import loader_config, num_rows, plain_answer_ids, with_min_promises
+from pasta.training.examples import (
+    loader_config,
+    num_rows,
+    plain_answer_ids,
+    skipped_as_too_long,
+    with_min_promises,
+)
 from pasta.training.feedback import forking_records
 from pasta.training.heldout import HeldoutCheck, HeldoutSummary
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_base_once, save_final
@@ -97,10 +103,11 @@ def fit_pairs(pairs: list[Pair], max_length: int, too_long: TooLong) -> tuple[li
     thread); a prompt that alone fills `max_length` leaves nothing to train on and is always skipped."""
     kept, num_skipped, num_cut = [], 0, 0
     for pair in pairs:
-        if pair_rows(pair) > max_length:
-            if too_long == TooLong.skip or len(pair.prompt_ids) >= max_length:
-                num_skipped += 1
-                continue
+        rows = pair_rows(pair)
+        if skipped_as_too_long(rows, len(pair.prompt_ids), max_length, too_long):
+            num_skipped += 1
+            continue
+        if rows > max_length:
             num_cut += 1
         kept.append(pair)
     return kept, num_skipped, num_cut
