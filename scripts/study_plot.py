@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from pasta.errors import PastaError, one_line
+from pasta.evaluation.formatting import ci_label
 from pasta.evaluation.report import load_summaries
+from pasta.evaluation.speed import BootstrapConfig
 
 NAME = re.compile(r"^pasta-lambda(?P<lam>.+?)-round(?P<round>\d+)$")  # a lambda may hold a minus: 1e-3
 PROXY = "emb-sim to reference (proxy)"
@@ -52,6 +54,7 @@ def point(summary: dict[str, Any]) -> dict[str, Any]:
         "cost": speedup("cost_speedup_geomean"),
         "wall": speedup("wall_speedup_geomean"),
         "num_timed": speed.get("num_timed_prompts"),
+        "confidence": (speed.get("bootstrap") or {}).get("confidence", BootstrapConfig().confidence) if speed else None,
         "fork_share": structure.get("fork_share"),
         "malformed": None if structure.get("malformed_per_answer") is None
         else structure["malformed_per_answer"] + structure["duplicate_topics_per_answer"],
@@ -86,9 +89,10 @@ def with_ci(summary: dict[str, float] | None) -> str:
 
 def table(points: dict[str, dict[str, Any]]) -> str:
     timed = sorted({p["num_timed"] for p in points.values() if p["num_timed"]})
+    ci = ci_label(p["confidence"] for p in points.values())
     header = ["run", "forks", "malformed + duplicate topics / answer", "theoretical speedup", "step speedup",
-              "cost-model speedup [95% CI]", f"measured wall-clock speedup, {'/'.join(map(str, timed)) or 'no'} "
-              "prompts [95% CI]", PROXY, "distinct-2 (proxy)", "length ratio (proxy)"]
+              f"cost-model speedup [{ci}]", f"measured wall-clock speedup, {'/'.join(map(str, timed)) or 'no'} "
+              f"prompts [{ci}]", PROXY, "distinct-2 (proxy)", "length ratio (proxy)"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for p in points.values():
         share = "-" if p["fork_share"] is None else f"{100 * p['fork_share']:.0f}%"

@@ -101,6 +101,32 @@ def test_the_headline_speedup_is_wall_clock_or_none_never_another_kind(tmp_path)
     assert "Headline: raw win rate 46.00, no wall-clock speedup" in run_markdown(untimed)
 
 
+def test_the_interval_columns_name_the_confidence_the_runs_were_resampled_at(tmp_path):
+    """A run scored with eval.bootstrap.confidence=0.9 shows "90% CI", not the default's "95% CI"; runs at two
+    confidences share a plain "CI" column and a warning."""
+    for name in ("baseline-sft-sequential", "pasta-r1-lambda1-async"):  # the PASTA run last: its summary is kept
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+        summary_path = tmp_path / name / "summary.json"
+        summary = json.loads(summary_path.read_text())
+        summary["speed"]["bootstrap"] = {**summary["speed"].get("bootstrap", {}), "confidence": 0.9}
+        summary_path.write_text(json.dumps(summary))
+    summary["structure"] = {"num_answers": 5, "num_forked": 2, "fork_share": 0.4, "promises_per_answer": 1.0,
+                            "malformed_per_answer": 0.0, "duplicate_topics_per_answer": 0.0, "num_chunks": 4,
+                            "length_spearman": None, "length_mae": None, "num_overruns": 0}
+    summary_path.write_text(json.dumps(summary))
+    report = evaluate(compose("eval", [f"report={tmp_path}/*", f"output_dir={tmp_path / 'one'}"]))["report"]
+    markdown = (tmp_path / "one" / "report.md").read_text()
+    assert "| wall-clock speedup | 90% CI |" in markdown and "95% CI" not in markdown
+    assert "cost-model speedup [90% CI]" in markdown and report["warnings"] == []
+    assert "90% bootstrap interval" in run_markdown(summary)
+
+    shutil.copytree(FIXTURES / "pasta-r1-lambda2-async", tmp_path / "pasta-r1-lambda2-async")  # resampled at 0.95
+    report = evaluate(compose("eval", [f"report={tmp_path}/*", f"output_dir={tmp_path / 'two'}"]))["report"]
+    markdown = (tmp_path / "two" / "report.md").read_text()
+    assert "| wall-clock speedup | CI |" in markdown.splitlines()[0]
+    assert any("different bootstrap confidences (0.9, 0.95)" in warning for warning in report["warnings"])
+
+
 def test_report_glob_matching_nothing_is_a_clear_error(tmp_path):
     cfg = compose("eval", [f"report={tmp_path}/none-*", f"output_dir={tmp_path / 'report'}"])
     with pytest.raises(PastaError, match="matches no scored run"):

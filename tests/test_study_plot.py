@@ -23,7 +23,7 @@ def summary(name: str, decode: str, theoretical: float, cost: float | None, prox
     }
 
 
-def write_runs(eval_dir: Path) -> None:
+def write_runs(eval_dir: Path, confidence: float | None = None) -> None:
     runs = [
         summary("baseline-sft", "sequential", 1.0, None, 0.58),
         summary("pasta-sft", "async", 1.24, 0.98, 0.60),
@@ -31,6 +31,8 @@ def write_runs(eval_dir: Path) -> None:
         summary("pasta-lambda1-round1", "async", 1.32, 0.83, 0.599),
     ]
     for run in runs:
+        if confidence is not None:  # as eval.bootstrap.confidence records it; older summaries have no record
+            run["speed"]["bootstrap"] = {"num_resamples": 100, "confidence": confidence, "seed": 0}
         (eval_dir / run["generator"]).mkdir(parents=True)
         (eval_dir / run["generator"] / "summary.json").write_text(json.dumps(run))
 
@@ -44,11 +46,19 @@ def test_each_lambda_line_starts_at_sft_and_follows_its_rounds_at_the_recorded_s
     assert ("| pasta-lambda1-round2 | 40% | 0.00 | 1.41x | 1.08x | 0.88x [0.78, 0.98] | 0.87x [0.68, 1.08] | 0.590 "
             "| 0.500 | 1.10 |") in table
     assert "| baseline-sft | 40% | 0.00 | 1.00x | 1.00x | 1.00x [1.00, 1.00] | 1.00x [1.00, 1.00] |" in table
-    assert "measured wall-clock speedup, 20 prompts" in table
+    assert "measured wall-clock speedup, 20 prompts [95% CI]" in table
     points = study_plot.load_points(tmp_path / "eval")
     line = study_plot.sweep_lines(points)["1"]
     assert [(p["name"], p["theoretical"], p["cost"]["value"]) for p in line] == [
         ("pasta-sft", 1.24, 0.98), ("pasta-lambda1-round1", 1.32, 0.83), ("pasta-lambda1-round2", 1.41, 0.88)]
+
+
+def test_the_table_names_the_confidence_the_runs_were_resampled_at(tmp_path, capsys):
+    study_plot = load_script("study_plot")
+    write_runs(tmp_path / "eval", confidence=0.9)
+    assert study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "cost-model speedup [90% CI]" in header and "20 prompts [90% CI]" in header
 
 
 def test_an_eval_folder_without_the_sft_run_is_a_one_line_error(tmp_path, capsys):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pasta.evaluation.report import PAPER_LABEL, PAPER_POINTS, ReportRow, headline, pareto_frontier
-from pasta.evaluation.speed import Interval, SpeedSummary
+from pasta.evaluation.speed import BootstrapConfig, Interval, SpeedSummary
 
 
 def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
@@ -24,6 +24,17 @@ def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}{suffix}"
     return f"{value}{suffix}"
+
+
+def _percent(share: float) -> str:
+    return f"{round(100 * share, 2):g}%"  # 0.9 -> "90%", 0.975 -> "97.5%" (int() would floor 0.29 to 28)
+
+
+def ci_label(confidences: Iterable[float | None]) -> str:
+    """The interval columns' name for runs resampled at these bootstrap confidences ("95% CI"); "CI" when they differ
+    (the report then warns), the default's when no run has intervals."""
+    levels = {c for c in confidences if c is not None} or {BootstrapConfig().confidence}
+    return f"{_percent(levels.pop())} CI" if len(levels) == 1 else "CI"
 
 
 def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
@@ -90,7 +101,7 @@ def _speed_lines(speed: SpeedSummary | None) -> list[str]:
     lines = [f"- answers that forked chunks: {speed.num_with_threads} of {speed.num_prompts}; "
              f"with malformed tags (decoded as text): {speed.num_malformed}",
              f"- theoretical speedup (geomean): {_with_ci(speed.theoretical_speedup_geomean)}"]
-    confidence = f"{int(100 * speed.bootstrap.confidence)}% bootstrap interval"
+    confidence = f"{_percent(speed.bootstrap.confidence)} bootstrap interval"
     if speed.step_speedup_geomean is not None:
         lines.append(f"- step speedup (geomean) against {speed.sequential_run}: "
                      f"{_with_ci(speed.step_speedup_geomean)}, {confidence}; length ratio (tokens, mean) "
@@ -140,8 +151,8 @@ def _proxy_lines(proxies: dict[str, Any]) -> list[str]:
 
 
 def report_markdown(rows: Sequence[ReportRow], warnings: Sequence[str]) -> str:
-    header = ["run", "decode", "win rate", "kind", "wall-clock speedup", "95% CI", "theor.", "forked", "ms/token",
-              "n", "judge", "reference"]
+    header = ["run", "decode", "win rate", "kind", "wall-clock speedup", ci_label(row.confidence for row in rows),
+              "theor.", "forked", "ms/token", "n", "judge", "reference"]
     body = []
     for row in rows:
         speedup = row.speedup
@@ -183,10 +194,11 @@ def _timed_wall(row: dict[str, Any]) -> str:
 
 def structure_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The structure table and what its columns mean."""
+    ci = ci_label(row.get("confidence") for row in rows)
     header = ["run", "decode", "answers", "forked", "promises/answer", "malformed/answer", "dup-topic/answer",
               "chunks", "length Spearman", "length MAE", "overruns", "cross-thread repetition",
-              "loops / budget cuts / topic loops", "theor. speedup", "step speedup", "cost-model speedup [95% CI]",
-              "wall speedup [95% CI] (timed prompts; cost model on them)", "parallelism [95% CI] (forked)"]
+              "loops / budget cuts / topic loops", "theor. speedup", "step speedup", f"cost-model speedup [{ci}]",
+              f"wall speedup [{ci}] (timed prompts; cost model on them)", f"parallelism [{ci}] (forked)"]
     body = [
         [row["name"], row["decode"] or "-", row["num_answers"],
          f"{row['num_forked']} ({100 * row['fork_share']:.0f}%)", _fmt(row["promises_per_answer"]),

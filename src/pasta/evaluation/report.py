@@ -70,6 +70,7 @@ class ReportRow:
     proxy_similarity: float | None = None
     proxy_model: str | None = None
     proxy_reference: str | None = None
+    confidence: float | None = None  # the bootstrap intervals' coverage (eval.bootstrap.confidence); None: no speed
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's row: the fields, with the speedup as a value and its interval."""
@@ -102,7 +103,7 @@ def headline(summary: dict[str, Any]) -> ReportRow:
         eval_data=summary.get("eval_data"), subset=summary.get("subset"), run_dir=summary.get("run_dir"),
         cpu_capability=summary.get("cpu_capability"),
         proxy_similarity=proxies.get("embedding_similarity"), proxy_model=proxies.get("embedding_model"),
-        proxy_reference=proxies.get("reference"),
+        proxy_reference=proxies.get("reference"), confidence=None if speed is None else speed.bootstrap.confidence,
     )
 
 
@@ -163,7 +164,8 @@ def report_rows(summaries: Sequence[dict[str, Any]]) -> tuple[list[ReportRow], l
     warnings = []
     for key, what in (("annotator", "judges"), ("reference", "references"), ("device", "devices"),
                       ("cpu_capability", "CPU instruction sets"),
-                      ("eval_data", "eval sets"), ("subset", "prompt subsets (eval.subset)")):
+                      ("eval_data", "eval sets"), ("subset", "prompt subsets (eval.subset)"),
+                      ("confidence", "bootstrap confidences")):
         values = sorted({str(getattr(row, key)) for row in rows if getattr(row, key) is not None})
         if len(values) > 1:
             warnings.append(f"the runs use different {what} ({', '.join(values)}): their numbers are not comparable")
@@ -209,6 +211,7 @@ def structure_rows(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "parallelism": None if speed is None else interval(speed.parallelism_geomean),
             "parallelism_forked": None if speed is None else speed.parallelism_forked_geomean,
             "degenerate": summary.get("degenerate"),
+            "confidence": None if speed is None else speed.bootstrap.confidence,
         })
     return rows
 
