@@ -11,7 +11,7 @@ import pytest
 from pasta.config import compose
 from pasta.errors import PastaError
 from pasta.eval import evaluate
-from pasta.evaluation.formatting import run_markdown
+from pasta.evaluation.formatting import paper_legend, quality_axis, run_markdown
 from pasta.evaluation.report import headline, pareto_frontier, report_rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
@@ -125,6 +125,15 @@ def test_the_interval_columns_name_the_confidence_the_runs_were_resampled_at(tmp
     markdown = (tmp_path / "two" / "report.md").read_text()
     assert "| wall-clock speedup | CI |" in markdown.splitlines()[0]
     assert any("different bootstrap confidences (0.9, 0.95)" in warning for warning in report["warnings"])
+
+
+def test_the_plot_names_the_paper_points_lc_and_says_so_on_a_raw_win_rate_axis():
+    lc = {"generator": "a", "speed": json.loads((FIXTURES / "pasta-r1-lambda1-async" / "summary.json").read_text())[
+        "speed"], "quality": {"win_rate": 40.0, "length_controlled_winrate": 45.0, "reference": "baseline-sft"}}
+    raw = {**lc, "quality": {"win_rate": 40.0, "reference": "baseline-sft"}}
+    lc_axis, raw_axis = (quality_axis(report_rows([summary])[0])[0] for summary in (lc, raw))
+    assert paper_legend(lc_axis) == "paper (Gemma-7B, H100): LC win rate vs its Baseline-SFT"
+    assert paper_legend(raw_axis) == "paper (Gemma-7B, H100): LC win rate vs its Baseline-SFT (not this axis' metric)"
 
 
 def test_report_glob_matching_nothing_is_a_clear_error(tmp_path):

@@ -103,6 +103,21 @@ def test_without_a_sequential_run_only_theoretical_speed_and_latency_are_reporte
     assert metrics.wall_speedup_geomean is None and metrics.headline is None
 
 
+def test_a_throughput_runs_latency_per_token_is_each_answers_batch_wall_time_and_says_so():
+    from pasta.evaluation.formatting import run_markdown
+
+    batched = [stats("a", 4.0, 100, 50) | {"batch_size": 2, "timed_alone": False},
+               stats("b", 4.0, 50, 50) | {"batch_size": 2, "timed_alone": False}]
+    metrics = speed_metrics(batched, None, bootstrap=BootstrapConfig(num_resamples=10))
+    assert metrics.ms_per_token_batched and metrics.ms_per_token_median == pytest.approx((40 + 80) / 2)
+    assert SpeedSummary.from_dict(metrics.to_dict()) == metrics
+    text = run_markdown({"generator": "r", "num_prompts": 2, "speed": metrics.to_dict()})
+    assert "each one's batch wall time over its tokens" in text
+    one_alone = speed_metrics([batched[0], stats("c", 1.0, 100, 50)], None, bootstrap=BootstrapConfig(num_resamples=10))
+    assert not one_alone.ms_per_token_batched and one_alone.ms_per_token_median == pytest.approx(10.0)
+    assert "batch wall time" not in run_markdown({"generator": "r", "num_prompts": 2, "speed": one_alone.to_dict()})
+
+
 def test_sequential_run_missing_an_instruction_is_an_error_naming_the_run_and_instruction():
     with pytest.raises(PastaError, match=r"baseline-sft lacks 1 of the 2 .*'Name three colours.'"):
         speed_metrics(

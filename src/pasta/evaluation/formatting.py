@@ -121,8 +121,10 @@ def _speed_lines(speed: SpeedSummary | None) -> list[str]:
         lines.append("- no wall-clock speedup: no prompt was decoded one at a time by both runs "
                      "(eval.timing=wall, or eval.timed_prompts=N)")
     else:
+        batched = "; answers decoded in batches: each one's batch wall time over its tokens" \
+            if speed.ms_per_token_batched else ""
         lines.append(f"- latency per token (median): {_fmt(speed.ms_per_token_median, 1)} ms "
-                     "(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups)")
+                     f"(no sequential run given: eval.sequential=RUN_DIR for wall-clock speedups{batched})")
     if speed.parallelism_geomean is not None:
         lines.append(f"- parallelism (geomean): async over the same answer's plain text decoded sequentially by "
                      f"this model, {speed.parallelism_forked_geomean:.2f}x on the {speed.num_replayed} forked "
@@ -161,7 +163,8 @@ def report_markdown(rows: Sequence[ReportRow], warnings: Sequence[str]) -> str:
             f"{_fmt(row.win_rate)} ± {_fmt(row.win_rate_se)}", row.win_rate_kind,
             "-" if speedup is None else f"{speedup.value:.2f}x",
             "-" if speedup is None else f"[{speedup.ci_low:.2f}, {speedup.ci_high:.2f}]",
-            _fmt(row.theoretical_speedup, suffix="x"), _fmt(row.num_with_threads), _fmt(row.ms_per_token, 1),
+            _fmt(row.theoretical_speedup, suffix="x"), _fmt(row.num_with_threads),
+            _fmt(row.ms_per_token, 1, suffix=" (batched)" if row.ms_per_token_batched else ""),
             _fmt(row.num_prompts), row.annotator or "-", row.reference or "-",
         ])
     lines = _table(header, body)
@@ -299,6 +302,13 @@ def quality_axis(rows: Sequence[ReportRow]) -> tuple[str, Callable[[ReportRow], 
             lambda row: row.proxy_similarity)
 
 
+def paper_legend(axis_label: str) -> str:
+    """The paper points' name on a win-rate axis: they are LC win rates against the paper's own Baseline-SFT, which
+    the legend says, and says louder on an axis of raw win rates or of another reference."""
+    paper = f"{PAPER_LABEL}: LC win rate vs its Baseline-SFT"
+    return paper if axis_label.startswith("LC win rate") else f"{paper} (not this axis' metric)"
+
+
 def plot_pareto(rows: Sequence[ReportRow], path: Path, title: str = "Speedup vs quality") -> None:
     """pareto.png: each run with a wall-clock speedup against its quality (`quality_axis`), the frontier of the runs,
     the sequential run's level; with win rates, parity and the paper's points (wall clock too)."""
@@ -315,7 +325,7 @@ def plot_pareto(rows: Sequence[ReportRow], path: Path, title: str = "Speedup vs 
     if win_rates:
         ax.axhline(50.0, color="0.6", linestyle=":", linewidth=1, label="parity with the reference (50%)")
         ax.plot([p["speedup"] for p in PAPER_POINTS], [p["win_rate"] for p in PAPER_POINTS], linestyle="--",
-                marker="*", markersize=12, color="tab:gray", label=PAPER_LABEL)
+                marker="*", markersize=12, color="tab:gray", label=paper_legend(label))
     else:
         for row in rows:
             if row.decode == "sequential" and row.proxy_similarity is not None:

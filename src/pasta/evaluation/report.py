@@ -70,6 +70,7 @@ class ReportRow:
     proxy_similarity: float | None = None
     proxy_model: str | None = None
     proxy_reference: str | None = None
+    ms_per_token_batched: bool = False  # from batch wall times: no answer of the run was timed alone
     confidence: float | None = None  # the bootstrap intervals' coverage (eval.bootstrap.confidence); None: no speed
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,6 +99,7 @@ def headline(summary: dict[str, Any]) -> ReportRow:
         speedup=None if speed is None else speed.headline,
         theoretical_speedup=None if speed is None else speed.theoretical_speedup_geomean.value,
         ms_per_token=None if speed is None else speed.ms_per_token_median,
+        ms_per_token_batched=speed is not None and speed.ms_per_token_batched,
         num_prompts=summary.get("num_prompts"), num_with_threads=None if speed is None else speed.num_with_threads,
         annotator=quality.get("annotator"), reference=quality.get("reference"), device=summary.get("device"),
         eval_data=summary.get("eval_data"), subset=summary.get("subset"), run_dir=summary.get("run_dir"),

@@ -16,7 +16,9 @@ gathers a `SpeedSummary` (speed.json):
   batch-1 wall-clock speedup as the model predicts it, for every prompt, batched or not, without timing noise
   between the runs;
 - `theoretical_speedup_geomean`: geometric mean of tokens / forward steps (what an ideal interpreter would gain);
-- `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted);
+- `ms_per_token_*`: median latency per decoded token of each run (wall time / tokens, all threads counted), over
+  the answers timed alone; a run with none (a throughput run, eval.timed_prompts=0) takes each answer's batch wall
+  time, the wait its client had, and says so (`ms_per_token_batched`);
 - `parallelism_forked_geomean`: an async run's forked answers timed alone, each against its plain text decoded one
   token per step by the same model right after it (eval.parallelism: `replay_wall_s`): the part of the speedup
   that is parallel decoding and not a shorter answer; `parallelism_geomean` the same over every answer timed alone,
@@ -150,6 +152,7 @@ class SpeedSummary:
     num_with_threads: int  # answers that forked: a PASTA checkpoint that forks nothing cannot be faster
     num_malformed: int
     bootstrap: BootstrapConfig
+    ms_per_token_batched: bool = False  # no answer timed alone: each answer's batch wall time over its tokens
     sequential_run: str | None = None
     step_speedup_geomean: Interval | None = None
     length_ratio_mean: float | None = None  # tokens per answer against the sequential run's: shorter answers
@@ -236,6 +239,7 @@ def speed_metrics(
     theoretical = np.array([answer.theoretical_speedup for answer in answers])  # [n]
     alone = [answer for answer in answers if answer.timed_alone] or answers  # a batch's wall_s is shared
     summary = SpeedSummary(
+        ms_per_token_batched=not any(answer.timed_alone for answer in answers),
         num_prompts=len(answers),
         theoretical_speedup_geomean=Interval.of(theoretical, geometric_mean, bootstrap),
         ms_per_token_median=float(np.median([answer.ms_per_token("stats") for answer in alone])),
