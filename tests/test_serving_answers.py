@@ -49,7 +49,7 @@ def test_a_completion_chunk_always_carries_text():
 
 
 def test_the_body_has_every_choice_and_the_annotated_text_only_when_asked():
-    finished = [Finished(result("one"), 4), Finished(result("two", num_tokens=5), 4)]
+    finished = [Finished(result("one")), Finished(result("two", num_tokens=5))]
     total = usage([1, 2, 3, 4], finished)
     assert (total.prompt_tokens, total.completion_tokens, total.total_tokens) == (4, 8, 12)
     chat = head(chat=True, annotated=True).body(finished, total).model_dump(exclude_none=True)

@@ -21,12 +21,13 @@ EVAL_ONLY_DECODE_MODES = ("sot",)  # Skeleton-of-Thought: prompting over the seq
 FORMATS = ("text", "json")
 
 
-def _integer(cfg: DictConfig, key: str, low: int, nullable: bool = True) -> None:
+def _integer(cfg: DictConfig, key: str, low: int) -> None:
+    """`key` is null or an integer >= `low`."""
     value = cfg.get(key)
-    if value is None and nullable:
+    if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise PastaError(f"{key}: must be an integer >= {low}{' or null' if nullable else ''}, got {value!r}")
+        raise PastaError(f"{key}: must be an integer >= {low} or null, got {value!r}")
 
 
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -22,8 +22,6 @@ from pasta.lang.tokens import TokenDoc
 class Schedule:
     num_tokens: int  # sampled by all threads
     num_steps: int  # forward passes, prefill included
-    main_steps: list[int]  # the step at which each main-thread token is sampled
-    chunk_spans: list[tuple[int, int]]  # (first, last) step of each chunk's sampled tokens
     num_tag_steps: int = 0  # main-thread steps on <|promise|> topic [<|promise_tokens|> N] <|promise_end|> and <|sync|>
 
     @property
@@ -33,25 +31,21 @@ class Schedule:
 
 def schedule(doc: TokenDoc) -> Schedule:
     step = 0
-    main_steps: list[int] = []
-    chunk_spans: list[tuple[int, int]] = []
     outstanding_ends: list[int] = []
     forks = iter(doc.chunks)
     num_tag_steps = 0
     in_promise = False  # between <|promise|> and <|promise_end|>: topic and count tokens
     for token_id in doc.main_ids:
         step += 1
-        main_steps.append(step)
         if token_id == doc.tag_ids.promise:
             in_promise = True
         num_tag_steps += in_promise or token_id == doc.tag_ids.sync
         if token_id == doc.tag_ids.promise_end:
             in_promise = False
             num_body = len(next(forks).body_ids)
-            chunk_spans.append((step + 1, step + num_body))
             outstanding_ends.append(step + num_body)
         elif token_id == doc.tag_ids.sync:
             step = max([step, *outstanding_ends])
             outstanding_ends.clear()
     num_steps = max([step, *outstanding_ends])
-    return Schedule(doc.num_tokens, num_steps, main_steps, chunk_spans, num_tag_steps)
+    return Schedule(doc.num_tokens, num_steps, num_tag_steps)

@@ -41,8 +41,6 @@ class AttentionFeatures:
     model_type: str
     layer_types: tuple[str, ...]  # per layer: FULL, SLIDING, or another kind
     sliding_window: int | None
-    attn_logit_softcapping: float | None
-    final_logit_softcapping: float | None
     max_positions: int | None
 
     @classmethod
@@ -60,8 +58,6 @@ class AttentionFeatures:
             model_type=str(getattr(config, "model_type", "") or getattr(text, "model_type", "")),
             layer_types=tuple(str(kind) for kind in layer_types),
             sliding_window=window,
-            attn_logit_softcapping=getattr(text, "attn_logit_softcapping", None),
-            final_logit_softcapping=getattr(text, "final_logit_softcapping", None),
             max_positions=getattr(text, "max_position_embeddings", None),
         )
 

@@ -197,7 +197,7 @@ class Engine:
         for member in outcome.stepped:
             self._send_text(member)
         ended: list[tuple[Member, Finished | Failed | None]] = [(f.member, Failed(f.reason)) for f in outcome.failed]
-        ended += [(m, Finished(request_result(m.request, m.clock), len(m.request.prompt_ids)))
+        ended += [(m, Finished(request_result(m.request, m.clock)))
                   for m in outcome.finished]
         self._end(ended, left=True)
 

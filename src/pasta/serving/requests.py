@@ -27,7 +27,6 @@ class Finished:
     """The request is done; `result.text` is the concatenation of every TextDelta."""
 
     result: DecodeResult
-    num_prompt_tokens: int
 
 
 @dataclass
