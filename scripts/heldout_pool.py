@@ -1,4 +1,4 @@
-"""Write the held-out pool's prompt hashes (src/pasta/data/heldout_pool.txt) from the AlpacaEval file.
+"""Write the held-out pool's prompt hashes, in rank order (src/pasta/data/heldout_pool.txt), from the AlpacaEval file.
 
 The pool is `eval.subset=300 eval.subset_seed=0` of AlpacaEval's 805 prompts, chosen by the evaluation's own
 `select_subset`; no training stage may see those prompts (pasta/data/heldout.py). Run it only if the selection or

@@ -36,10 +36,12 @@ def turns(*pairs: tuple[str, object]) -> dict:
 def test_one_exchange_becomes_an_instruction_record_with_the_system_prompt_in_front_or_dropped():
     record = turns(("system", "Answer like a pirate. "), ("human", "Where is the gold?"), ("gpt", "Arr, buried."))
     assert conversation_record(record) == {"instruction": "Answer like a pirate.\n\nWhere is the gold?", "input": "",
-                                           "output": "Arr, buried.", "human": "Where is the gold?"}
+                                           "output": "Arr, buried.", "human": "Where is the gold?",
+                                           "system": "Answer like a pirate."}
     assert conversation_record(record, SystemPrompt.drop)["instruction"] == "Where is the gold?"
     no_system = turns(("system", ""), ("user", "Hi?"), ("assistant", "Hello."))
-    assert conversation_record(no_system) == {"instruction": "Hi?", "input": "", "output": "Hello.", "human": "Hi?"}
+    assert conversation_record(no_system) == {"instruction": "Hi?", "input": "", "output": "Hello.", "human": "Hi?",
+                                              "system": ""}
 
 
 def test_a_held_out_prompt_behind_a_system_prompt_is_left_out_and_counted(tmp_path, monkeypatch):
@@ -52,7 +54,13 @@ def test_a_held_out_prompt_behind_a_system_prompt_is_left_out_and_counted(tmp_pa
         turns(("system", "Answer like a pirate."), ("human", "Where is the ship?"), ("gpt", "At sea."))])
     records, report = load_training_records(compose("train", ["data=slimorca", f"data.path={data}"]).data)
     assert [r.instruction for r in records] == ["Answer like a pirate.\n\nWhere is the ship?"]
-    assert report.num_heldout_left_out == 2 and "human" not in records[0].extra
+    assert report.num_heldout_left_out == 2 and "human" not in records[0].extra and "system" not in records[0].extra
+    in_system = write_records(tmp_path / "system.jsonl", [
+        turns(("system", "Where is the gold?"), ("human", "Answer in one line."), ("gpt", "Buried.")),
+        turns(("system", "Answer like a pirate."), ("human", "Where is the ship?"), ("gpt", "At sea."))])
+    records, report = load_training_records(compose(
+        "train", ["data=slimorca", f"data.path={in_system}", "data.system_prompt=drop"]).data)
+    assert [r.instruction for r in records] == ["Where is the ship?"] and report.num_heldout_left_out == 1
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from pasta.data import load_alpaca_eval, load_instructions, load_training_record
 from pasta.data.heldout import (
     HELDOUT_POOL_SEED,
     HELDOUT_POOL_SIZE,
+    MAX_POOL_PROMPT_LINES,
     POOL_FILE,
     is_heldout,
     pool_hashes,
@@ -46,6 +47,17 @@ def test_the_shipped_pool_is_the_evaluations_subset_300_seed_0_and_holds_the_stu
     assert len(others) == 505 and not any(is_heldout(r["instruction"]) for r in others)
 
 
+def test_a_reformatted_alpaca_eval_copy_selects_the_same_held_out_prompts(alpaca_eval, pool):
+    import unicodedata
+
+    copy_ = [{**r, "instruction": unicodedata.normalize("NFD", r["instruction"].strip()).replace("\n", "\r\n")}
+             for r in alpaca_eval]
+    for size in (100, 300):
+        selected = select_subset(copy_, size, HELDOUT_POOL_SEED)
+        original = select_subset(alpaca_eval, size, HELDOUT_POOL_SEED)
+        assert [alpaca_eval[copy_.index(r)] for r in selected] == original
+
+
 def test_pool_prompts_are_matched_by_normalised_text_not_by_position(pool):
     prompt = pool[0]["instruction"]
     assert is_heldout(prompt.upper()) and is_heldout("  " + prompt.replace(" ", " \n\t ") + "\n")
@@ -55,9 +67,41 @@ def test_pool_prompts_are_matched_by_normalised_text_not_by_position(pool):
     assert not is_heldout(instruction) and is_heldout(instruction, input_text)
 
 
+def test_the_longest_pool_prompt_spans_the_lines_the_guard_matches(pool):
+    assert max(sum(1 for line in r["instruction"].splitlines() if line.strip()) for r in pool) == MAX_POOL_PROMPT_LINES
+
+
+@pytest.mark.parametrize("disguise", [
+    lambda p: p.replace("'", "\u2019").replace('"', "\u201c"),  # typographic quotes
+    lambda p: "\ufeff" + p.replace(" ", " \u200b", 3) + "\u00ad",  # a BOM, zero-width spaces, a soft hyphen
+    lambda p: f"You are a helpful assistant.\n\n{p}",  # under a system prompt
+    lambda p: f"User: {p}\nAssistant:",  # after a role label
+    lambda p: f"### Instruction:\n{p}\n\n### Response:",  # in the Alpaca template
+    lambda p: f"<|im_start|>user\n{p}<|im_end|>",  # in a chat template's markers
+    lambda p: f"[INST] {p} [/INST]",
+], ids=["quotes", "invisible", "system", "label", "alpaca-template", "chatml", "inst"])
+def test_a_pool_prompt_is_found_in_a_disguised_copy(pool, disguise):
+    quoted = next(r["instruction"] for r in pool if "'" in r["instruction"])
+    multiline = next(r["instruction"] for r in pool if "\n" in r["instruction"].strip())
+    for prompt in (pool[0]["instruction"], quoted, multiline):
+        assert is_heldout(disguise(prompt)), prompt
+
+
+def test_a_pool_prompt_given_as_the_input_or_after_it_is_found(pool):
+    prompt = pool[0]["instruction"]
+    assert is_heldout("Answer the question below.", prompt)
+    assert is_heldout("Answer briefly.", prompt.upper())
+    split = next(r["instruction"] for r in pool if "\n\n" in r["instruction"])
+    instruction, input_text = split.split("\n\n", 1)
+    assert is_heldout(input_text, instruction)  # the fields swapped
+
+
 def test_training_records_leave_out_pool_prompts_from_the_data_and_every_extra_file(pool, tmp_path):
     kept = [{"instruction": f"Name a colour, take {n}.", "output": "Blue."} for n in range(3)]
-    heldout = [{"instruction": pool[n]["instruction"].upper(), "output": "Trained on? Never."} for n in range(4)]
+    heldout = [{"instruction": pool[0]["instruction"].upper(), "output": "Trained on? Never."},
+               {"instruction": "Answer the question.", "input": pool[1]["instruction"], "output": "Never."},
+               {"instruction": f"### Instruction:\n{pool[2]['instruction']}", "output": "Never."},
+               {"instruction": pool[3]["instruction"].replace(" ", "\u200b ", 2), "output": "Never."}]
     data = write_records(tmp_path / "data.jsonl", [kept[0], heldout[0], kept[1], heldout[1], heldout[2]])
     extra = write_records(tmp_path / "forking.jsonl", [heldout[3], kept[2]])
     cfg = {"name": "mixed", "path": str(data), "extra_paths": [str(extra)], "limit": 2}

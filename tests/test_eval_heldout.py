@@ -75,16 +75,17 @@ def test_subset_runs_decode_the_same_prompts_record_them_and_refuse_another_subs
         evaluate(cfg)
 
 
-def test_prompts_of_the_full_alpaca_eval_set_outside_the_held_out_pool_are_counted(monkeypatch):
+def test_prompts_outside_the_held_out_pool_are_counted_when_the_data_holds_the_pool(monkeypatch):
     from pasta.data import heldout
-    from pasta.evaluation.eval_set import num_outside_heldout_pool
+    from pasta.evaluation import eval_set
 
     monkeypatch.setattr(heldout, "heldout_pool", lambda: frozenset({heldout.prompt_hash("Held out?")}))
+    monkeypatch.setattr(eval_set, "HELDOUT_POOL_SIZE", 1)
     records = [{"instruction": "Held out?"}, {"instruction": "Trained on?"}, {"instruction": "Also trained on?"}]
-    positions = {r["instruction"]: i for i, r in enumerate(records)}  # the full set's: some AlpacaEval positions
-    assert num_outside_heldout_pool(records, positions) == 2
-    assert num_outside_heldout_pool(records[:1], positions) == 0
-    assert num_outside_heldout_pool(records, None) is None
+    everything = ["  held out?\r\n"] + [r["instruction"] for r in records[1:]]  # a reformatted copy holds the pool
+    assert eval_set.num_outside_heldout_pool(records, everything) == 2
+    assert eval_set.num_outside_heldout_pool(records[:1], everything) == 0
+    assert eval_set.num_outside_heldout_pool(records[1:], everything[1:]) is None  # no pool to be outside of
 
 
 def test_a_run_recorded_before_the_reservation_policy_resumes_but_not_under_another_policy(tmp_path):

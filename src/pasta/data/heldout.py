@@ -5,20 +5,24 @@ the subsets of one seed are nested: `eval.subset=100` lies inside `eval.subset=3
 the pool held out for evaluation, so no record whose prompt is one of them is ever trained on, whatever data a
 run reads (AlpacaEval's own GPT-4 answers, a user's file that happens to hold them, a round's `forking.jsonl`).
 
-Prompts are matched by instruction text, normalised (Unicode NFKC, case-folded, whitespace runs collapsed), not by
-position: the instruction alone and the instruction with its input after it (a file may split AlpacaEval's one
-prompt into Alpaca's two fields). The pool ships as the hashes of those normalised prompts
+Prompts are matched by their normalised text (Unicode NFKC, case-folded, whitespace runs collapsed, typographic
+quotes folded, invisible format characters such as zero-width spaces dropped), not by position, and a prompt is
+found wherever a copy of it stands on lines of its own: the instruction, its input, the two joined either way
+round (a file may split AlpacaEval's one prompt into Alpaca's two fields, or swap them), or whole lines of a longer
+message (under a system prompt, after a "User:" or "### Instruction:" label, inside a chat template's markers).
+A pool prompt inside a sentence of other words is not matched: "<prompt> Answer briefly." is a training prompt
+of its own. The pool ships as the hashes of its normalised prompts, in the order the seed ranks them
 (`heldout_pool.txt`), so the guard works where the AlpacaEval file is absent; `python scripts/heldout_pool.py`
-writes it from the AlpacaEval file with `select_subset`, and tests/test_data_heldout.py checks that it still
-matches.
+writes it from the AlpacaEval file, and tests/test_data_heldout.py checks that it still matches.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,8 +35,27 @@ POOL_FILE = Path(__file__).with_name("heldout_pool.txt")
 T = TypeVar("T")
 
 
+# The most lines a pool prompt spans (tests/test_data_heldout.py checks it): the longest run of lines matched.
+MAX_POOL_PROMPT_LINES = 23
+
+# Chat-template markers a prompt may be wrapped in, each read as a line break: ChatML, Llama-3 and Phi `<|...|>`,
+# Llama-2 `[INST]` and `<<SYS>>`, Gemma's turns, `<s>`.
+_TEMPLATE_MARKERS = re.compile(r"<\|[^|<>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>|<bos>|<eos>",
+                               re.IGNORECASE)
+# A role or field label before a prompt on its line ("user: ", "### instruction: ", "q: "), in normalised text.
+_LABEL = re.compile(r"^(?:#{1,6} ?)?[^\W\d][\w '-]{0,30}: ?")
+# Typographic quotes a copy may carry for ASCII ones.
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
+                         "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"'})
+
+
 def _subset_key(instruction: str, seed: int) -> str:
     return hashlib.sha256(f"{seed}\n{instruction}".encode()).hexdigest()
+
+
+def _ranked(records: Sequence[dict[str, Any]], seed: int) -> list[int]:
+    """The records' positions, lowest hash of (seed, instruction) first: how a seed defines its subsets."""
+    return sorted(range(len(records)), key=lambda i: _subset_key(records[i]["instruction"], seed))
 
 
 def select_subset(records: list[dict[str, Any]], size: int, seed: int) -> list[dict[str, Any]]:
@@ -41,47 +64,91 @@ def select_subset(records: list[dict[str, Any]], size: int, seed: int) -> list[d
     Each prompt is ranked by a hash of (seed, instruction) and the `size` lowest are kept. Written out rather than
     with random.sample or numpy: a hash gives the same prompts on every Python and numpy version (their sampling
     streams may change), whatever order or offset the data set is read in, and a larger subset with the same seed
-    holds every prompt of a smaller one.
+    holds every prompt of a smaller one. Under the pool's seed the pool's prompts, recognised by their normalised
+    text, rank first and in the pool's order: on the AlpacaEval file that is the hash ranking itself, and a copy
+    whose instructions were reformatted (stripped, CRLF, another Unicode form) still selects inside the pool.
     """
     if size > len(records):
         raise PastaError(f"eval.subset={size} but eval_data selects only {len(records)} prompts")
-    chosen = set(sorted(range(len(records)), key=lambda i: _subset_key(records[i]["instruction"], seed))[:size])
+    if seed == HELDOUT_POOL_SEED:
+        ranks = {prompt: rank for rank, prompt in enumerate(heldout_pool_ranked())}
+        ranked = sorted(range(len(records)), key=lambda i: (
+            ranks.get(prompt_hash(records[i]["instruction"]), HELDOUT_POOL_SIZE),
+            _subset_key(records[i]["instruction"], seed)))
+    else:
+        ranked = _ranked(records, seed)
+    chosen = set(ranked[:size])
     return [record for index, record in enumerate(records) if index in chosen]
 
 
 def normalize_prompt(text: str) -> str:
-    """The text as prompts are matched: NFKC, case-folded, every whitespace run one space, stripped."""
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    """The text as prompts are matched: NFKC, format characters (Unicode Cf: zero-width spaces, a BOM, soft hyphens)
+    dropped, typographic quotes folded to ASCII, case-folded, every whitespace run one space, stripped."""
+    text = unicodedata.normalize("NFKC", text)
+    if not text.isascii():
+        text = "".join(char for char in text if unicodedata.category(char) != "Cf").translate(_QUOTES)
+    return " ".join(text.casefold().split())
 
 
 def prompt_hash(text: str) -> str:
     """The pool file's hash of a prompt: sha256 of its normalised text, first 16 hex digits."""
-    return hashlib.sha256(normalize_prompt(text).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return _hash_normalized(normalize_prompt(text))
+
+
+def _hash_normalized(normalized: str) -> str:
+    return hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def pool_hashes(alpaca_eval: Sequence[dict[str, Any]]) -> list[str]:
-    """The hashes of the held-out pool's prompts, chosen from the 805 AlpacaEval records by `select_subset`."""
-    pool = select_subset(list(alpaca_eval), HELDOUT_POOL_SIZE, HELDOUT_POOL_SEED)
-    return sorted({prompt_hash(record["instruction"]) for record in pool})
+    """The hashes of the held-out pool's prompts, in rank order: the 300 of the 805 AlpacaEval records that seed 0
+    ranks lowest (`select_subset`'s hash ranking)."""
+    hashes: list[str] = []
+    for index in _ranked(alpaca_eval, HELDOUT_POOL_SEED):
+        prompt = prompt_hash(alpaca_eval[index]["instruction"])
+        if prompt not in hashes:
+            hashes.append(prompt)
+        if len(hashes) == HELDOUT_POOL_SIZE:
+            break
+    return hashes
+
+
+@functools.cache
+def heldout_pool_ranked() -> tuple[str, ...]:
+    """The shipped hashes of the held-out pool's prompts, in the order seed 0 ranks them."""
+    if not POOL_FILE.is_file():
+        raise PastaError(f"the held-out pool is missing: {POOL_FILE}; reinstall pasta")
+    hashes = tuple(line.strip() for line in POOL_FILE.read_text(encoding="utf-8").splitlines() if line.strip())
+    if len(set(hashes)) != HELDOUT_POOL_SIZE:
+        raise PastaError(f"{POOL_FILE} holds {len(set(hashes))} prompts, not {HELDOUT_POOL_SIZE}; reinstall pasta")
+    return hashes
 
 
 @functools.cache
 def heldout_pool() -> frozenset[str]:
     """The shipped hashes of the held-out pool's prompts."""
-    if not POOL_FILE.is_file():
-        raise PastaError(f"the held-out pool is missing: {POOL_FILE}; reinstall pasta")
-    hashes = frozenset(line.strip() for line in POOL_FILE.read_text(encoding="utf-8").splitlines() if line.strip())
-    if len(hashes) != HELDOUT_POOL_SIZE:
-        raise PastaError(f"{POOL_FILE} holds {len(hashes)} prompts, not {HELDOUT_POOL_SIZE}; reinstall pasta")
-    return hashes
+    return frozenset(heldout_pool_ranked())
+
+
+def _line_run_hashes(text: str) -> Iterator[str]:
+    """The hashes of every run of up to MAX_POOL_PROMPT_LINES whole lines of `text` (chat-template markers read as
+    line breaks), each also without a label before its first line; then of the whole text."""
+    lines = [line for line in map(normalize_prompt, _TEMPLATE_MARKERS.sub("\n", text).splitlines()) if line]
+    for start in range(len(lines)):
+        for end in range(start + 1, min(len(lines), start + MAX_POOL_PROMPT_LINES) + 1):
+            run = " ".join(lines[start:end])
+            yield _hash_normalized(run)
+            unlabelled = _LABEL.sub("", run, count=1)
+            if unlabelled != run and unlabelled:
+                yield _hash_normalized(unlabelled)
+    yield prompt_hash(text)
 
 
 def is_heldout(instruction: str, input_text: str = "") -> bool:
-    """Whether a prompt (instruction, and its input when it has one) is in the held-out pool."""
+    """Whether a prompt (instruction, and its input when it has one) holds a held-out pool prompt on lines of its
+    own: alone, joined with the other field either way round, or among other lines."""
     pool = heldout_pool()
-    if prompt_hash(instruction) in pool:
-        return True
-    return bool(input_text) and prompt_hash(f"{instruction}\n\n{input_text}") in pool
+    texts = [f"{instruction}\n{input_text}", f"{input_text}\n{instruction}"] if input_text else [instruction]
+    return any(prompt in pool for text in texts for prompt in _line_run_hashes(text))
 
 
 def leave_out_heldout(records: Iterable[T], prompt_of=lambda r: (r["instruction"], r.get("input") or "")

@@ -159,7 +159,7 @@ def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[t
 def _converted(records: Iterator[tuple[str, Any]], cfg: DataConfig, report: LoadReport, leave_out: bool
                ) -> Iterator[tuple[str, dict[str, Any]]]:
     """The records as instruction records: ShareGPT conversations converted, malformed ones skipped and counted;
-    with `leave_out`, one whose human turn is a held-out prompt too (its instruction may hold a system prompt)."""
+    with `leave_out`, one whose human or system turn is a held-out prompt too (data.system_prompt may drop the latter)."""
     if cfg.format != DataFormat.sharegpt:
         yield from records
         return
@@ -170,8 +170,10 @@ def _converted(records: Iterator[tuple[str, Any]], cfg: DataConfig, report: Load
             if report.num_malformed <= 3:  # the count says the rest
                 log.warning("skipping %s: malformed ShareGPT record (%s)", where, converted)
             continue
-        human = converted.pop("human")
-        if leave_out and is_heldout(human):
+        # Both turns, whatever data.system_prompt keeps: the answer of a pool prompt given as the system turn is the
+        # pool's answer too.
+        human, system = converted.pop("human"), converted.pop("system")
+        if leave_out and (is_heldout(human) or is_heldout(system)):
             report.num_heldout_left_out += 1
             continue
         yield where, converted

@@ -4,13 +4,14 @@ A ShareGPT record is `{"conversations": [{"from": "system" | "human" | "gpt", "v
 `assistant` are read as `human` and `gpt`; other keys of a turn, such as SlimOrca's `weight`, are ignored). A
 single exchange, an optional system turn then one human turn and one gpt turn, becomes
 
-    {"instruction": <system prompt>\\n\\n<human turn>, "input": "", "output": <gpt turn>, "human": <human turn>}
+    {"instruction": <system prompt>\\n\\n<human turn>, "input": "", "output": <gpt turn>, "human": <human turn>,
+     "system": <system prompt>}
 
 The system prompt goes in front of the instruction (`data.system_prompt=prepend`, the default) because it shapes
 the answer: SlimOrca's ask for "a detailed and long answer", a step-by-step justification, or an explanation "to a
-five year old", and the chat templates pasta trains with have one user turn (pasta.models.prompts). `human` is
-what the loader checks against the held-out pool besides the instruction (a pool prompt behind a system prompt is
-still a pool prompt), then drops.
+five year old", and the chat templates pasta trains with have one user turn (pasta.models.prompts). `human` and
+`system` are what the loader checks against the held-out pool besides the instruction (a pool prompt given as the
+system turn is still a pool prompt, whether or not the instruction keeps it), then drops.
 `data.system_prompt=drop` trains on the human turn alone. Anything else (no conversations list, a turn without a
 string `value`, an unknown role, an empty turn, several exchanges) is malformed: `conversation_record` says why,
 and the loader skips the record and counts it.
@@ -58,4 +59,5 @@ def conversation_record(raw: Any, system_prompt: SystemPrompt = SystemPrompt.pre
     if not human.strip() or not answer.strip():
         return f"empty {'human' if not human.strip() else 'gpt'} turn"
     prepend = system and system_prompt == SystemPrompt.prepend
-    return {"instruction": f"{system}\n\n{human}" if prepend else human, "input": "", "output": answer, "human": human}
+    return {"instruction": f"{system}\n\n{human}" if prepend else human, "input": "", "output": answer, "human": human,
+            "system": system}

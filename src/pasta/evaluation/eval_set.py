@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from pasta.config import schema_from
 from pasta.data import DataConfig, load_alpaca_eval
-from pasta.data.heldout import is_heldout, select_subset
+from pasta.data.heldout import HELDOUT_POOL_SIZE, is_heldout, select_subset
 from pasta.errors import PastaError
 
 ALPACA_EVAL_SIZE = 805
@@ -56,9 +56,10 @@ def eval_prompts(
     return records, instructions, positions
 
 
-def num_outside_heldout_pool(records: list[dict[str, Any]], positions: dict[str, int] | None) -> int | None:
-    """How many evaluated prompts of the full AlpacaEval set are outside the held-out pool; None for other data."""
-    if positions is None:
+def num_outside_heldout_pool(records: list[dict[str, Any]], instructions: list[str]) -> int | None:
+    """How many evaluated prompts are outside the held-out pool, when the data set (`instructions`, all of its
+    prompts) holds the whole pool, as AlpacaEval or a copy of it does; None for other data."""
+    if sum(is_heldout(instruction) for instruction in instructions) < HELDOUT_POOL_SIZE:
         return None
     return sum(not is_heldout(record["instruction"]) for record in records)
 

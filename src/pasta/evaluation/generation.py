@@ -350,10 +350,10 @@ def generate_run(
     mode = decode_mode(cfg)
     if mode == "async":
         decoding_policy(cfg.lang.reservation, cfg.model)  # a checkpoint trained with another policy: before loading
-    records, _, positions = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
+    records, instructions, _ = eval_prompts(cfg, ecfg.limit, ecfg.subset, ecfg.subset_seed)
     check_unique_instructions(records, f"eval_data {cfg.eval_data.name}")
     check_prompts_fit(cfg, records)
-    num_outside = num_outside_heldout_pool(records, positions)
+    num_outside = num_outside_heldout_pool(records, instructions)
     if num_outside:
         log.warning("%d of the %d prompts are outside the held-out pool (eval.subset=300 eval.subset_seed=0): a "
                     "model trained on data=alpaca_eval_gpt4* has seen them", num_outside, len(records))
