@@ -764,6 +764,19 @@ class ShortJudge(LengthJudge):
         return [1.0 - quality for quality in super().score(items)]
 
 
+def test_the_held_out_check_counts_its_prompts_that_a_round_samples_too(tmp_path):
+    from pasta.parallel import Processes
+    from pasta.training.heldout import HeldoutCheck
+
+    check_file = tmp_path / "check.jsonl"
+    check_file.write_text("".join(json.dumps({"instruction": i, "output": "Yes."}) + "\n"
+                                  for i in ("Name a colour.", "Name a fruit.")), encoding="utf-8")
+    cfg = compose("train", ["stage=pref", f"stage.heldout_path={check_file}", "stage.heldout_limit=2"])
+    check = HeldoutCheck(cfg, settings_from_cfg(cfg.stage), judge=None, policy=None, processes=Processes())
+    assert check.num_sampled([Record("name a  COLOUR.", "Red."), Record("Name a colour twice.", "Red.")]) == 1
+    assert check.num_sampled([Record("Name a fruit.", "Pear.", input="A red one.")]) == 0
+
+
 def test_another_runs_candidates_are_judged_again_by_this_runs_judge_without_sampling(sft_folder, tmp_path, monkeypatch):
     """stage.candidates_from with another judge: the same candidates, this run's judge's scores on each (the pairs
     follow them), and the starting policy's held-out check taken and judged again, never read back with the other
@@ -1101,6 +1114,7 @@ def test_a_speed_only_round_makes_the_greedy_answer_fork(sometimes_forking, tmp_
     assert "<promise" in answer["annotated"] and answer["num_malformed"] == 0
     info = json.loads((out / "train_info.json").read_text())
     assert info["heldout_start"] == before and info["rounds"][0]["heldout"] == after
+    assert info["heldout_check_sampled"] == 1  # checked on the prompt it trained on, on purpose: the stage says so
     assert info["rounds"][0]["train"]["margin_history"][-1] > 0
     # The round's best well-formed fork that ended by itself (not cut at the token limit) goes to forking.jsonl as
     # an SFT record: the chosen side, when it ended (a constant judge: every candidate is at the median).

@@ -392,7 +392,8 @@ class PrefSettings(OptimSettings):
     heldout_path: str | None = field(
         default=None,
         metadata={
-            "help": "prompts no round samples (.jsonl/.json with instruction and reference output), decoded "
+            "help": "prompts no round samples (.jsonl/.json with instruction and reference output; ones a round "
+            "samples too are counted in train_info.json's heldout_check_sampled, with a warning), decoded "
             "greedily by the starting policy and after each round (pasta/training/heldout.py; heldout.json per "
             "round holds speedup, fork share and the judge's quality proxy); null = no held-out check"
         },

@@ -327,9 +327,15 @@ def run_pref(cfg: DictConfig) -> Path:
             log.info("%s: judged the candidates of %d prompts again, by %s against this run's references (the "
                      "saved ones were judged otherwise)", scores, num_judged, judge.name)
     processes.wait()  # the main process has judged the taken candidates again before any process reads them
-    if processes.is_main:
-        write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name, loaded=loaded.as_dict())
     heldout = HeldoutCheck(cfg, settings, judge, policy, processes)
+    num_check_sampled = heldout.num_sampled(used)
+    if num_check_sampled:
+        log.warning("%d of the %d held-out check prompts (stage.heldout_path) are prompts the rounds sample: the "
+                    "check is not held out on them (train_info.json: heldout_check_sampled)", num_check_sampled,
+                    len(heldout.records))
+    if processes.is_main:
+        write_train_info(output_dir, cfg, stage="pref", status="running", judge=judge.name, loaded=loaded.as_dict(),
+                         heldout_check_sampled=num_check_sampled)
     start = heldout.run(None, round_folder(output_dir, 0))
     rounds = []
     policy_path: Path | None = None
@@ -359,6 +365,7 @@ def run_pref(cfg: DictConfig) -> Path:
             status="done",
             judge=judge.name,
             loaded=loaded.as_dict(),
+            heldout_check_sampled=num_check_sampled,
             final_dir=str(policy_path),
             rounds=rounds,
             **({"heldout_start": asdict(start)} if start is not None else {}),
