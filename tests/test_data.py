@@ -74,6 +74,13 @@ def test_appender_drops_a_truncated_last_line_then_appends_whole_lines(tmp_path)
     assert path.read_bytes().endswith(b"\n")
 
 
+def test_appender_keeps_a_whole_last_record_without_its_newline(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"id": 1}\n{"id": 2, "text": "whole"}', encoding="utf-8")  # a hand-written file, say
+    append_jsonl(path, [{"id": 3}])
+    assert read_jsonl(path) == [{"id": 1}, {"id": 2, "text": "whole"}, {"id": 3}]
+
+
 def test_appender_keeps_a_file_that_ends_with_a_newline(tmp_path):
     path = _write_lines(tmp_path / "x.jsonl", ['{"id": 1}'])
     append_jsonl(path, [{"id": 2}])

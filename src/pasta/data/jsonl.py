@@ -171,7 +171,9 @@ def read_jsonl(path: str | Path, on_error: OnError | str = OnError.fail) -> list
 
 
 def _drop_truncated_tail(path: Path) -> None:
-    """Cut a last line that has no newline: the remains of a write that a crash interrupted."""
+    """Cut a last line that has no newline: the remains of a write that a crash interrupted. A last line that is a
+    whole JSON object (a hand-written file without a final newline, or a crash between a record and its newline)
+    is data, never cut: it gets its newline."""
     if not path.is_file() or path.stat().st_size == 0:
         return
     with path.open("rb+") as handle:
@@ -191,10 +193,23 @@ def _drop_truncated_tail(path: Path) -> None:
             if newline != -1:
                 keep = position + newline + 1
                 break
+        handle.seek(keep)
+        if _is_json_object(handle.read(end - keep)):
+            handle.write(b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+            return
         log.warning("%s: dropping a truncated last line (%d bytes) left by an interrupted write", path, end - keep)
         handle.truncate(keep)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _is_json_object(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line.decode("utf-8")), dict)
+    except (ValueError, UnicodeDecodeError):
+        return False
 
 
 def _write_error(exc: OSError, path: Path) -> OSError:
@@ -261,7 +276,10 @@ def write_text_atomic(path: str | Path, text: str) -> None:
                 os.fsync(handle.fileno())
         except OSError as exc:  # the disk full: the close after it fails again; one error naming the target
             raise _write_error(exc, path) from None
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:  # a folder at `path`, say: the error would name the temporary file
+            raise _write_error(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
