@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from pasta.config import compose
 from pasta.data import LoadReport
 from pasta.errors import PastaError
 from pasta.training.config import (
@@ -18,6 +19,7 @@ from pasta.training.config import (
     SFTSettings,
     cpu_has_bf16,
     mixed_precision_flags,
+    settings_from_cfg,
 )
 from pasta.training.examples import ExampleStats, PromiseBalance
 from pasta.training.pref import round_train_metrics
@@ -155,3 +157,27 @@ def test_a_resume_passes_over_a_damaged_newest_checkpoint_to_the_one_before(tmp_
     assert checkpoint_to_resume(tmp_path / "checkpoints", resume=True) is None  # from the beginning, warned
     with pytest.raises(PastaError, match="already holds checkpoints: pass resume=true"):
         checkpoint_to_resume(tmp_path / "checkpoints", resume=False)
+
+
+@pytest.mark.parametrize(("stage", "override", "message"), [
+    ("sft", "stage.num_train_epochs=0", r"stage.num_train_epochs=0.0 must be > 0"),
+    ("sft", "stage.max_steps=0", r"stage.max_steps=0 must be >= 1, or -1"),
+    ("sft", "stage.learning_rate=-1", r"stage.learning_rate=-1.0 must be > 0"),
+    ("sft", "stage.logging_steps=0", r"stage.logging_steps=0 must be >= 1"),
+    ("sft", "stage.lr_scheduler_type=bogus", r"stage.lr_scheduler_type='bogus' is not one of linear, cosine"),
+    ("sft", "stage.report_to=bogus", r"stage.report_to='bogus' is not one of none, all"),
+    ("sft", "stage.lora.r=0", r"stage.lora.r must be >= 1"),
+    ("pref", "stage.max_new_tokens=0", r"stage.max_new_tokens and stage.sample_batch_size must be >= 1"),
+    ("pref", "stage.prompts_per_round=0", r"stage.prompts_per_round=0 must be >= 1"),
+    ("pref", "stage.temperature=-1", r"stage.temperature=-1.0 must be >= 0"),
+    ("pref", "stage.top_p=0", r"stage.top_p=0.0 in \(0, 1\]"),
+])
+def test_a_training_setting_its_libraries_would_refuse_late_or_accept_wrongly_is_one_error_at_the_start(
+        stage, override, message):
+    with pytest.raises(PastaError, match=message):
+        settings_from_cfg(compose("train", [f"stage={stage}", override]).stage)
+
+
+def test_the_stage_defaults_and_a_reporter_by_name_pass():
+    for stage in ("sft", "pref"):
+        settings_from_cfg(compose("train", [f"stage={stage}", "stage.report_to=tensorboard"]).stage)

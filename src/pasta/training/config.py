@@ -200,6 +200,11 @@ class OptimSettings:
         }
 
     def validate(self, where: str) -> None:
+        """Refuse what transformers, PEFT or torch would refuse only after the model loads (a traceback), and what
+        they would accept and train wrongly (0 epochs: an untrained final/; max_steps=0: a whole epoch)."""
+        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+        from transformers.trainer_utils import SchedulerType
+
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise PastaError(f"{where}.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
         if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1 or self.max_length < 2:
@@ -207,6 +212,27 @@ class OptimSettings:
                 f"{where}.per_device_train_batch_size and {where}.gradient_accumulation_steps must be >= 1, "
                 f"{where}.max_length >= 2"
             )
+        if not self.num_train_epochs > 0:
+            raise PastaError(f"{where}.num_train_epochs={self.num_train_epochs} must be > 0")
+        if self.max_steps != -1 and self.max_steps < 1:
+            raise PastaError(f"{where}.max_steps={self.max_steps} must be >= 1, or -1 for num_train_epochs")
+        if not self.learning_rate > 0:
+            raise PastaError(f"{where}.learning_rate={self.learning_rate} must be > 0")
+        if self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise PastaError(f"{where}.weight_decay and {where}.max_grad_norm must be >= 0")
+        for key in ("logging_steps", "save_steps", "save_total_limit"):
+            if getattr(self, key) < 1:
+                raise PastaError(f"{where}.{key}={getattr(self, key)} must be >= 1")
+        schedulers = [scheduler.value for scheduler in SchedulerType]
+        if self.lr_scheduler_type not in schedulers:
+            raise PastaError(f"{where}.lr_scheduler_type={self.lr_scheduler_type!r} is not one of "
+                             f"{', '.join(schedulers)}")
+        reporters = ["none", "all", *INTEGRATION_TO_CALLBACK]
+        if self.report_to not in reporters:
+            raise PastaError(f"{where}.report_to={self.report_to!r} is not one of {', '.join(reporters)}")
+        if self.lora.r < 1 or self.lora.alpha <= 0 or not 0.0 <= self.lora.dropout < 1.0:
+            raise PastaError(f"{where}.lora.r must be >= 1, {where}.lora.alpha > 0 and {where}.lora.dropout in [0, 1) "
+                             f"(got r={self.lora.r}, alpha={self.lora.alpha}, dropout={self.lora.dropout})")
 
 
 @dataclass
@@ -432,6 +458,14 @@ class PrefSettings(OptimSettings):
                              f"{where}.candidates_from's candidates")
         if self.heldout_limit < 1:
             raise PastaError(f"{where}.heldout_limit={self.heldout_limit} must be >= 1")
+        if self.max_new_tokens < 1 or self.sample_batch_size < 1 or self.judge_retries < 0:
+            raise PastaError(f"{where}.max_new_tokens and {where}.sample_batch_size must be >= 1, {where}.judge_retries "
+                             f">= 0 (got {self.max_new_tokens}, {self.sample_batch_size}, {self.judge_retries})")
+        if self.prompts_per_round is not None and self.prompts_per_round < 1:
+            raise PastaError(f"{where}.prompts_per_round={self.prompts_per_round} must be >= 1, or null for every prompt")
+        if self.temperature < 0 or not 0.0 < self.top_p <= 1.0:
+            raise PastaError(f"{where}.temperature={self.temperature} must be >= 0 and {where}.top_p={self.top_p} in "
+                             "(0, 1]")
         for key in ("reference", "speed_reference"):
             if getattr(self, key) == Reference.baseline and not self.baseline_model:
                 raise PastaError(f"{where}.{key}=baseline needs {where}.baseline_model=/path/to/baseline-sft/final")
