@@ -277,3 +277,24 @@ def test_a_closed_choice_reads_as_its_enum_and_still_equals_and_prints_as_its_st
     settings = settings_from_cfg(compose("train", ["stage=sft", "stage.finetune=full"]).stage)
     assert settings.finetune is Finetune.full
     assert settings.finetune == "full" and f"{settings.finetune}" == "full" and str(settings.finetune) == "full"
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("eval.bootstrap.num_resamples=0", r"^eval\.bootstrap\.num_resamples: must be >= 1, got 0"),
+    ("eval.bootstrap.confidence=2", r"^eval\.bootstrap\.confidence: must lie in \(0, 1\), got 2"),
+])
+def test_bootstrap_settings_are_checked_before_anything_is_decoded(override, message):
+    from pasta.evaluation.config import EvalConfig
+
+    with pytest.raises(PastaError, match=message):
+        schema_from(compose("eval", [override]).eval, EvalConfig, "eval")
+
+
+def test_a_win_rate_by_the_embedding_judge_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from pasta.evaluation.dispatch import evaluate
+
+    monkeypatch.setattr("pasta.evaluation.generation.generate_run", lambda *args: pytest.fail("decoded"))
+    cfg = compose("eval", ["model=tiny", "judge=embedding", f"output_dir={tmp_path / 'run'}"])
+    with pytest.raises(PastaError, match=r"^judge=embedding only measures similarity .* eval\.win_rate=false"):
+        evaluate(cfg)
+    assert not (tmp_path / "run").exists()

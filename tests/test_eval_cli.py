@@ -80,7 +80,7 @@ def test_a_truncated_checkpoint_is_one_line_and_writes_nothing_to_output_dir(tin
     has loaded)."""
     folder = cut_checkpoint(*tiny_model_and_tokenizer, tmp_path / "final", 0)
     result = run_eval(tmp_path, f"model.path={folder}", "eval.limit=2", "judge=embedding",
-                      "decode.max_new_tokens=2", f"output_dir={tmp_path / 'eval'}")
+                      "eval.win_rate=false", "decode.max_new_tokens=2", f"output_dir={tmp_path / 'eval'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: model.path={folder}: {folder / 'model.safetensors'} is incomplete (0 bytes); copy or "

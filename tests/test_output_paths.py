@@ -39,7 +39,7 @@ def a_file(tmp_path) -> Path:
 
 def run_eval(output_dir: Path) -> None:
     evaluate(compose("eval", ["model=tiny", f"output_dir={output_dir}", "eval.limit=1", "judge=embedding",
-                              "decode.max_new_tokens=2"]))
+                              "eval.win_rate=false", "decode.max_new_tokens=2"]))
 
 
 def run_train(output_dir: Path) -> None:

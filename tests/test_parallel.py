@@ -101,7 +101,8 @@ def test_speedups_against_a_run_decoded_with_another_process_count_are_refused(t
     (run / RUN_META).write_text(json.dumps({**meta, "num_processes": 2}))
     with pytest.raises(PastaError, match="as many processes.*used 1, .* 2"):
         evaluate(compose("eval", [*EVAL, f"output_dir={run}", "eval.limit=2", "eval.mode=score",
-                                  "judge=embedding", f"eval.sequential={sequential}", f"eval.reference={sequential}"]))
+                                  "judge=embedding", "eval.win_rate=false", f"eval.sequential={sequential}",
+                                  f"eval.reference={sequential}"]))
 
 
 @pytest.mark.slow

@@ -154,3 +154,7 @@ class EvalConfig:
             raise PastaError(f"{where}.warmup_prompts: must be >= 0, got {self.warmup_prompts}")
         if self.timed_prompts < 0:
             raise PastaError(f"{where}.timed_prompts: must be >= 0, got {self.timed_prompts}")
+        if self.bootstrap.num_resamples < 1:  # before decoding: bootstrap_ci runs on the scores at the end
+            raise PastaError(f"{where}.bootstrap.num_resamples: must be >= 1, got {self.bootstrap.num_resamples}")
+        if not 0 < self.bootstrap.confidence < 1:
+            raise PastaError(f"{where}.bootstrap.confidence: must lie in (0, 1), got {self.bootstrap.confidence}")

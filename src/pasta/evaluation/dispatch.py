@@ -66,6 +66,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Run what the config asks for; returns {"mode", "output_dir", and "summary" or "report"}."""
     ecfg = schema_from(cfg.eval, EvalConfig, "eval")
     mode = resolve_mode(cfg, ecfg)
+    judged = ecfg.win_rate and ecfg.annotators_config is None and ecfg.annotations is None  # by cfg.judge
+    if judged and mode in (EvalMode.score, EvalMode.all) and cfg.judge.get("kind") == "embedding":
+        # before decoding: the judge is built after it
+        raise PastaError("judge=embedding only measures similarity and cannot judge a win rate: use judge=hf or "
+                         "judge=openai, or eval.win_rate=false for the offline proxies")
     out_dir = check_output_dir(output_dir(cfg, ecfg, mode), "output_dir")
     result: dict[str, Any] = {"mode": mode, "output_dir": str(out_dir)}
     processes = current_processes()
