@@ -19,6 +19,7 @@ from pasta.data.heldout import (
     pool_hashes,
     select_subset,
 )
+from pasta.errors import PastaError
 from pasta.lang import add_tag_tokens
 
 ANNOTATED = Path(__file__).resolve().parents[1] / "data" / "annotated_examples.jsonl"
@@ -116,6 +117,17 @@ def test_alpaca_eval_gpt4_is_every_prompt_outside_the_pool_once(alpaca_eval, poo
     outside = {r["instruction"] for r in alpaca_eval} - {r["instruction"] for r in pool}
     assert sorted(r.instruction for r in records) == sorted(outside)
     assert report.num_heldout_left_out == 300 and sum(report.answer_sources.values()) == len(records)
+
+
+def test_sft_on_pool_prompts_alone_says_they_were_left_out_not_that_the_data_is_empty(pool, tmp_path):
+    from pasta.training.sft import run_sft
+
+    data = write_records(tmp_path / "data.jsonl", [{"instruction": r["instruction"], "output": "x"} for r in pool[:3]])
+    cfg = compose("train", ["stage=sft", "model=tiny", f"data.path={data}", f"output_dir={tmp_path / 'run'}",
+                            "device=cpu"])
+    with pytest.raises(PastaError, match=r"^data sample: no training record is left: 3 records of the held-out "
+                                         r"pool left out$"):
+        run_sft(cfg)
 
 
 @pytest.mark.slow

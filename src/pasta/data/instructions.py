@@ -142,6 +142,15 @@ class LoadReport:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def why_empty(self) -> str:
+        """Why loading kept no record, in words: what it left out, else an empty window of the data."""
+        left_out = [f"{count} {why}" for count, why in (
+            (self.num_malformed, "malformed ShareGPT records skipped"),
+            (self.num_heldout_left_out, "records of the held-out pool left out"),
+            (self.num_too_long, "answers over data.max_output_chars left out")) if count]
+        return ", ".join(left_out) or ("the data is empty, or data.offset/data.limit select none of it (records "
+                                       "skipped under data.on_error=skip are logged)")
+
 
 def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield (where, record) pairs, `where` naming the record for error messages; `group` is the config key."""

@@ -297,12 +297,12 @@ def run_pref(cfg: DictConfig) -> Path:
     policy = decoding_policy(cfg.lang.reservation, cfg.model)  # the starting policy's, checked
     min_promises = int(cfg.data.get("min_promises", 0))
     records, loaded = load_training_records(loader_config(cfg.data))  # never a held-out pool prompt
+    if not records:
+        raise PastaError(f"stage=pref needs prompts: data {cfg.data.name} has none left: {loaded.why_empty()}")
     records = with_min_promises(records, min_promises)
     if not records:
-        raise PastaError(
-            "stage=pref needs prompts: the data is empty"
-            + (f" after data.min_promises={min_promises}" if min_promises else "")
-        )
+        raise PastaError(f"stage=pref needs prompts: none of data {cfg.data.name}'s has data.min_promises="
+                         f"{min_promises} promises")
     if any(output_dir.glob("round-*")) and not cfg.get("resume", False):
         raise PastaError(
             f"{output_dir} holds an earlier run: pass resume=true to continue it, or another output_dir"

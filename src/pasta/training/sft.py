@@ -119,6 +119,8 @@ def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], 
     only when they are scarce (data.min_promise_share, a logged decision), and what loading left out."""
     min_promise_share = min_promise_share_setting(cfg.data)
     records, loaded = load_training_records(loader_config(cfg.data))
+    if not records:
+        raise PastaError(f"data {cfg.data.name}: no training record is left: {loaded.why_empty()}")
     if min_promises > 0:  # with min_promises every record used carries promises: nothing to balance
         return records, None, loaded
     records, balance = balance_promises(records, min_promise_share=min_promise_share,
