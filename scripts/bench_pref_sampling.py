@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from pasta.cli import run_script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -62,8 +64,10 @@ def parse_args(argv=None):
 
 
 def load_prompts(path: str, num_prompts: int) -> list[tuple[str, str]]:
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [(r["instruction"], r.get("input", "")) for r in rows[:num_prompts]]
+    from pasta.data import load_instructions
+
+    records = load_instructions({"name": "bench", "path": path, "limit": num_prompts})
+    return [(record.instruction, record.input) for record in records]
 
 
 def sample_round(args) -> dict:
@@ -167,4 +171,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from pasta.cli import run_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -184,4 +186,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

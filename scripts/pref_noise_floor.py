@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from pasta.cli import run_script
 from pasta.config import compose
 from pasta.judges import build_judge
 from pasta.lang import ReservationPolicy, add_tag_tokens
@@ -100,4 +101,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -11,8 +11,8 @@ data's own statistics (`python -m pasta.lang check`) describe all of it; this su
 from __future__ import annotations
 
 import argparse
-import sys
 
+from pasta.cli import run_script
 from pasta.data import Record, read_jsonl, write_jsonl_atomic
 from pasta.training.examples import balance_promises
 
@@ -36,4 +36,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

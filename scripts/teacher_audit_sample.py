@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 
+from pasta.cli import run_script
 from pasta.data import Record, read_jsonl
 from pasta.lang import LangError, Promise, Sync, Text, parse
 
@@ -49,4 +49,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

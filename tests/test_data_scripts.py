@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from helpers.scripts import load_script
@@ -34,3 +36,17 @@ def test_heldout_pool_script_rewrites_the_shipped_file_unchanged(shared_data_dir
     assert load_script("heldout_pool").main(["--alpaca-eval", str(shared_data_dir / "alpaca_eval.jsonl"),
                                               "--out", str(out)]) == 0
     assert out.read_text() == POOL_FILE.read_text()
+
+
+def test_a_script_given_a_broken_file_or_a_folder_for_its_output_says_so_in_one_line(tmp_path):
+    half = tmp_path / "half.jsonl"
+    half.write_text('{"instruction": "a", "outp', encoding="utf-8")
+    commands = [
+        ([str(ROOT / "scripts" / "sft_subset.py"), str(half), str(tmp_path / "out.jsonl")], f"error: {half}:1: invalid JSON"),
+        ([str(ROOT / "scripts" / "sft_subset.py"), str(ANNOTATED), str(tmp_path)], f"error: {tmp_path}: Is a directory"),
+        ([str(ROOT / "scripts" / "teacher_audit_sample.py"), str(half)], f"error: {half}:1: invalid JSON"),
+    ]
+    for argv, message in commands:
+        result = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith(message) and result.stderr.count("\n") == 1

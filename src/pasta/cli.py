@@ -66,6 +66,17 @@ def fail(exc: BaseException) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
+def run_script(main: Callable[[], Any]) -> None:
+    """A script's `if __name__ == "__main__":` body: a user's mistake (PastaError, a file it cannot read or write,
+    Ctrl-C) is one `error:` line and exit code 2, as at the entry points; an int that `main` returns is the exit
+    code."""
+    try:
+        code = main()
+    except (PastaError, OSError, KeyboardInterrupt) as exc:
+        fail(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 def quote_literal(value: str) -> str:
     """`value` as a Hydra quoted string that OmegaConf reads back unchanged: no interpolation, commas allowed."""
     # In a quoted Hydra value a backslash escapes only a quote or the backslashes right before a quote, and `\${`
