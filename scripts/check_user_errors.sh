@@ -4,7 +4,7 @@
 # no key that an endpoint echoed back (in an error body or an answer) in any output or file. Prints PASS/FAIL per
 # case and "passed N of M".
 #
-#   scripts/check_user_errors.sh              # 85 checks on the tiny model, offline
+#   scripts/check_user_errors.sh              # 95 checks on the tiny model, offline
 #   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +52,7 @@ check() {  # name expect(err|ok) cmd...
   echo "$s [$n] $name rc=$rc errlines=$lines tb=$tb key=$key :: $(grep '^error:' $O/$n.err | head -c 200)"
 }
 G="$P -m pasta.generate model=tiny max_new_tokens=4 paths.output_root=$O"
-E="$P -m pasta.eval model=tiny paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=embedding"
+E="$P -m pasta.eval model=tiny paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=embedding eval.win_rate=false"
 T="$P -m pasta.train stage=sft model=tiny paths.output_root=$O output_dir=$O/sft"
 A="$P -m pasta.annotate model=tiny paths.output_root=$O progress=false"
 # A server whose settings pass serves until stopped: `timeout` makes that a FAIL (rc 124), not a hang.
@@ -77,6 +77,17 @@ check "eval judge.concurrency=0" err $E judge=openai judge.concurrency=0
 check "eval eval.limit=-1" err $E eval.limit=-1
 check "generate sampling.temperature=-1" err $G prompt=hi decode.sampling.temperature=-1
 check "train stage.per_device_train_batch_size=0" err $T stage.per_device_train_batch_size=0
+# Settings transformers, PEFT or torch refuse only after the model loads, or accept and train wrongly.
+check "train stage.learning_rate=-1" err $T stage.learning_rate=-1
+check "train stage.num_train_epochs=0" err $T stage.num_train_epochs=0
+check "train stage.max_steps=0" err $T stage.max_steps=0
+check "train stage.lr_scheduler_type=bogus" err $T stage.lr_scheduler_type=bogus
+check "train stage.report_to=bogus" err $T stage.report_to=bogus
+check "train stage.lora.r=0" err $T stage.lora.r=0
+check "train stage=pref stage.temperature=-1" err $T stage=pref stage.temperature=-1
+check "eval eval.bootstrap.num_resamples=-1" err $E eval.bootstrap.num_resamples=-1
+check "eval judge=embedding with eval.win_rate=true" err $E eval.win_rate=true output_dir=$O/eval_embedding_win
+[ -e $O/eval_embedding_win ] && echo "   ^ left $O/eval_embedding_win behind" && fail=$((fail+1))
 check "eval bad override syntax" err $E 'eval.limit=[1'
 check "serve port=abc" err $S port=abc
 check "serve port=-5" err $S port=-5
@@ -103,12 +114,12 @@ check "annotate lone surrogate on_error=skip" ok $A data.path=$R/surrogate.jsonl
 check "eval duplicate prompts refused before decoding" err $E eval_data.path=$R/dup.jsonl output_dir=$O/eval_dup
 check "eval generate (for resume)" ok $E eval.mode=generate output_dir=$O/eval_run
 check "eval resume with another reservation" err $E eval.mode=generate output_dir=$O/eval_run lang.reservation.scale=3
-check "rescore valid annotations" ok $E eval.annotations=$R/ann_ok.json output_dir=$O/rescore_ok eval.length_controlled=off
-check "rescore preference 7.5" err $E eval.annotations=$R/ann_75.json output_dir=$O/rescore1
-check "rescore preference banana" err $E eval.annotations=$R/ann_banana.json output_dir=$O/rescore2
-check "rescore duplicated rows" err $E eval.annotations=$R/ann_dup.json output_dir=$O/rescore3
-check "rescore instruction not in eval set" err $E eval.annotations=$R/ann_unknown.json output_dir=$O/rescore4
-check "rescore non-UTF-8 annotations" err $E eval.annotations=$R/ann_bad_utf8.json output_dir=$O/rescore5
+check "rescore valid annotations" ok $E eval.annotations=$R/ann_ok.json eval.win_rate=true output_dir=$O/rescore_ok eval.length_controlled=off
+check "rescore preference 7.5" err $E eval.annotations=$R/ann_75.json eval.win_rate=true output_dir=$O/rescore1
+check "rescore preference banana" err $E eval.annotations=$R/ann_banana.json eval.win_rate=true output_dir=$O/rescore2
+check "rescore duplicated rows" err $E eval.annotations=$R/ann_dup.json eval.win_rate=true output_dir=$O/rescore3
+check "rescore instruction not in eval set" err $E eval.annotations=$R/ann_unknown.json eval.win_rate=true output_dir=$O/rescore4
+check "rescore non-UTF-8 annotations" err $E eval.annotations=$R/ann_bad_utf8.json eval.win_rate=true output_dir=$O/rescore5
 # output paths: a file where a folder is wanted or the reverse, a file on the way, a read-only place, a device
 check "generate paths.output_root=<a file>/out" err $P -m pasta.generate model=tiny max_new_tokens=4 prompt=hi paths.output_root=$R/a_file/out
 check "eval output_dir=<a file>" err $E output_dir=$R/a_file
@@ -118,6 +129,10 @@ check "annotate output=<a folder>" err $A output=$R
 check "annotate output=<a file>/x.jsonl" err $A output=$R/a_file/x.jsonl
 check "annotate output on a read-only place" err $A output=/sys/pasta-check-user-errors.jsonl
 check "annotate output=/dev/full" err $A output=/dev/full
+# output= a user's own data file whose last line has no newline: refused, and not one of its records lost
+head -c -1 data/alpaca_sample.jsonl > $R/no_newline.jsonl
+check "annotate output=<the data file, no final newline>" err $A data.path=$R/no_newline.jsonl output=$R/no_newline.jsonl
+[ "$(grep -c . $R/no_newline.jsonl)" = "$(grep -c . data/alpaca_sample.jsonl)" ] || { echo "   ^ lost a record of $R/no_newline.jsonl"; fail=$((fail+1)); }
 # a run whose file stops growing (ulimit -f, as a full disk stops it), then the same command resumes it
 check "annotate output full mid-run" err bash -c "ulimit -f 16 && exec $A output=$O/full.jsonl"
 check "annotate resumes after the full disk" ok $A output=$O/full.jsonl
@@ -132,18 +147,18 @@ start_server() {  # status [number of failed requests]
 echo '{}' > $R/rules.json
 start_server 401
 check "annotate teacher 401 echoing the key" err $A teacher=openai teacher.base_url=http://127.0.0.1:$PORT/v1 data.limit=3 output=$O/a401.jsonl
-check "eval annotator 401 echoing the key" err env OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 $E eval.mode=score output_dir=$O/eval_run eval.annotators_config=alpaca_eval_gpt4_turbo_fn
+check "eval annotator 401 echoing the key" err env OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 $E eval.mode=score eval.win_rate=true output_dir=$O/eval_run eval.annotators_config=alpaca_eval_gpt4_turbo_fn
 kill $SERVER; wait $SERVER 2>/dev/null
 start_server 400
 check "annotate teacher 400s echoing the key: every request failed" err $A teacher=openai teacher.base_url=http://127.0.0.1:$PORT/v1 data.limit=2 output=$O/a400.jsonl
-check "eval judge=openai 400s echoing the key" err $E eval.mode=score output_dir=$O/eval_run judge=openai judge.base_url=http://127.0.0.1:$PORT/v1
+check "eval judge=openai 400s echoing the key" err $E eval.mode=score eval.win_rate=true output_dir=$O/eval_run judge=openai judge.base_url=http://127.0.0.1:$PORT/v1
 kill $SERVER; wait $SERVER 2>/dev/null
-check "eval annotator endpoint down" err env OPENAI_BASE_URL=http://127.0.0.1:9/v1 $E eval.mode=score output_dir=$O/eval_run eval.annotators_config=alpaca_eval_gpt4_turbo_fn
+check "eval annotator endpoint down" err env OPENAI_BASE_URL=http://127.0.0.1:9/v1 $E eval.mode=score eval.win_rate=true output_dir=$O/eval_run eval.annotators_config=alpaca_eval_gpt4_turbo_fn
 # a server that answers 200 with the key in its answer: the records written from it are redacted
 echo '{"default": "Output (a)\nAuthorization: Bearer sk-test-SECRETKEY1234567890"}' > $R/rules.json
 start_server 500 0
 check "annotate teacher answering 200 with the key" ok $A teacher=openai teacher.base_url=http://127.0.0.1:$PORT/v1 data.limit=2 output=$O/a200.jsonl
-check "eval annotator answering 200 with the key" ok env OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 $E eval.mode=score output_dir=$O/eval_run eval.annotators_config=chatgpt eval.length_controlled=off
+check "eval annotator answering 200 with the key" ok env OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 $E eval.mode=score eval.win_rate=true output_dir=$O/eval_run eval.annotators_config=chatgpt eval.length_controlled=off
 kill $SERVER; wait $SERVER 2>/dev/null
 # damaged checkpoints and run files (issue 36): a weights file cut short, a torn round file, a bad record
 $P - "$R" <<'PY'
@@ -165,12 +180,12 @@ PY
 printf '{"instruction": "a", "output": "b", "annotated": "<async topic=\\"x\\">b</async>"}\n' > $R/forking_bad.jsonl
 check "generate model.safetensors cut to 1000 bytes" err $P -m pasta.generate model.path=$R/cut1000 prompt=hi max_new_tokens=4 paths.output_root=$O
 check "generate model.safetensors cut to 0 bytes" err $P -m pasta.generate model.path=$R/cut0 prompt=hi max_new_tokens=4 paths.output_root=$O
-check "eval model.safetensors cut in half" err $P -m pasta.eval model.path=$R/cuthalf paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=embedding output_dir=$O/eval_cut
+check "eval model.safetensors cut in half" err $P -m pasta.eval model.path=$R/cuthalf paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=embedding eval.win_rate=false output_dir=$O/eval_cut
 [ -e $O/eval_cut ] && echo "   ^ left $O/eval_cut behind" && fail=$((fail+1))
 check "generate config.json a JSON list" err $P -m pasta.generate model.path=$R/config_list prompt=hi max_new_tokens=4 paths.output_root=$O
 check "serve tokenizer.json an empty JSON object" err timeout 120 $P -m pasta.serve model.path=$R/tokenizer_empty paths.output_root=$O port=0
 check "serve model.safetensors cut to 0 bytes" err timeout 120 $P -m pasta.serve model.path=$R/cut0 paths.output_root=$O port=0
-PREF="$P -m pasta.train stage=pref model.path=$R/ckpt model.dtype=float32 data.path=$PWD/data/annotated_examples.jsonl paths.output_root=$O stage.prompts_per_round=2 stage.num_samples=2 stage.max_new_tokens=8 stage.max_steps=1 stage.per_device_train_batch_size=1 judge=embedding"
+PREF="$P -m pasta.train stage=pref model.path=$R/ckpt model.dtype=float32 data.path=$PWD/data/annotated_examples.jsonl paths.output_root=$O stage.prompts_per_round=2 stage.num_samples=4 stage.max_new_tokens=8 stage.max_steps=1 stage.per_device_train_batch_size=1 judge=embedding"
 check "pref stage.baseline_model=/nonexistent" err $PREF output_dir=$O/pref_base1 stage.reference=baseline stage.baseline_model=/nonexistent
 check "pref stage.baseline_model cut to 1000 bytes" err $PREF output_dir=$O/pref_base2 stage.reference=baseline stage.baseline_model=$R/cut1000
 check "pref one round (for resume)" ok $PREF output_dir=$O/pref stage.rounds=1
