@@ -19,7 +19,7 @@ from pasta.training.config import (
     SFTSettings,
     cpu_has_bf16,
     mixed_precision_flags,
-    settings_from_cfg,
+    stage_settings,
 )
 from pasta.training.examples import ExampleStats, PromiseBalance
 from pasta.training.pref import round_train_metrics
@@ -175,9 +175,9 @@ def test_a_resume_passes_over_a_damaged_newest_checkpoint_to_the_one_before(tmp_
 def test_a_training_setting_its_libraries_would_refuse_late_or_accept_wrongly_is_one_error_at_the_start(
         stage, override, message):
     with pytest.raises(PastaError, match=message):
-        settings_from_cfg(compose("train", [f"stage={stage}", override]).stage)
+        stage_settings(compose("train", [f"stage={stage}", override]).stage)  # what run_sft and run_pref begin with
 
 
 def test_the_stage_defaults_and_a_reporter_by_name_pass():
     for stage in ("sft", "pref"):
-        settings_from_cfg(compose("train", [f"stage={stage}", "stage.report_to=tensorboard"]).stage)
+        stage_settings(compose("train", [f"stage={stage}", "stage.report_to=tensorboard"]).stage)

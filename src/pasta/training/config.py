@@ -163,6 +163,20 @@ class OptimSettings:
         metadata={"help": "batch examples of similar length (transformers' LengthGroupedSampler): less padding"},
     )
 
+    def check_library_names(self, where: str) -> None:
+        """Refuse a scheduler or reporter transformers does not know, which it refuses only after the model loads.
+        Apart from `validate`: it imports transformers, which checking a command line does not."""
+        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+        from transformers.trainer_utils import SchedulerType
+
+        schedulers = [scheduler.value for scheduler in SchedulerType]
+        if self.lr_scheduler_type not in schedulers:
+            raise PastaError(f"{where}.lr_scheduler_type={self.lr_scheduler_type!r} is not one of "
+                             f"{', '.join(schedulers)}")
+        reporters = ["none", "all", *INTEGRATION_TO_CALLBACK]
+        if self.report_to not in reporters:
+            raise PastaError(f"{where}.report_to={self.report_to!r} is not one of {', '.join(reporters)}")
+
     def trl_config(self) -> type:
         """TRL's config class of this stage's trainer (SFTConfig, DPOConfig)."""
         raise NotImplementedError(f"{type(self).__name__} names no TRL config")
@@ -201,10 +215,8 @@ class OptimSettings:
 
     def validate(self, where: str) -> None:
         """Refuse what transformers, PEFT or torch would refuse only after the model loads (a traceback), and what
-        they would accept and train wrongly (0 epochs: an untrained final/; max_steps=0: a whole epoch)."""
-        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-        from transformers.trainer_utils import SchedulerType
-
+        they would accept and train wrongly (0 epochs: an untrained final/; max_steps=0: a whole epoch). The names
+        only transformers knows are `check_library_names`'."""
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise PastaError(f"{where}.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
         if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1 or self.max_length < 2:
@@ -223,13 +235,6 @@ class OptimSettings:
         for key in ("logging_steps", "save_steps", "save_total_limit"):
             if getattr(self, key) < 1:
                 raise PastaError(f"{where}.{key}={getattr(self, key)} must be >= 1")
-        schedulers = [scheduler.value for scheduler in SchedulerType]
-        if self.lr_scheduler_type not in schedulers:
-            raise PastaError(f"{where}.lr_scheduler_type={self.lr_scheduler_type!r} is not one of "
-                             f"{', '.join(schedulers)}")
-        reporters = ["none", "all", *INTEGRATION_TO_CALLBACK]
-        if self.report_to not in reporters:
-            raise PastaError(f"{where}.report_to={self.report_to!r} is not one of {', '.join(reporters)}")
         if self.lora.r < 1 or self.lora.alpha <= 0 or not 0.0 <= self.lora.dropout < 1.0:
             raise PastaError(f"{where}.lora.r must be >= 1, {where}.lora.alpha > 0 and {where}.lora.dropout in [0, 1) "
                              f"(got r={self.lora.r}, alpha={self.lora.alpha}, dropout={self.lora.dropout})")
@@ -484,3 +489,11 @@ def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | P
     if kind not in schemas:
         raise PastaError(f"unknown stage {kind!r}: use stage=sft or stage=pref")
     return schema_from(stage_cfg, schemas[kind], "stage")
+
+
+def stage_settings(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:
+    """`settings_from_cfg` at a stage's start, with the names only transformers knows checked too
+    (`check_library_names`): before the data and the model load."""
+    settings = settings_from_cfg(stage_cfg)
+    settings.check_library_names("stage")
+    return settings

@@ -51,7 +51,7 @@ from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
-from pasta.training.config import Finetune, PrefSettings, Reference, TooLong, settings_from_cfg
+from pasta.training.config import Finetune, PrefSettings, Reference, TooLong, stage_settings
 from pasta.training.examples import (
     loader_config,
     num_rows,
@@ -290,7 +290,7 @@ def run_pref(cfg: DictConfig) -> Path:
     """Run every preference round `cfg` asks for; returns the last round's final model folder."""
     from pasta.judges import build_judge
 
-    settings = settings_from_cfg(cfg.stage)
+    settings = stage_settings(cfg.stage)
     assert isinstance(settings, PrefSettings)
     processes = current_processes()
     output_dir = resolve_output_dir(cfg)

@@ -25,7 +25,7 @@ from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens
 from pasta.models import load_model
 from pasta.training.collator import LayoutCollator
-from pasta.training.config import Finetune, SFTSettings, settings_from_cfg
+from pasta.training.config import Finetune, SFTSettings, stage_settings
 from pasta.training.examples import (
     ExampleStats,
     PromiseBalance,
@@ -95,7 +95,7 @@ class SFTData:
 
 def run_sft(cfg: DictConfig) -> Path:
     """Train stage 1 as `cfg` says; returns the final model folder."""
-    settings = settings_from_cfg(cfg.stage)
+    settings = stage_settings(cfg.stage)
     assert isinstance(settings, SFTSettings)
     run = SFTRun(cfg, settings, resolve_output_dir(cfg))
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
