@@ -3,7 +3,7 @@ answer-length cap (`data.max_output_chars`).
 
 AlpacaEval ships three GPT-4 answer sets for the same 805 prompts (the Turbo references, a verbose and a concise
 one), of different lengths and layouts: `data=alpaca_eval_gpt4` keeps one answer per prompt from them. Prompts
-are matched by their normalised text (pasta.data.heldout.normalize_prompt), in the order the files first give
+are matched by their normalised text (pasta.data.heldout.prompt_key), in the order the files first give
 them; answers over `max_output_chars` are not candidates, and a prompt left without one is dropped and counted.
 
 - `first`: the first file's answer that is short enough (`path`, then `answer_paths` in order);
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pasta.choice import Choice
-from pasta.data.heldout import normalize_prompt
+from pasta.data.heldout import prompt_key
 
 _LIST_ITEM = re.compile(r"^[ \t]*(\d{1,3}[.)]|[-*•+])[ \t]+\S", re.MULTILINE)
 _HEADING = re.compile(r"^#{1,6}[ \t]+\S", re.MULTILINE)
@@ -47,11 +47,6 @@ class Answer:
     source: int
 
 
-def prompt_key(record: dict[str, Any]) -> str:
-    """What makes two files' records answers to the same prompt."""
-    return normalize_prompt(f"{record['instruction']}\n\n{record.get('input') or ''}")
-
-
 def pick_answers(files: Sequence[Sequence[dict[str, Any]]], pick: Pick, max_output_chars: int | None
                  ) -> tuple[list[Answer], int]:
     """(one answer per prompt, in the order the files first give the prompts; how many prompts had none short
@@ -59,7 +54,8 @@ def pick_answers(files: Sequence[Sequence[dict[str, Any]]], pick: Pick, max_outp
     candidates: dict[str, list[Answer]] = {}
     for source, records in enumerate(files):
         for record in records:
-            candidates.setdefault(prompt_key(record), []).append(Answer(record, source))
+            key = prompt_key(record["instruction"], record.get("input") or "")
+            candidates.setdefault(key, []).append(Answer(record, source))
     chosen: list[Answer] = []
     num_too_long = 0
     for answers in candidates.values():

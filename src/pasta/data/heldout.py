@@ -90,6 +90,11 @@ def normalize_prompt(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+def prompt_key(instruction: str, input_text: str = "") -> str:
+    """What makes two records prompts of the same question: their instruction and input, normalised."""
+    return normalize_prompt(f"{instruction}\n\n{input_text}")
+
+
 def prompt_hash(text: str) -> str:
     """The pool file's hash of a prompt: sha256 of its normalised text, first 16 hex digits."""
     return _hash_normalized(normalize_prompt(text))

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from pasta.config import resolve_device
 from pasta.data import Record, load_instructions, read_jsonl, write_json_atomic, write_jsonl_atomic
-from pasta.data.heldout import normalize_prompt
+from pasta.data.heldout import prompt_key
 from pasta.decoding import DecodeConfig, DecodeResult, SamplingConfig, decode_async
 from pasta.decoding.config import decode_difference
 from pasta.errors import PastaError
@@ -232,11 +232,8 @@ class HeldoutCheck:
     def num_sampled(self, sampled: list[Record]) -> int:
         """How many check prompts are also prompts a round samples (matched by normalised text): the check is not
         held out on those, and its numbers would flatter the rounds."""
-        def prompt(record: Record) -> str:
-            return normalize_prompt(f"{record.instruction}\n\n{record.input}")
-
-        sampled_prompts = {prompt(record) for record in sampled}
-        return sum(prompt(record) in sampled_prompts for record in self.records)
+        sampled_prompts = {prompt_key(record.instruction, record.input) for record in sampled}
+        return sum(prompt_key(record.instruction, record.input) in sampled_prompts for record in self.records)
 
     def run(self, policy_path: Path | None, out_dir: Path) -> HeldoutSummary | None:
         if not self.records:
