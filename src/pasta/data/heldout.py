@@ -53,9 +53,15 @@ def _subset_key(instruction: str, seed: int) -> str:
     return hashlib.sha256(f"{seed}\n{instruction}".encode()).hexdigest()
 
 
-def _ranked(records: Sequence[dict[str, Any]], seed: int) -> list[int]:
-    """The records' positions, lowest hash of (seed, instruction) first: how a seed defines its subsets."""
-    return sorted(range(len(records)), key=lambda i: _subset_key(records[i]["instruction"], seed))
+def _ranked(records: Sequence[dict[str, Any]], seed: int, first: dict[str, int] | None = None) -> list[int]:
+    """The records' positions, lowest hash of (seed, instruction) first: how a seed defines its subsets. `first`
+    (prompt hash -> rank) puts the prompts it names before all others, in its order."""
+    def key(index: int) -> tuple[int, str]:
+        instruction = records[index]["instruction"]
+        lead = first.get(prompt_hash(instruction), len(first)) if first else 0
+        return lead, _subset_key(instruction, seed)
+
+    return sorted(range(len(records)), key=key)
 
 
 def select_subset(records: list[dict[str, Any]], size: int, seed: int) -> list[dict[str, Any]]:
@@ -70,13 +76,9 @@ def select_subset(records: list[dict[str, Any]], size: int, seed: int) -> list[d
     """
     if size > len(records):
         raise PastaError(f"eval.subset={size} but eval_data selects only {len(records)} prompts")
-    if seed == HELDOUT_POOL_SEED:
-        ranks = {prompt: rank for rank, prompt in enumerate(heldout_pool_ranked())}
-        ranked = sorted(range(len(records)), key=lambda i: (
-            ranks.get(prompt_hash(records[i]["instruction"]), HELDOUT_POOL_SIZE),
-            _subset_key(records[i]["instruction"], seed)))
-    else:
-        ranked = _ranked(records, seed)
+    pool_ranks = ({prompt: rank for rank, prompt in enumerate(heldout_pool_ranked())} if seed == HELDOUT_POOL_SEED
+                  else None)
+    ranked = _ranked(records, seed, first=pool_ranks)
     chosen = set(ranked[:size])
     return [record for index, record in enumerate(records) if index in chosen]
 
