@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
@@ -136,26 +137,36 @@ def heldout_pool() -> frozenset[str]:
     return frozenset(heldout_pool_ranked())
 
 
-def _line_run_hashes(text: str) -> Iterator[str]:
-    """The hashes of every run of up to MAX_POOL_PROMPT_LINES whole lines of `text` (chat-template markers read as
-    line breaks), each also without a label before its first line; then of the whole text."""
-    lines = [line for line in map(normalize_prompt, _TEMPLATE_MARKERS.sub("\n", text).splitlines()) if line]
-    for start in range(len(lines)):
-        for end in range(start + 1, min(len(lines), start + MAX_POOL_PROMPT_LINES) + 1):
+def _prompt_lines(text: str) -> list[str]:
+    """The text's non-empty lines, normalised, chat-template markers read as line breaks."""
+    return [line for line in map(normalize_prompt, _TEMPLATE_MARKERS.sub("\n", text).splitlines()) if line]
+
+
+def _run_hashes(lines: Sequence[str], crossing: int | None = None) -> Iterator[str]:
+    """The hashes of every run of up to MAX_POOL_PROMPT_LINES of `lines`, each also without a label before its
+    first line; with `crossing`, only the runs that hold both line `crossing - 1` and line `crossing`."""
+    for start in range(len(lines) if crossing is None else crossing):
+        first_end = start + 1 if crossing is None else max(start + 1, crossing + 1)
+        for end in range(first_end, min(len(lines), start + MAX_POOL_PROMPT_LINES) + 1):
             run = " ".join(lines[start:end])
             yield _hash_normalized(run)
             unlabelled = _LABEL.sub("", run, count=1)
             if unlabelled != run and unlabelled:
                 yield _hash_normalized(unlabelled)
-    yield prompt_hash(text)
 
 
 def is_heldout(instruction: str, input_text: str = "") -> bool:
     """Whether a prompt (instruction, and its input when it has one) holds a held-out pool prompt on lines of its
     own: alone, joined with the other field either way round, or among other lines."""
     pool = heldout_pool()
-    texts = [f"{instruction}\n{input_text}", f"{input_text}\n{instruction}"] if input_text else [instruction]
-    return any(prompt in pool for text in texts for prompt in _line_run_hashes(text))
+    if not input_text:
+        return prompt_hash(instruction) in pool or any(h in pool for h in _run_hashes(_prompt_lines(instruction)))
+    instruction_lines, input_lines = _prompt_lines(instruction), _prompt_lines(input_text)
+    whole = (prompt_hash(f"{instruction}\n{input_text}"), prompt_hash(f"{input_text}\n{instruction}"))
+    # The runs inside one field are the same in either order: only the runs across the swapped boundary are new.
+    runs = itertools.chain(_run_hashes(instruction_lines + input_lines),
+                           _run_hashes(input_lines + instruction_lines, crossing=len(input_lines)))
+    return any(h in pool for h in whole) or any(h in pool for h in runs)
 
 
 def leave_out_heldout(records: Iterable[T], prompt_of=lambda r: (r["instruction"], r.get("input") or "")
