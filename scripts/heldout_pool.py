@@ -11,13 +11,12 @@ the normalisation ever changes; tests/test_data_heldout.py checks the shipped fi
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from pasta.cli import run_script
 from pasta.config import compose
-from pasta.data import load_alpaca_eval
+from pasta.data import check_output_file, load_alpaca_eval, write_text_atomic
 from pasta.data.heldout import POOL_FILE, pool_hashes
-from pasta.errors import PastaError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,17 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alpaca-eval", help="AlpacaEval .jsonl/.json (default: eval_data=alpaca_eval's path)")
     parser.add_argument("--out", type=Path, default=POOL_FILE)
     args = parser.parse_args(argv)
+    check_output_file(args.out, "--out")
     overrides = ["eval_data=alpaca_eval"] + ([f"eval_data.path={args.alpaca_eval}"] if args.alpaca_eval else [])
-    try:
-        records = load_alpaca_eval(compose("eval", overrides).eval_data)
-    except PastaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    records = load_alpaca_eval(compose("eval", overrides).eval_data)
     hashes = pool_hashes(records)
-    args.out.write_text("".join(h + "\n" for h in hashes), encoding="utf-8")
+    write_text_atomic(args.out, "".join(h + "\n" for h in hashes))
     print(f"wrote {len(hashes)} prompt hashes of {len(records)} AlpacaEval prompts to {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -197,7 +196,7 @@ def markdown(rows: list[Validity]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from pasta.config import compose
-    from pasta.errors import PastaError, one_line
+    from pasta.data import check_output_file, write_json_atomic
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared-data", type=Path, default=None, help="default: the config's paths.shared_data_dir")
@@ -209,28 +208,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
-    try:
-        cfg = compose("eval", ["judge=hf"])
-        shared = args.shared_data or Path(cfg.paths.shared_data_dir)
-        answers = read_fixtures(shared)
-        rows = embedding_rows(answers, args.length_controls)
-        rows.append(distinct_row(answers))
-        if args.hf_prompts:
-            from pasta.judges import build_judge
+    if args.out:
+        check_output_file(args.out, "--out")  # before minutes of judging, not after
+    cfg = compose("eval", ["judge=hf"])
+    shared = args.shared_data or Path(cfg.paths.shared_data_dir)
+    answers = read_fixtures(shared)
+    rows = embedding_rows(answers, args.length_controls)
+    rows.append(distinct_row(answers))
+    if args.hf_prompts:
+        from pasta.judges import build_judge
 
-            indices = sorted(random.Random(args.seed).sample(range(len(answers.instructions)),
-                                                             min(args.hf_prompts, len(answers.instructions))))
-            rows.append(pairwise_row(answers, build_judge(cfg.judge), indices))
-    except PastaError as exc:
-        print(f"error: {one_line(str(exc))}", file=sys.stderr)
-        return 2
+        indices = sorted(random.Random(args.seed).sample(range(len(answers.instructions)),
+                                                         min(args.hf_prompts, len(answers.instructions))))
+        rows.append(pairwise_row(answers, build_judge(cfg.judge), indices))
     print(markdown(rows))
     if args.out:
-        from pasta.data import write_json_atomic
-
         write_json_atomic(args.out, [asdict(r) for r in rows])
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pasta.cli import run_script
+
+    run_script(main)

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
+from pasta.cli import run_script
 from pasta.data import read_jsonl
-from pasta.errors import PastaError, one_line
+from pasta.errors import PastaError
 from pasta.lang import add_tag_tokens
 from pasta.measure import geometric_mean
 from pasta.models import load_tokenizer
@@ -123,21 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     if rejected_side != RejectedSide.worst and args.tokenizer is None:
         parser.error(f"--rejected-side {rejected_side} needs --tokenizer: a model folder whose tokenizer encodes the "
                      "untagged sides")
-    try:
-        tokenizer = None
-        if args.tokenizer is not None:
-            tokenizer = load_tokenizer({"name": "tokenizer", "path": str(args.tokenizer)}, path_key="--tokenizer")
-            add_tag_tokens(tokenizer)  # a policy's tokenizer has them already; a base model's gets the same ids
-        scored = read_scores(args.scores)
-        if not any(entry.status == "scored" for entry in scored):
-            raise PastaError(f"{args.scores}: no scored prompt to pair")
-        rows = [(reward, f"{lam:g}",
-                 signal(scored, lam, SpeedReward(reward), args.length_tolerance, args.quality_floor,
-                        args.chosen_must_end, rejected_side, tokenizer))
-                for reward in args.rewards for lam in lambdas]
-    except PastaError as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
-        return 2
+    tokenizer = None
+    if args.tokenizer is not None:
+        tokenizer = load_tokenizer({"name": "tokenizer", "path": str(args.tokenizer)}, path_key="--tokenizer")
+        add_tag_tokens(tokenizer)  # a policy's tokenizer has them already; a base model's gets the same ids
+    scored = read_scores(args.scores)
+    if not any(entry.status == "scored" for entry in scored):
+        raise PastaError(f"{args.scores}: no scored prompt to pair")
+    rows = [(reward, f"{lam:g}",
+             signal(scored, lam, SpeedReward(reward), args.length_tolerance, args.quality_floor,
+                    args.chosen_must_end, rejected_side, tokenizer))
+            for reward in args.rewards for lam in lambdas]
     judge = next(entry.judge for entry in scored if entry.status == "scored")
     print(f"{args.scores}: {len(scored)} prompts, {sum(len(e.candidates) for e in scored)} candidates")
     pool = samples_mean_length_ratio(scored)
@@ -155,4 +151,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

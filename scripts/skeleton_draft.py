@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pasta.cli import run_script
 from pasta.data import read_jsonl
 from pasta.decoding.cost_model import StepCosts
 from pasta.decoding.draft import SkeletonDraft
@@ -223,29 +223,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_rows is not None and args.max_rows < 1:
         parser.error(f"--max-rows: {args.max_rows} must be >= 1")
-    try:
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        records, info = read_run(args.run)
-        source = args.tokenizer or info.get("model")
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source)
-        except (OSError, ValueError, TypeError) as exc:
-            raise PastaError(f"{source}: no tokenizer to read ({one_line(str(exc))}); pass --tokenizer") from None
-        tag_ids = TagIds.from_tokenizer(tokenizer)
-        answers = load_answers(args.run, records, args.reference, tokenizer)
-        max_threads = int((info.get("decoding") or {}).get("max_threads", 8))
-        speed = json.loads((args.run / "speed.json").read_text()) if (args.run / "speed.json").is_file() else {}
-        costs = StepCosts.from_dict(speed["cost_curve"]) if "cost_curve" in speed else None
-        draft = SkeletonDraft(tag_ids, text_decoder(tokenizer), lambda text: encode_text(tokenizer, text))
-        rows = [("as decoded (measured)", measured_row(speed))]
-        for name, guess in (("as decoded (replayed)", None), ("skeleton draft", draft)):
-            replays = [replay(a.doc, a.num_prompt_rows, guess, max_threads=max_threads, max_rows=args.max_rows)
-                       for a in answers]
-            rows.append((name, summarize(answers, replays, costs)))
-    except PastaError as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
-        return 2
+    records, info = read_run(args.run)
+    source = args.tokenizer or info.get("model")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, TypeError) as exc:
+        raise PastaError(f"{source}: no tokenizer to read ({one_line(str(exc))}); pass --tokenizer") from None
+    tag_ids = TagIds.from_tokenizer(tokenizer)
+    answers = load_answers(args.run, records, args.reference, tokenizer)
+    max_threads = int((info.get("decoding") or {}).get("max_threads", 8))
+    speed = json.loads((args.run / "speed.json").read_text()) if (args.run / "speed.json").is_file() else {}
+    costs = StepCosts.from_dict(speed["cost_curve"]) if "cost_curve" in speed else None
+    draft = SkeletonDraft(tag_ids, text_decoder(tokenizer), lambda text: encode_text(tokenizer, text))
+    rows = [("as decoded (measured)", measured_row(speed))]
+    for name, guess in (("as decoded (replayed)", None), ("skeleton draft", draft)):
+        replays = [replay(a.doc, a.num_prompt_rows, guess, max_threads=max_threads, max_rows=args.max_rows)
+                   for a in answers]
+        rows.append((name, summarize(answers, replays, costs)))
     print(f"{args.run}: {len(answers)} answers, against {args.reference}; replayed, no model "
           f"(max_threads {max_threads}" + (f", at most {args.max_rows} rows a step)" if args.max_rows else ")"))
     print(table(rows))
@@ -253,4 +249,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pasta.errors import PastaError, one_line
+from pasta.cli import run_script
+from pasta.data import check_output_file
+from pasta.errors import PastaError
 from pasta.evaluation.formatting import ci_label
 from pasta.evaluation.report import load_summaries
 from pasta.evaluation.speed import BootstrapConfig
@@ -143,14 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("eval_dir", type=Path, help="folder holding the study's evaluation runs")
     parser.add_argument("plot", type=Path, help="where to write the PNG")
     args = parser.parse_args(argv)
-    try:
-        points = load_points(args.eval_dir)
-    except PastaError as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
-        return 2
+    check_output_file(args.plot, "plot")
+    points = load_points(args.eval_dir)
     if "pasta-sft" not in points:
-        print(f"error: {args.eval_dir} holds no pasta-sft run: run scripts/cpu_study.sh first", file=sys.stderr)
-        return 2
+        raise PastaError(f"{args.eval_dir} holds no pasta-sft run: run scripts/cpu_study.sh first")
     print(table(points))
     plot(points, args.plot)
     print(f"\nplot: {args.plot}")
@@ -158,4 +155,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

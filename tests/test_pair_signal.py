@@ -7,6 +7,7 @@ import json
 import pytest
 
 from helpers.scripts import load_script
+from pasta.errors import PastaError
 
 
 def candidate(quality: float, num_tokens: int, num_steps: int, text: str = "x") -> dict:
@@ -71,12 +72,11 @@ def test_the_quality_floor_chooses_no_answer_judged_below_the_median_candidate(t
     assert "| theoretical | 1 | 1 | 1 / 0 | 0 / 0 | 1.50 / 1.00 | 1.00 / 1.00 | 0.500 / 0.400 |" in out
 
 
-def test_a_file_that_is_not_a_round_s_scores_is_one_error_line(tmp_path, capsys):
+def test_a_file_that_is_not_a_round_s_scores_is_refused_with_the_reason(tmp_path):
     scores = tmp_path / "scores.jsonl"
     scores.write_text(json.dumps({"id": "a", "text": "not a scored prompt"}) + "\n")
-    assert load_script("pair_signal").main([str(scores)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and "not a preference round's scores.jsonl" in err and err.count("\n") == 1
+    with pytest.raises(PastaError, match="not a preference round's scores.jsonl"):
+        load_script("pair_signal").main([str(scores)])
 
 
 def test_chosen_must_end_chooses_no_answer_its_budget_cut(tmp_path, capsys):
@@ -112,13 +112,12 @@ def test_both_rejected_sides_add_each_forks_pair_against_its_own_words_untagged(
     assert "| theoretical | 1 | 2 | 2 / 0 |" in out
 
 
-def test_an_untagged_pairing_without_a_usable_tokenizer_is_one_error_line(tmp_path, capsys):
+def test_an_untagged_pairing_without_a_usable_tokenizer_is_refused(tmp_path, capsys):
     scores = tmp_path / "scores.jsonl"
     scores.write_text(json.dumps(scores_record("a", [candidate(0.6, 60, 60), candidate(0.5, 60, 30)])) + "\n")
     pair_signal = load_script("pair_signal")
     with pytest.raises(SystemExit) as exited:
         pair_signal.main([str(scores), "--rejected-side", "untagged"])
     assert exited.value.code == 2 and "--rejected-side untagged needs --tokenizer" in capsys.readouterr().err
-    assert pair_signal.main([str(scores), "--rejected-side", "both", "--tokenizer", str(tmp_path / "absent")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: --tokenizer") and str(tmp_path / "absent") in err and len(err.splitlines()) == 1
+    with pytest.raises(PastaError, match=f"^--tokenizer.*{tmp_path / 'absent'}"):
+        pair_signal.main([str(scores), "--rejected-side", "both", "--tokenizer", str(tmp_path / "absent")])

@@ -14,6 +14,7 @@ from pasta.config import compose
 from pasta.decoding import teacher_forced_logprobs
 from pasta.decoding.draft import SkeletonDraft
 from pasta.decoding.text import text_decoder
+from pasta.errors import PastaError
 from pasta.lang import (
     ReservationPolicy,
     TagIds,
@@ -118,11 +119,9 @@ def test_the_script_prints_the_replay_beside_the_draft_and_refuses_a_folder_with
     assert replayed.split("|")[2].strip() == drafted.split("|")[2].strip() == "1"  # forked answers
     assert float(drafted.split("|")[6]) > float(replayed.split("|")[6])  # step speedup
     (tmp_path / "empty").mkdir()
-    assert script.main([str(tmp_path / "empty"), "--reference", str(tmp_path / "baseline")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and "stats.jsonl" in err and err.count("\n") == 1
-    # A reference whose records lack the steps an evaluation records: one line, no traceback.
+    with pytest.raises(PastaError, match="stats.jsonl"):
+        script.main([str(tmp_path / "empty"), "--reference", str(tmp_path / "baseline")])
+    # A reference whose records lack the steps an evaluation records: a PastaError (one line), no traceback.
     write_run(tmp_path / "other", [{"instruction": "tips"}, {"instruction": "plan"}])
-    assert script.main([str(tmp_path / "run"), "--reference", str(tmp_path / "other")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and "num_steps" in err and err.count("\n") == 1
+    with pytest.raises(PastaError, match="num_steps"):
+        script.main([str(tmp_path / "run"), "--reference", str(tmp_path / "other")])

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from helpers.scripts import load_script
+from pasta.errors import PastaError
 
 
 def summary(name: str, decode: str, theoretical: float, cost: float | None, proxy: float) -> dict:
@@ -61,11 +64,12 @@ def test_the_table_names_the_confidence_the_runs_were_resampled_at(tmp_path, cap
     assert "cost-model speedup [90% CI]" in header and "20 prompts [90% CI]" in header
 
 
-def test_an_eval_folder_without_the_sft_run_is_a_one_line_error(tmp_path, capsys):
+def test_an_eval_folder_without_the_sft_run_is_refused(tmp_path):
     study_plot = load_script("study_plot")
-    (tmp_path / "eval").mkdir()
-    assert study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")]) == 2
-    assert capsys.readouterr().err.startswith("error: ")
+    write_runs(tmp_path / "eval")
+    (tmp_path / "eval" / "pasta-sft" / "summary.json").unlink()
+    with pytest.raises(PastaError, match="holds no pasta-sft run"):
+        study_plot.main([str(tmp_path / "eval"), str(tmp_path / "study.png")])
 
 
 def test_runs_are_named_by_their_folder_so_runs_decoded_elsewhere_plot_when_linked_under_the_studys_names(
