@@ -17,6 +17,7 @@ from pasta.cli import run_script
 from pasta.config import compose
 from pasta.data import check_output_file, load_alpaca_eval, write_text_atomic
 from pasta.data.heldout import POOL_FILE, pool_hashes
+from pasta.errors import PastaError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=POOL_FILE)
     args = parser.parse_args(argv)
     check_output_file(args.out, "--out")
+    if args.alpaca_eval and not Path(args.alpaca_eval).is_file():  # else the loader's error names eval_data.path
+        raise PastaError(f"--alpaca-eval={args.alpaca_eval}: no such file")
     overrides = ["eval_data=alpaca_eval"] + ([f"eval_data.path={args.alpaca_eval}"] if args.alpaca_eval else [])
     records = load_alpaca_eval(compose("eval", overrides).eval_data)
     hashes = pool_hashes(records)

@@ -46,6 +46,8 @@ def test_a_script_given_a_broken_file_or_a_folder_for_its_output_says_so_in_one_
         ([str(ROOT / "scripts" / "sft_subset.py"), str(ANNOTATED), str(tmp_path)], f"error: {tmp_path}: Is a directory"),
         ([str(ROOT / "scripts" / "teacher_audit_sample.py"), str(half)], f"error: {half}:1: invalid JSON"),
         ([str(ROOT / "scripts" / "heldout_pool.py"), "--out", str(tmp_path)], f"error: --out={tmp_path} is a folder"),
+        ([str(ROOT / "scripts" / "heldout_pool.py"), "--alpaca-eval", str(half) + ".absent", "--out", str(tmp_path / "p")],
+         f"error: --alpaca-eval={half}.absent: no such file"),
         # judge_validity would judge for minutes before writing: its output is checked first
         ([str(ROOT / "scripts" / "judge_validity.py"), "--out", str(tmp_path)], f"error: --out={tmp_path} is a folder"),
         ([str(ROOT / "scripts" / "study_plot.py"), str(tmp_path), str(tmp_path / "plot.png")],
