@@ -115,25 +115,25 @@ class JudgeAnnotator:
         todo = [row for row in rows if row["key"] not in judged]
         if todo:
             log.info("judging %d of %d pairs with %s", len(todo), len(rows), self.annotator_name)
-        progress = tqdm(total=len(todo), desc=f"judge {self.annotator_name}", disable=not todo)
-        for start in range(0, len(todo), self.chunk_size):
-            chunk = todo[start : start + self.chunk_size]
-            items = [JudgeItem(r["instruction"], candidate=r["output_2"], reference=r["output_1"]) for r in chunk]
-            try:
-                probabilities = self.judge.compare(items)
-            except PastaError:
-                raise
-            except Exception as exc:
-                raise PastaError(
-                    f"judge {self.annotator_name} failed after {len(rows) - len(todo) + start} of {len(rows)} "
-                    f"pairs ({type(exc).__name__}: {exc}); they are saved in {self.pairs_path}: rerun to resume"
-                ) from exc
-            for row, probability in zip(chunk, probabilities, strict=True):
-                # None = the judge gave up on this pair; alpaca_eval drops a NaN preference from the metrics.
-                preference = None if probability is None else 1.0 + float(probability)
-                judged[row["key"]] = preference
-                out.append({"key": row["key"], "annotator": self.annotator_name, "settings": self.settings,
-                            "preference": preference})
-            progress.update(len(chunk))
-        progress.close()
+        # A bar closed on the way out too: an error leaves it with its line ended, and `error:` on a line of its own.
+        with tqdm(total=len(todo), desc=f"judge {self.annotator_name}", disable=not todo) as progress:
+            for start in range(0, len(todo), self.chunk_size):
+                chunk = todo[start : start + self.chunk_size]
+                items = [JudgeItem(r["instruction"], candidate=r["output_2"], reference=r["output_1"]) for r in chunk]
+                try:
+                    probabilities = self.judge.compare(items)
+                except PastaError:
+                    raise
+                except Exception as exc:
+                    raise PastaError(
+                        f"judge {self.annotator_name} failed after {len(rows) - len(todo) + start} of {len(rows)} "
+                        f"pairs ({type(exc).__name__}: {exc}); they are saved in {self.pairs_path}: rerun to resume"
+                    ) from exc
+                for row, probability in zip(chunk, probabilities, strict=True):
+                    # None = the judge gave up on this pair; alpaca_eval drops a NaN preference from the metrics.
+                    preference = None if probability is None else 1.0 + float(probability)
+                    judged[row["key"]] = preference
+                    out.append({"key": row["key"], "annotator": self.annotator_name, "settings": self.settings,
+                                "preference": preference})
+                progress.update(len(chunk))
         return [{**row, "preference": judged[row["key"]]} for row in rows]

@@ -187,11 +187,10 @@ class OpenAIJudge:
         with RequestThreads(self.config.concurrency, "judge") as pool:
             futures = {pool.submit(job): index for index, job in enumerate(jobs)}
             try:
-                bar = tqdm(
-                    as_completed(futures), total=len(jobs), desc=desc, disable=not self.config.progress
-                )
-                for future in bar:
-                    results[futures[future]] = future.result()
+                # Closed on the way out too: an error leaves the bar's line ended, and `error:` on a line of its own.
+                with tqdm(as_completed(futures), total=len(jobs), desc=desc, disable=not self.config.progress) as bar:
+                    for future in bar:
+                        results[futures[future]] = future.result()
             except BaseException:
                 for future in futures:
                     future.cancel()
