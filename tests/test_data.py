@@ -272,6 +272,14 @@ def test_missing_file_without_hub_fallback_names_the_override(tmp_path):
         load_alpaca_eval(_data_cfg(tmp_path / "absent.jsonl"))
 
 
+def test_a_folder_for_the_data_file_is_refused_not_replaced_by_the_hub_copy(tmp_path):
+    cfg = _data_cfg(tmp_path, hub_id="pasta-tests/no-such-dataset")
+    with pytest.raises(PastaError, match=rf"data\.path={tmp_path} is not a file"):
+        load_instructions(cfg)
+    with pytest.raises(PastaError, match=rf"eval_data\.path={tmp_path} is not a file"):
+        load_alpaca_eval(cfg)
+
+
 @pytest.mark.skipif(os.environ.get("HF_DATASETS_OFFLINE") != "1", reason="needs HF_DATASETS_OFFLINE=1 (no hub)")
 def test_missing_file_with_unreachable_hub_is_one_clear_error(tmp_path):
     cfg = _data_cfg(tmp_path / "absent.jsonl", hub_id="pasta-tests/no-such-dataset")

@@ -157,6 +157,8 @@ def _raw_records(cfg: DataConfig, group: str, check_unicode: bool) -> Iterator[t
     if cfg.path is not None and Path(cfg.path).is_file():
         yield from _file_records(Path(cfg.path), cfg.on_error, check_unicode)
         return
+    if cfg.path is not None and Path(cfg.path).exists():  # a folder, say: not a reason to train on the hub's copy
+        raise PastaError(f"data {cfg.name}: {group}.path={cfg.path} is not a file (a .jsonl or .json of records)")
     if cfg.hub_id is None:
         raise PastaError(f"data {cfg.name}: file not found: {cfg.path}; set {group}.path=/path/to/file.jsonl")
     if cfg.path is not None:
