@@ -4,7 +4,7 @@
 # no key that an endpoint echoed back (in an error body or an answer) in any output or file. Prints PASS/FAIL per
 # case and "passed N of M".
 #
-#   scripts/check_user_errors.sh              # 95 checks on the tiny model, offline
+#   scripts/check_user_errors.sh              # 100 checks on the tiny model, offline
 #   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -110,6 +110,8 @@ check "eval lone surrogate eval_data" err $E eval_data.path=$R/surrogate.jsonl
 check "annotate non-UTF-8" err $A data.path=$R/bad_utf8.jsonl
 check "annotate lone surrogate (rejected as invalid_unicode)" ok $A data.path=$R/surrogate.jsonl
 check "annotate lone surrogate on_error=skip" ok $A data.path=$R/surrogate.jsonl data.on_error=skip output=$O/skip.jsonl
+check "train sft data.path=<a folder> (a hub fallback data set)" err $T data=alpaca data.path=$R
+check "eval eval_data.path=<a folder>" err $E eval_data.path=$R
 # evaluation files
 check "eval duplicate prompts refused before decoding" err $E eval_data.path=$R/dup.jsonl output_dir=$O/eval_dup
 check "eval generate (for resume)" ok $E eval.mode=generate output_dir=$O/eval_run
@@ -203,5 +205,9 @@ done
 check "models complete README form + override" ok $P -m pasta.models complete --prompt "Name a fruit." model=tiny --max-new-tokens 4
 check "models complete --max-new-tokens 0" err $P -m pasta.models complete model=tiny --max-new-tokens 0
 check "models complete unknown model" err $P -m pasta.models complete model=bogus
+# scripts
+check "heldout_pool.py --out <a folder>" err $P scripts/heldout_pool.py --out $R
+check "judge_validity.py --out <a folder> (before judging)" err $P scripts/judge_validity.py --out $R
+check "study_plot.py on a folder of no runs" err $P scripts/study_plot.py $R $O/plot.png
 echo "passed $pass of $n ($fail failed)"
 [ $fail = 0 ]
