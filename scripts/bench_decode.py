@@ -34,7 +34,6 @@ machine are noisy: compare ratios, not absolute times, and rerun when other jobs
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -46,6 +45,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from pasta.errors import ArgumentParser
 
 FILLER = (
     "Sleep is one of the most important parts of a healthy life. Adults need seven to nine hours each night, "
@@ -87,7 +88,7 @@ MODES = ("eager", "compiled")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--models", nargs="+", default=None,
                         help=f"embedded, or built from a config with random weights: {', '.join(RANDOM_MODELS)} "

@@ -26,11 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from pasta.errors import ArgumentParser
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-path", help="checkpoint folder (default: the config's model, the embedded SmolLM2)")
     parser.add_argument("--override", action="append", default=[], help="extra pasta.eval override (repeatable)")
     parser.add_argument("--num-prompts", type=int, default=50, help="AlpacaEval prompts (eval.subset, seed 0)")

@@ -23,7 +23,6 @@ machine are noisy: run it alone.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -33,12 +32,13 @@ from pathlib import Path
 import torch
 
 from pasta.cli import run_script
+from pasta.errors import ArgumentParser
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", default=None, help="checkpoint folder (default: the config's model)")
     parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides (the `generate` config)")
     parser.add_argument("--data", default=str(ROOT / "data" / "alpaca_sample.jsonl"),

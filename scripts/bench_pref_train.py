@@ -23,7 +23,6 @@ slow each other far more than 2x.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import itertools
 import statistics
@@ -35,6 +34,7 @@ from pathlib import Path
 import torch
 
 from bench_train_cpu import check_no_gpu, cpu_training_arguments, report  # scripts/, this script's folder
+from pasta.errors import ArgumentParser
 
 VARIANTS = {
     "every step": ["stage.precompute_ref_log_probs=false", "stage.group_by_length=false"],
@@ -56,7 +56,7 @@ def untagged_pairs(data: Path, tokenizer, num_pairs: int, max_length: int) -> li
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=16, help="pairs of the round")
     cpu_training_arguments(parser, "more preference settings for every variant, as the stage takes them "
                                    "(stage.num_train_epochs=1)")

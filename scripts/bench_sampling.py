@@ -12,18 +12,18 @@ noisy: run it alone.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import torch
 
 from pasta.decoding.sampling import draw
+from pasta.errors import ArgumentParser
 from pasta.measure import median_ratio
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=49_159, help="vocabulary size (SmolLM2 with the tag tokens)")
     parser.add_argument("--rows", type=int, default=1, help="rows drawn per call (one request's sampled threads)")
     parser.add_argument("--calls", type=int, default=200, help="calls timed per repeat")

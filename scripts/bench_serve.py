@@ -47,7 +47,6 @@ Timings on a shared machine are noisy: run it alone. Results also go to --out as
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -66,6 +65,7 @@ from pathlib import Path
 import openai
 
 from pasta.decoding import DECODE_MODES as MODES
+from pasta.errors import ArgumentParser
 from pasta.measure import percentile
 from pasta.serving.metrics import bucket_counts, read_engine_metrics
 
@@ -112,7 +112,7 @@ FACTUAL_PROMPTS = [
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", default=None, help="checkpoint folder (default: the config's model)")
     parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for both servers")
     parser.add_argument("--prompts", default=str(ROOT.parent / "shared" / "data" / "alpaca_eval.jsonl"),

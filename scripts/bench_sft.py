@@ -13,7 +13,6 @@ machine drift, ratios measured side by side much less.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -25,6 +24,7 @@ import torch
 from transformers import TrainerCallback
 
 from pasta.cli import run_script
+from pasta.errors import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ def run_trainer(trainer_cls, model, tokenizer, dataset, collator, steps, batch_s
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="model config name (conf/model/), e.g. tiny")
     parser.add_argument(
         "--data", default=str(ROOT / "data" / "annotated_examples.jsonl"), help="annotated JSONL"

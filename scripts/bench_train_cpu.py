@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from bench_sft import StepTimer, report  # scripts/, this script's folder, is first on sys.path
+from pasta.errors import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
@@ -86,7 +87,7 @@ def check_no_gpu() -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per run (plus one warm-up)")
     cpu_training_arguments(parser, "more training settings for every variant, as the stage takes them "
                                    "(stage.max_length=256 stage.gradient_accumulation_steps=1)")

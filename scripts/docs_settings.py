@@ -16,7 +16,6 @@ around it is written by hand and left alone.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import enum
 import os
@@ -26,6 +25,8 @@ import types
 import typing
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from pasta.errors import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -478,7 +479,7 @@ def stale_pages(write: bool) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 when stale")
     args = parser.parse_args(argv)
     try:

@@ -15,12 +15,13 @@ the skeleton draft (`decode.draft_skeleton`), and between `<!-- layout:begin -->
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import re
 import sys
 from pathlib import Path
+
+from pasta.errors import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 # (file, block): the trace goes on the front page and the language's page, the layout picture on the latter.
@@ -175,7 +176,7 @@ def stale_files(write: bool) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 when stale")
     args = parser.parse_args(argv)
     stale = stale_files(write=not args.check)

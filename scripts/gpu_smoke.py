@@ -28,7 +28,6 @@ CPU compilation takes minutes per graph on a small machine, so the test suite ru
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -42,6 +41,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pasta.errors import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -350,7 +351,7 @@ def run(out: Path, device: str, compile: bool) -> Smoke:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (cpu: the tiny twin)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "gpu-smoke", help="output folder (emptied)")
     parser.add_argument("--no-compile", dest="compile", action="store_false",

@@ -10,18 +10,17 @@ the normalisation ever changes; tests/test_data_heldout.py checks the shipped fi
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from pasta.cli import run_script
 from pasta.config import compose
 from pasta.data import check_output_file, load_alpaca_eval, write_text_atomic
 from pasta.data.heldout import POOL_FILE, pool_hashes
-from pasta.errors import PastaError
+from pasta.errors import ArgumentParser, PastaError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--alpaca-eval", help="AlpacaEval .jsonl/.json (default: eval_data=alpaca_eval's path)")
     parser.add_argument("--out", type=Path, default=POOL_FILE)
     args = parser.parse_args(argv)

@@ -25,13 +25,14 @@ Every number is printed as a proxy's agreement with the real judge, not as quali
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from pasta.errors import ArgumentParser
 
 FIXTURES = "alpaca_eval_fixtures"
 REAL_WIN_RATE = 2.5915  # alpaca-7b against gpt4_1106_preview (the leaderboard file)
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     from pasta.config import compose
     from pasta.data import check_output_file, write_json_atomic
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared-data", type=Path, default=None, help="default: the config's paths.shared_data_dir")
     parser.add_argument("--hf-prompts", type=int, default=200,
                         help="prompts (a seeded sample) for the 135M pairwise judge, which costs minutes per 100; "

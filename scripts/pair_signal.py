@@ -22,13 +22,12 @@ untagged, which the tokenizer of `--tokenizer` encodes (a model folder, e.g. the
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
 from pasta.cli import run_script
 from pasta.data import read_jsonl
-from pasta.errors import PastaError
+from pasta.errors import ArgumentParser, PastaError
 from pasta.lang import add_tag_tokens
 from pasta.measure import geometric_mean
 from pasta.models import load_tokenizer
@@ -88,7 +87,7 @@ def table(rows: list[tuple[str, str, dict]], judge: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scores", type=Path, help="a round's scores.jsonl (<output_dir>/round-<N>/scores.jsonl)")
     rewards = [str(reward) for reward in SpeedReward]
     parser.add_argument("--rewards", nargs="+", default=rewards, choices=rewards,

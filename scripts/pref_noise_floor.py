@@ -25,6 +25,7 @@ import torch
 
 from pasta.cli import run_script
 from pasta.config import compose
+from pasta.errors import ArgumentParser
 from pasta.judges import build_judge
 from pasta.lang import ReservationPolicy, add_tag_tokens
 from pasta.models import load_model
@@ -32,7 +33,7 @@ from pasta.training.heldout import check_policy, heldout_records
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--start", required=True, help="the round's starting policy (a checkpoint folder)")
     parser.add_argument("--round", required=True, help="the round's trained policy (a checkpoint folder)")
     parser.add_argument("--heldout", required=True, help="held-out prompts with reference answers (JSONL/JSON)")

@@ -14,11 +14,12 @@ run's emb-sim minus Baseline-SFT's.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from pasta.errors import ArgumentParser
 
 PLAIN, OPENS, LEAD = "plain", "opens with promises", "lead, then promises"
 SHAPES = (PLAIN, OPENS, LEAD)
@@ -73,7 +74,7 @@ def run_table(name: str, rows: list[ShapeRow], mean: float, baseline_mean: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("baseline", help="Baseline-SFT's evaluation directory (python -m pasta.eval ... decode=sequential)")
     parser.add_argument("runs", nargs="+", help="evaluation directories of the runs to split")
     parser.add_argument("--eval-data", default="alpaca_eval", help="the eval_data config the runs were decoded on "

@@ -10,15 +10,14 @@ data's own statistics (`python -m pasta.lang check`) describe all of it; this su
 
 from __future__ import annotations
 
-import argparse
-
 from pasta.cli import run_script
 from pasta.data import Record, read_jsonl, write_jsonl_atomic
+from pasta.errors import ArgumentParser
 from pasta.training.examples import balance_promises
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("annotations", help="an annotation output (.jsonl)")
     parser.add_argument("out", help="where to write the SFT records (.jsonl)")
     parser.add_argument("--min-promise-share", type=float, default=0.5)

@@ -25,7 +25,6 @@ measures it.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from pasta.data import read_jsonl
 from pasta.decoding.cost_model import StepCosts
 from pasta.decoding.draft import SkeletonDraft
 from pasta.decoding.text import text_decoder
-from pasta.errors import PastaError, one_line
+from pasta.errors import ArgumentParser, PastaError, one_line
 from pasta.lang import LangError, TagIds, TokenDoc, encode_text, parse, tokenize_document
 from pasta.measure import geometric_mean
 
@@ -213,7 +212,7 @@ def measured_row(speed: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="an evaluation's output_dir (stats.jsonl, run.json, speed.json)")
     parser.add_argument("--reference", type=Path, required=True,
                         help="the sequential run of the same prompts (Baseline-SFT's output_dir)")

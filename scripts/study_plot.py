@@ -14,7 +14,6 @@ offline proxy, labelled as one, not a judge's win rate. The markdown table goes 
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 from pasta.cli import run_script
 from pasta.data import check_output_file
-from pasta.errors import PastaError
+from pasta.errors import ArgumentParser, PastaError
 from pasta.evaluation.formatting import ci_label
 from pasta.evaluation.report import load_summaries
 from pasta.evaluation.speed import BootstrapConfig
@@ -140,7 +139,7 @@ def load_points(eval_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("eval_dir", type=Path, help="folder holding the study's evaluation runs")
     parser.add_argument("plot", type=Path, help="where to write the PNG")
     args = parser.parse_args(argv)

@@ -10,11 +10,11 @@ its siblings? docs/results/teacher-audit.md holds such an audit.
 
 from __future__ import annotations
 
-import argparse
 import random
 
 from pasta.cli import run_script
 from pasta.data import Record, read_jsonl
+from pasta.errors import ArgumentParser
 from pasta.lang import LangError, Promise, Sync, Text, parse
 
 
@@ -36,7 +36,7 @@ def show(record: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="an annotation output (.jsonl)")
     parser.add_argument("--num", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)

@@ -48,6 +48,20 @@ def test_check_of_a_missing_file_is_one_line_error(tokenizer_dir, capsys):
     assert capsys.readouterr().err.strip() == "error: file not found: missing.jsonl"
 
 
+def test_a_usage_mistake_is_one_error_line_and_exit_code_2_with_secrets_masked(capsys):
+    """An unknown flag or a value of the wrong type, in any subcommand: one `error:` line, not argparse's usage
+    block; a key pasted by mistake is not echoed."""
+    for argv, says in (
+        (["explain", "Tips.", "--bogus", "sk-abcdefghijklmnopqrstuvwx"], "error: unrecognized arguments: --bogus ***"),
+        (["explain", "Tips.", "--multiple", "x"], "error: argument --multiple: invalid int value: 'x'"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.startswith(says) and err.count("\n") == 1, err
+        assert "python -m pasta.lang" in err and "usage:" not in err
+
+
 def test_explain_json_shows_threads_positions_and_visibility(tokenizer_dir, capsys):
     text = 'Tips: <promise topic="a"/><async topic="a">Sleep.</async><sync/> Bye.'
     assert main(["--tokenizer", tokenizer_dir, "explain", text, "--json", "--policy", "exact"]) == 0

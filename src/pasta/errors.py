@@ -10,14 +10,20 @@ annotators'). An endpoint may echo the request's `Authorization` header in its e
 masks the values of the secrets pasta knows (keys read through `register_secret`, and every environment variable
 whose name says it holds a key or token) and anything shaped like a bearer token or an `sk-...` key.
 `RedactingFilter` applies it to log records; `pasta.cli` installs it on the root logger's handlers.
+
+`ArgumentParser`: the argparse parser of the commands that take flags (`python -m pasta.lang`, `python -m
+pasta.models`, the scripts), whose usage mistakes are one ``error:`` line too.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import re
+import sys
 import threading
+from typing import NoReturn
 
 MASK = "***"
 # Shorter values would mask ordinary words; real keys are far longer.
@@ -103,3 +109,13 @@ def install_log_redaction() -> None:
     for handler in handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage mistake (an unknown flag, a value of the wrong type, a missing argument) is
+    one redacted `error:` line and exit code 2, as every other mistake a pasta command reports; argparse's own
+    prints its usage block and `<prog>: error:`. `--help` prints the usage as before."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr, flush=True)
+        sys.exit(2)

@@ -15,7 +15,6 @@ embedded smollm2-135m) or a local folder.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -23,7 +22,7 @@ import sys
 from pathlib import Path
 
 from pasta.data.jsonl import check_text, read_text_file
-from pasta.errors import PastaError
+from pasta.errors import ArgumentParser, PastaError
 from pasta.lang.layout import MAIN_THREAD, PROMPT_THREAD, build_layout
 from pasta.lang.repetition import cross_thread_repetition
 from pasta.lang.reservation import Reservation, ReservationPolicy
@@ -205,7 +204,7 @@ def print_explanation(info: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pasta.lang", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m pasta.lang", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokenizer", default="smollm2-135m", help="model config name or local folder")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="validate a JSONL file of annotated records")

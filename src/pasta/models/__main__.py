@@ -12,16 +12,15 @@ answers, not the asynchronous decoder.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 from pasta.cli import fail
-from pasta.errors import PastaError
+from pasta.errors import ArgumentParser, PastaError
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pasta.models", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m pasta.models", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["prepare", "complete"])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the generate config, e.g. model=tiny")
     parser.add_argument("--prompt", default="Give me three tips for staying healthy.", help="instruction to answer")
