@@ -4,7 +4,7 @@
 # no key that an endpoint echoed back (in an error body or an answer) in any output or file. Prints PASS/FAIL per
 # case and "passed N of M".
 #
-#   scripts/check_user_errors.sh              # 100 checks on the tiny model, offline
+#   scripts/check_user_errors.sh              # 103 checks on the tiny model, offline
 #   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -209,5 +209,9 @@ check "models complete unknown model" err $P -m pasta.models complete model=bogu
 check "heldout_pool.py --out <a folder>" err $P scripts/heldout_pool.py --out $R
 check "judge_validity.py --out <a folder> (before judging)" err $P scripts/judge_validity.py --out $R
 check "study_plot.py on a folder of no runs" err $P scripts/study_plot.py $R $O/plot.png
+# usage mistakes: argparse's usage block would be two lines, none of them `error:`
+check "lang explain unknown flag" err $P -m pasta.lang explain "hello" --bogus
+check "models complete --max-new-tokens x" err $P -m pasta.models complete model=tiny --max-new-tokens x
+check "pair_signal.py without its scores file" err $P scripts/pair_signal.py
 echo "passed $pass of $n ($fail failed)"
 [ $fail = 0 ]
