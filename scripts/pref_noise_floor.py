@@ -68,7 +68,7 @@ def main() -> None:
     cfg, model, tokenizer = load(args.start)
     judge = build_judge(cfg.judge)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    records = heldout_records(args.heldout, args.heldout_limit, args.heldout_seed)
+    records = heldout_records(args.heldout, args.heldout_limit, args.heldout_seed, key="--heldout")
     out = Path(args.out)
 
     def check(name: str):

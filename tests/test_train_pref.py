@@ -766,15 +766,31 @@ class ShortJudge(LengthJudge):
 
 def test_the_held_out_check_counts_its_prompts_that_a_round_samples_too(tmp_path):
     from pasta.parallel import Processes
-    from pasta.training.heldout import HeldoutCheck
+    from pasta.training.heldout import HeldoutCheck, heldout_records
 
     check_file = tmp_path / "check.jsonl"
     check_file.write_text("".join(json.dumps({"instruction": i, "output": "Yes."}) + "\n"
                                   for i in ("Name a colour.", "Name a fruit.")), encoding="utf-8")
     cfg = compose("train", ["stage=pref", f"stage.heldout_path={check_file}", "stage.heldout_limit=2"])
-    check = HeldoutCheck(cfg, settings_from_cfg(cfg.stage), judge=None, policy=None, processes=Processes())
+    check = HeldoutCheck(cfg, settings_from_cfg(cfg.stage), heldout_records(str(check_file), 2, 0), judge=None,
+                         policy=None, processes=Processes())
     assert check.num_sampled([Record("name a  COLOUR.", "Red."), Record("Name a colour twice.", "Red.")]) == 1
     assert check.num_sampled([Record("Name a fruit.", "Pear.", input="A red one.")]) == 0
+
+
+def test_a_held_out_check_file_that_is_not_there_stops_the_stage_before_it_reads_its_data(tmp_path, monkeypatch):
+    """Named by its key, at the start: it failed after Baseline-SFT's references were decoded (minutes), naming
+    data.path."""
+    import pasta.training.pref as pref
+
+    def read_data(*args, **kwargs):
+        raise AssertionError("the training data was read before the check file was")
+
+    monkeypatch.setattr(pref, "load_training_records", read_data)
+    for path in (tmp_path / "absent.jsonl", tmp_path):
+        with pytest.raises(PastaError, match=rf"^stage\.heldout_path={path}: no such file"):
+            run_pref(pref_cfg(tmp_path / "run", "model=tiny", f"data.path={ANNOTATED}", f"stage.heldout_path={path}"))
+    assert not (tmp_path / "run").exists()
 
 
 def test_another_runs_candidates_are_judged_again_by_this_runs_judge_without_sampling(sft_folder, tmp_path, monkeypatch):

@@ -69,8 +69,11 @@ class HeldoutSummary:
         )
 
 
-def heldout_records(path: str, limit: int, seed: int) -> list[Record]:
-    """`limit` records of the file at `path`, shuffled with `seed`: the same prompts for every policy."""
+def heldout_records(path: str, limit: int, seed: int, key: str = "stage.heldout_path") -> list[Record]:
+    """`limit` records of the file at `path`, shuffled with `seed`: the same prompts for every policy. `key` is the
+    setting an error names."""
+    if not Path(path).is_file():
+        raise PastaError(f"{key}={path}: no such file (a .jsonl or .json of prompts with reference outputs)")
     return load_instructions({"name": "heldout", "path": path, "shuffle": True, "seed": seed, "limit": limit})
 
 
@@ -216,18 +219,13 @@ def read_summary(out_dir: Path) -> HeldoutSummary | None:
 
 
 class HeldoutCheck:
-    """The held-out check of one policy folder (None: the stage's starting model), when `stage.heldout_path` is
-    set; a check that finished before a crash is read back, not redone."""
+    """The held-out check of one policy folder (None: the stage's starting model) on `records` (`heldout_records`
+    of `stage.heldout_path`; none: no check); a check that finished before a crash is read back, not redone."""
 
-    def __init__(
-        self, cfg: DictConfig, settings: PrefSettings, judge, policy: ReservationPolicy, processes: Processes
-    ):
-        self.cfg, self.settings, self.judge, self.policy = cfg, settings, judge, policy
+    def __init__(self, cfg: DictConfig, settings: PrefSettings, records: list[Record], judge,
+                 policy: ReservationPolicy, processes: Processes):
+        self.cfg, self.settings, self.records, self.judge, self.policy = cfg, settings, records, judge, policy
         self.processes = processes
-        path = settings.heldout_path
-        self.records = (
-            heldout_records(path, settings.heldout_limit, settings.heldout_seed) if path is not None else []
-        )
 
     def num_sampled(self, sampled: list[Record]) -> int:
         """How many check prompts are also prompts a round samples (matched by normalised text): the check is not

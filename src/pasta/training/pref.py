@@ -60,7 +60,7 @@ from pasta.training.examples import (
     with_min_promises,
 )
 from pasta.training.feedback import forking_records
-from pasta.training.heldout import HeldoutCheck, HeldoutSummary
+from pasta.training.heldout import HeldoutCheck, HeldoutSummary, heldout_records
 from pasta.training.modeling import check_sharding, expose_head_bias, lora_config, save_base_once, save_final
 from pasta.training.pairs import json_number, make_pairs, summarize
 from pasta.training.rounds import (
@@ -295,6 +295,9 @@ def run_pref(cfg: DictConfig) -> Path:
     processes = current_processes()
     output_dir = resolve_output_dir(cfg)
     policy = decoding_policy(cfg.lang.reservation, cfg.model)  # the starting policy's, checked
+    # Read before the training data and Baseline-SFT's references: a wrong file fails in seconds, not minutes.
+    check_records = ([] if settings.heldout_path is None
+                     else heldout_records(settings.heldout_path, settings.heldout_limit, settings.heldout_seed))
     min_promises = int(cfg.data.get("min_promises", 0))
     records, loaded = load_training_records(loader_config(cfg.data))  # never a held-out pool prompt
     if not records:
@@ -327,7 +330,7 @@ def run_pref(cfg: DictConfig) -> Path:
             log.info("%s: judged the candidates of %d prompts again, by %s against this run's references (the "
                      "saved ones were judged otherwise)", scores, num_judged, judge.name)
     processes.wait()  # the main process has judged the taken candidates again before any process reads them
-    heldout = HeldoutCheck(cfg, settings, judge, policy, processes)
+    heldout = HeldoutCheck(cfg, settings, check_records, judge, policy, processes)
     num_check_sampled = heldout.num_sampled(used)
     if num_check_sampled:
         log.warning("%d of the %d held-out check prompts (stage.heldout_path) are prompts the rounds sample: the "
