@@ -68,16 +68,37 @@ def test_model_path_that_is_not_a_folder_is_rejected(tmp_path):
         load_model({"name": "ckpt", "path": str(tmp_path / "nowhere")})
 
 
-def test_folder_without_a_model_is_one_clear_error(tmp_path):
+def test_an_empty_folder_is_one_error_saying_it_is_empty(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(PastaError, match=r"^model\.path=.*empty: cannot load \("):
+    with pytest.raises(PastaError) as info:
         load_model({"name": "ckpt", "path": str(tmp_path / "empty")})
+    assert str(info.value) == f"model.path={tmp_path / 'empty'} is not a model folder (it is empty)"
+
+
+def test_a_run_folder_given_for_its_final_folder_names_the_model_folders_inside(tmp_path):
+    run = tmp_path / "sft"
+    for sub in ("final", "checkpoint-8"):
+        (run / sub).mkdir(parents=True)
+        (run / sub / "config.json").write_text("{}")
+    (run / "logs").mkdir()
+    (run / "train_info.json").write_text("{}")
+    with pytest.raises(PastaError) as info:
+        load_tokenizer({"name": "ckpt", "path": str(run)})
+    message = str(info.value)
+    assert message.startswith(f"model.path={run} is not a model folder (no config.json")
+    assert message.endswith("; the model folders in it: checkpoint-8, final")
+
+
+def test_a_folder_of_a_tokenizer_alone_still_loads_its_tokenizer(tiny_model_and_tokenizer, tmp_path):
+    _, tokenizer = tiny_model_and_tokenizer
+    tokenizer.save_pretrained(tmp_path / "tok")
+    assert load_tokenizer({"name": "tok", "path": str(tmp_path / "tok")}).encode("hi") == tokenizer.encode("hi")
 
 
 def test_a_folder_that_does_not_load_is_named_by_the_setting_the_user_gave_it(tmp_path):
     """A stage that points the model config at a folder of its own setting names that setting (issue 36)."""
     (tmp_path / "empty").mkdir()
-    for folder, says in ((tmp_path / "nowhere", " is not a folder"), (tmp_path / "empty", ": cannot load (")):
+    for folder, says in ((tmp_path / "nowhere", " is not a folder"), (tmp_path / "empty", " is not a model folder (it is empty)")):
         with pytest.raises(PastaError) as info:
             load_model({"name": "ckpt", "path": str(folder)}, path_key="stage.baseline_model")
         assert str(info.value).startswith(f"stage.baseline_model={folder}{says}")

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 # Temporary conversion folders older than this are leftovers of killed runs, not conversions in progress.
 _STALE_TMP_SECONDS = 3600
+# A folder holding none of these loads neither a model nor a tokenizer (a LoRA adapter folder names its base).
+_MODEL_FILES = ("config.json", "adapter_config.json", "tokenizer.json", "tokenizer_config.json")
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16"}
@@ -117,6 +119,8 @@ def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any], path_ke
         folder = Path(cfg.path).expanduser()
         if not folder.is_dir():
             raise PastaError(f"{_where(cfg, path_key)} is not a folder")
+        if not any((folder / name).is_file() for name in _MODEL_FILES):
+            raise PastaError(f"{_where(cfg, path_key)} is not a model folder{_model_subfolders(folder)}")
         return str(folder)
     if cfg.embedded is not None:
         cached = embedded_cache_dir(cfg)
@@ -128,6 +132,18 @@ def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any], path_ke
     if cfg.hub_id is not None:
         return cfg.hub_id
     raise PastaError(_nothing_found_message(cfg))
+
+
+def _model_subfolders(folder: Path) -> str:
+    """Why `folder` is not a model folder, and the model folders inside it: a run's folder (outputs/sft) given for
+    its `final/` is the usual slip, and transformers' own error for it names a tokenizer it could not build."""
+    inside = sorted(sub.name for sub in folder.iterdir() if (sub / "config.json").is_file()
+                    or (sub / "adapter_config.json").is_file())
+    why = " (it is empty)" if not any(folder.iterdir()) else f" (no {', '.join(_MODEL_FILES)})"
+    if not inside:
+        return why
+    more = f" and {len(inside) - 3} more" if len(inside) > 3 else ""
+    return f"{why}; the model folders in it: {', '.join(inside[:3])}{more}"
 
 
 def _nothing_found_message(cfg: ModelConfig, cause: BaseException | None = None) -> str:
