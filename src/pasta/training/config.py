@@ -12,8 +12,9 @@ sampling and scoring, ...).
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -217,27 +218,32 @@ class OptimSettings:
         """Refuse what transformers, PEFT or torch would refuse only after the model loads (a traceback), and what
         they would accept and train wrongly (0 epochs: an untrained final/; max_steps=0: a whole epoch). The names
         only transformers knows are `check_library_names`'."""
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise PastaError(f"{where}.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
-        if self.per_device_train_batch_size < 1 or self.gradient_accumulation_steps < 1 or self.max_length < 2:
-            raise PastaError(
-                f"{where}.per_device_train_batch_size and {where}.gradient_accumulation_steps must be >= 1, "
-                f"{where}.max_length >= 2"
-            )
-        if not self.num_train_epochs > 0:
-            raise PastaError(f"{where}.num_train_epochs={self.num_train_epochs} must be > 0")
-        if self.max_steps != -1 and self.max_steps < 1:
-            raise PastaError(f"{where}.max_steps={self.max_steps} must be >= 1, or -1 for num_train_epochs")
-        if not self.learning_rate > 0:
-            raise PastaError(f"{where}.learning_rate={self.learning_rate} must be > 0")
-        if self.weight_decay < 0 or self.max_grad_norm < 0:
-            raise PastaError(f"{where}.weight_decay and {where}.max_grad_norm must be >= 0")
-        for key in ("logging_steps", "save_steps", "save_total_limit"):
-            if getattr(self, key) < 1:
-                raise PastaError(f"{where}.{key}={getattr(self, key)} must be >= 1")
-        if self.lora.r < 1 or self.lora.alpha <= 0 or not 0.0 <= self.lora.dropout < 1.0:
-            raise PastaError(f"{where}.lora.r must be >= 1, {where}.lora.alpha > 0 and {where}.lora.dropout in [0, 1) "
-                             f"(got r={self.lora.r}, alpha={self.lora.alpha}, dropout={self.lora.dropout})")
+        check_ranges(self, where, {
+            "warmup_ratio": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+            "per_device_train_batch_size": (lambda v: v >= 1, ">= 1"),
+            "gradient_accumulation_steps": (lambda v: v >= 1, ">= 1"),
+            "max_length": (lambda v: v >= 2, ">= 2"),
+            "num_train_epochs": (lambda v: v > 0, "> 0"),
+            "max_steps": (lambda v: v == -1 or v >= 1, ">= 1, or -1 for num_train_epochs"),
+            "learning_rate": (lambda v: v > 0, "> 0"),
+            "weight_decay": (lambda v: v >= 0, ">= 0"),
+            "max_grad_norm": (lambda v: v >= 0, ">= 0"),
+            "logging_steps": (lambda v: v >= 1, ">= 1"),
+            "save_steps": (lambda v: v >= 1, ">= 1"),
+            "save_total_limit": (lambda v: v >= 1, ">= 1"),
+            "lora.r": (lambda v: v >= 1, ">= 1"),
+            "lora.alpha": (lambda v: v > 0, "> 0"),
+            "lora.dropout": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+        })
+
+
+def check_ranges(settings: Any, where: str, rules: dict[str, tuple[Callable[[Any], bool], str]]) -> None:
+    """Refuse the first setting whose value breaks its rule, naming key, value and rule. `rules` maps a (dotted)
+    field name to the test its value must pass and the rule in words; each test is written so that NaN fails."""
+    for key, (ok, rule) in rules.items():
+        value = attrgetter(key)(settings)
+        if not ok(value):
+            raise PastaError(f"{where}.{key}={value} must be {rule}")
 
 
 @dataclass
@@ -439,38 +445,32 @@ class PrefSettings(OptimSettings):
 
     def validate(self, where: str) -> None:
         super().validate(where)
-        if self.rounds < 1 or self.num_samples < 2:
-            raise PastaError(
-                f"{where}.rounds must be >= 1 and {where}.num_samples >= 2 (a pair needs two candidates)"
-            )
-        if self.pair_length_tolerance is not None and not self.pair_length_tolerance >= 0:
-            raise PastaError(f"{where}.pair_length_tolerance={self.pair_length_tolerance} must be >= 0 or null")
+        check_ranges(self, where, {
+            "rounds": (lambda v: v >= 1, ">= 1"),
+            "num_samples": (lambda v: v >= 2, ">= 2 (a pair needs two candidates)"),
+            "pair_length_tolerance": (lambda v: v is None or v >= 0, ">= 0 or null"),
+            "alpha": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+            "quality_weight": (lambda v: v >= 0, ">= 0 (inf = quality only)"),
+            "no_repeat_ngram_size": (lambda v: v >= 0, ">= 0 (0 = off)"),
+            "keep_rounds": (lambda v: v >= 0, ">= 0"),
+            "heldout_limit": (lambda v: v >= 1, ">= 1"),
+            "max_new_tokens": (lambda v: v >= 1, ">= 1"),
+            "sample_batch_size": (lambda v: v >= 1, ">= 1"),
+            "judge_retries": (lambda v: v >= 0, ">= 0"),
+            "prompts_per_round": (lambda v: v is None or v >= 1, ">= 1, or null for every prompt"),
+            "temperature": (lambda v: v >= 0, ">= 0"),
+            "top_p": (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),
+        })
         if self.pair_length_tolerance is not None and self.rejected_side == RejectedSide.untagged:
             raise PastaError(f"{where}.pair_length_tolerance applies to rejected_side=worst or both; an untagged "
                              "side has the chosen answer's length already")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise PastaError(f"{where}.alpha={self.alpha} must lie in [0, 1]")
-        if self.quality_weight < 0 or math.isnan(self.quality_weight):
-            raise PastaError(f"{where}.quality_weight={self.quality_weight} must be >= 0 (inf = quality only)")
-        if self.no_repeat_ngram_size < 0:
-            raise PastaError(f"{where}.no_repeat_ngram_size={self.no_repeat_ngram_size} must be >= 0 (0 = off)")
-        if self.keep_rounds < 0 or (self.keep_rounds and not self.candidates_from):
-            raise PastaError(f"{where}.keep_rounds={self.keep_rounds} must be >= 0, and above 0 only with "
+        if self.keep_rounds and not self.candidates_from:
+            raise PastaError(f"{where}.keep_rounds={self.keep_rounds} is above 0 only with "
                              f"{where}.candidates_from=<the run whose rounds it keeps>")
         if self.candidates_from and self.keep_rounds >= self.rounds:
             raise PastaError(f"{where}.keep_rounds={self.keep_rounds} keeps every one of {where}.rounds={self.rounds}: "
                              f"raise {where}.rounds to at least {self.keep_rounds + 1}, the round that re-pairs "
                              f"{where}.candidates_from's candidates")
-        if self.heldout_limit < 1:
-            raise PastaError(f"{where}.heldout_limit={self.heldout_limit} must be >= 1")
-        if self.max_new_tokens < 1 or self.sample_batch_size < 1 or self.judge_retries < 0:
-            raise PastaError(f"{where}.max_new_tokens and {where}.sample_batch_size must be >= 1, {where}.judge_retries "
-                             f">= 0 (got {self.max_new_tokens}, {self.sample_batch_size}, {self.judge_retries})")
-        if self.prompts_per_round is not None and self.prompts_per_round < 1:
-            raise PastaError(f"{where}.prompts_per_round={self.prompts_per_round} must be >= 1, or null for every prompt")
-        if self.temperature < 0 or not 0.0 < self.top_p <= 1.0:
-            raise PastaError(f"{where}.temperature={self.temperature} must be >= 0 and {where}.top_p={self.top_p} in "
-                             "(0, 1]")
         for key in ("reference", "speed_reference"):
             if getattr(self, key) == Reference.baseline and not self.baseline_model:
                 raise PastaError(f"{where}.{key}=baseline needs {where}.baseline_model=/path/to/baseline-sft/final")
