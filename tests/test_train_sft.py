@@ -443,7 +443,7 @@ def test_a_min_promise_share_outside_zero_to_one_is_a_one_line_error(bad):
         min_promise_share_setting(OmegaConf.create({"min_promise_share": bad}))
 
 
-@pytest.mark.parametrize("bad", [-1, True, "half"])
+@pytest.mark.parametrize("bad", [-1, True, "half", float("nan")])
 def test_a_plain_per_promise_that_is_not_a_non_negative_number_is_one_error(bad):
     with pytest.raises(PastaError, match=r"data\.plain_per_promise=.* must be a number >= 0"):
         plain_per_promise_setting(OmegaConf.create({"plain_per_promise": bad}))

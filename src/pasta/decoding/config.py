@@ -46,7 +46,7 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if self.no_repeat_ngram_size < 0:
             raise PastaError(f"sampling.no_repeat_ngram_size: must be >= 0 (0 = off), got {self.no_repeat_ngram_size}")
-        if self.temperature < 0:
+        if not self.temperature >= 0:  # written so that NaN fails too
             raise PastaError(f"sampling.temperature: must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise PastaError(f"sampling.top_p: must be in (0, 1], got {self.top_p}")

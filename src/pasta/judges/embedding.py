@@ -48,7 +48,7 @@ class EmbeddingJudgeConfig:
     )
 
     def validate(self, where: str) -> None:
-        if self.length_control < 0:
+        if not self.length_control >= 0:  # written so that NaN fails too
             raise PastaError(f"{where}.length_control={self.length_control} must be >= 0 (0 = off)")
 
 

@@ -457,6 +457,7 @@ class PrefSettings(OptimSettings):
             "max_new_tokens": (lambda v: v >= 1, ">= 1"),
             "sample_batch_size": (lambda v: v >= 1, ">= 1"),
             "judge_retries": (lambda v: v >= 0, ">= 0"),
+            "beta": (lambda v: v > 0, "> 0 (the IPO margin is 1/(2 beta))"),
             "prompts_per_round": (lambda v: v is None or v >= 1, ">= 1, or null for every prompt"),
             "temperature": (lambda v: v >= 0, ">= 0"),
             "top_p": (lambda v: 0.0 < v <= 1.0, "in (0, 1]"),

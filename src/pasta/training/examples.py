@@ -165,7 +165,7 @@ def min_promise_share_setting(data_cfg: DictConfig) -> float | None:
 def plain_per_promise_setting(data_cfg: DictConfig) -> float:
     """`data.plain_per_promise`, checked."""
     ratio = data_cfg.get("plain_per_promise", 0)
-    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio < 0:
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0:
         raise PastaError(f"data.plain_per_promise={ratio} must be a number >= 0")
     return float(ratio)
 
