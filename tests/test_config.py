@@ -281,9 +281,11 @@ def test_a_closed_choice_reads_as_its_enum_and_still_equals_and_prints_as_its_st
 
 @pytest.mark.parametrize(("override", "message"), [
     ("eval.bootstrap.num_resamples=0", r"^eval\.bootstrap\.num_resamples: must be >= 1, got 0"),
-    ("eval.bootstrap.confidence=2", r"^eval\.bootstrap\.confidence: must lie in \(0, 1\), got 2"),
+    ("eval.bootstrap.confidence=2", r"^eval\.bootstrap\.confidence: must be in \(0, 1\), got 2"),
+    ("eval.bootstrap.seed=-1", r"^eval\.bootstrap\.seed: must be >= 0, got -1$"),
+    ("eval.sot.max_points=0", r"^eval\.sot\.max_points: must be >= 1, got 0$"),
 ])
-def test_bootstrap_settings_are_checked_before_anything_is_decoded(override, message):
+def test_bootstrap_and_sot_settings_are_checked_before_anything_is_decoded(override, message):
     from pasta.evaluation.config import EvalConfig
 
     with pytest.raises(PastaError, match=message):
@@ -293,9 +295,12 @@ def test_bootstrap_settings_are_checked_before_anything_is_decoded(override, mes
 @pytest.mark.parametrize(("config_name", "overrides", "message"), [
     # NaN passed every `x < 0` check: sampling failed at the first step, the judge scored NaN, IPO divided by beta.
     ("generate", ["decode.sampling.temperature=nan"], r"^decode\.sampling\.temperature: must be >= 0 \(0 = greedy\), got nan$"),
-    ("eval", ["judge=embedding", "judge.length_control=nan"], r"^judge\.length_control=nan must be >= 0"),
-    ("train", ["stage=pref", "stage.beta=nan"], r"^stage\.beta=nan must be > 0"),
-    ("train", ["stage=pref", "stage.beta=0"], r"^stage\.beta=0\.0 must be > 0 \(the IPO margin is 1/\(2 beta\)\)$"),
+    ("eval", ["judge=embedding", "judge.length_control=nan"], r"^judge\.length_control: must be >= 0 \(0 = off\), got nan$"),
+    ("eval", ["judge=hf", "judge.batch_size=0"], r"^judge\.batch_size: must be >= 1, got 0$"),
+    ("eval", ["judge=hf", "judge.max_rating=10"], r"^judge\.max_rating: must be in 2\.\.9 .*, got 10$"),
+    ("eval", ["judge=embedding", "judge.max_seq_length=0"], r"^judge\.max_seq_length: must be >= 1, got 0$"),
+    ("train", ["stage=pref", "stage.beta=nan"], r"^stage\.beta: must be > 0 .*, got nan$"),
+    ("train", ["stage=pref", "stage.beta=0"], r"^stage\.beta: must be > 0 \(the IPO margin is 1/\(2 beta\)\), got 0\.0$"),
 ])
 def test_a_nan_or_zero_where_a_stage_divides_or_samples_is_refused_at_the_command_line(config_name, overrides,
                                                                                      message):

@@ -992,7 +992,7 @@ def test_the_candidates_are_sampled_with_the_stage_repetition_guard(tiny_model_a
     for ids in candidates(3):
         trigrams = [tuple(ids[i : i + 3]) for i in range(len(ids) - 2)]
         assert ids[:3] == [a, b, c] and len(set(trigrams)) == len(trigrams)
-    with pytest.raises(PastaError, match="stage.no_repeat_ngram_size=-1 must be >= 0"):
+    with pytest.raises(PastaError, match=r"stage.no_repeat_ngram_size: must be >= 0 \(0 = off\), got -1"):
         settings_from_cfg(pref_cfg(tmp_path, "stage.no_repeat_ngram_size=-1").stage)
 
 

@@ -160,23 +160,23 @@ def test_a_resume_passes_over_a_damaged_newest_checkpoint_to_the_one_before(tmp_
 
 
 @pytest.mark.parametrize(("stage", "override", "message"), [
-    ("sft", "stage.num_train_epochs=0", r"stage.num_train_epochs=0.0 must be > 0"),
-    ("sft", "stage.max_steps=0", r"stage.max_steps=0 must be >= 1, or -1"),
-    ("sft", "stage.learning_rate=-1", r"stage.learning_rate=-1.0 must be > 0"),
-    ("sft", "stage.logging_steps=0", r"stage.logging_steps=0 must be >= 1"),
+    ("sft", "stage.num_train_epochs=0", r"stage.num_train_epochs: must be > 0, got 0.0"),
+    ("sft", "stage.max_steps=0", r"stage.max_steps: must be >= 1, or -1 for num_train_epochs, got 0"),
+    ("sft", "stage.learning_rate=-1", r"stage.learning_rate: must be > 0, got -1.0"),
+    ("sft", "stage.logging_steps=0", r"stage.logging_steps: must be >= 1, got 0"),
     ("sft", "stage.lr_scheduler_type=bogus", r"stage.lr_scheduler_type='bogus' is not one of linear, cosine"),
     ("sft", "stage.report_to=bogus", r"stage.report_to='bogus' is not one of none, all"),
-    ("sft", "stage.lora.r=0", r"stage.lora.r=0 must be >= 1"),
-    ("sft", "stage.lora.dropout=1", r"stage.lora.dropout=1.0 must be in \[0, 1\)"),
-    ("sft", "stage.gradient_accumulation_steps=0", r"^stage.gradient_accumulation_steps=0 must be >= 1$"),
-    ("sft", "stage.weight_decay=nan", r"^stage.weight_decay=nan must be >= 0$"),
-    ("pref", "stage.max_new_tokens=0", r"^stage.max_new_tokens=0 must be >= 1$"),
-    ("pref", "stage.sample_batch_size=0", r"^stage.sample_batch_size=0 must be >= 1$"),
-    ("pref", "stage.num_samples=1", r"stage.num_samples=1 must be >= 2 \(a pair needs two candidates\)"),
-    ("pref", "stage.quality_weight=nan", r"stage.quality_weight=nan must be >= 0"),
-    ("pref", "stage.prompts_per_round=0", r"stage.prompts_per_round=0 must be >= 1"),
-    ("pref", "stage.temperature=-1", r"stage.temperature=-1.0 must be >= 0"),
-    ("pref", "stage.top_p=0", r"stage.top_p=0.0 must be in \(0, 1\]"),
+    ("sft", "stage.lora.r=0", r"stage.lora.r: must be >= 1, got 0"),
+    ("sft", "stage.lora.dropout=1", r"stage.lora.dropout: must be in \[0, 1\), got 1.0"),
+    ("sft", "stage.gradient_accumulation_steps=0", r"^stage.gradient_accumulation_steps: must be >= 1, got 0$"),
+    ("sft", "stage.weight_decay=nan", r"^stage.weight_decay: must be >= 0, got nan$"),
+    ("pref", "stage.max_new_tokens=0", r"^stage.max_new_tokens: must be >= 1, got 0$"),
+    ("pref", "stage.sample_batch_size=0", r"^stage.sample_batch_size: must be >= 1, got 0$"),
+    ("pref", "stage.num_samples=1", r"stage.num_samples: must be >= 2 \(a pair needs two candidates\), got 1"),
+    ("pref", "stage.quality_weight=nan", r"stage.quality_weight: must be >= 0 \(inf = quality only\), got nan"),
+    ("pref", "stage.prompts_per_round=0", r"stage.prompts_per_round: must be >= 1, or null for every prompt, got 0"),
+    ("pref", "stage.temperature=-1", r"stage.temperature: must be >= 0, got -1.0"),
+    ("pref", "stage.top_p=0", r"stage.top_p: must be in \(0, 1\], got 0.0"),
 ])
 def test_a_training_setting_its_libraries_would_refuse_late_or_accept_wrongly_is_one_error_at_the_start(
         stage, override, message):

@@ -19,7 +19,8 @@ import dataclasses
 import os
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -166,6 +167,16 @@ def schema_from(node: Any, schema: type[T], where: str, *, only_known: bool = Fa
     if hasattr(config, "validate"):
         config.validate(where)
     return config  # type: ignore[return-value]
+
+
+def check_ranges(settings: Any, where: str, rules: dict[str, tuple[Callable[[Any], bool], str]]) -> None:
+    """For a schema's `validate`: refuse the first setting whose value breaks its rule, as one PastaError
+    `<where>.<key>: must be <rule>, got <value>`. `rules` maps a (dotted) field name to the test its value must pass
+    and the rule in words; write each test so that NaN fails it (`v >= 0`, never `not v < 0`)."""
+    for key, (ok, rule) in rules.items():
+        value = attrgetter(key)(settings)
+        if not ok(value):
+            raise PastaError(f"{where + '.' if where else ''}{key}: must be {rule}, got {value}")
 
 
 def _writable_schema(schema: type) -> DictConfig:

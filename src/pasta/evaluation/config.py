@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pasta.choice import Choice
-from pasta.errors import PastaError
+from pasta.config import check_ranges
 from pasta.evaluation.speed import BootstrapConfig
 
 
@@ -143,18 +143,18 @@ class EvalConfig:
     )
 
     def validate(self, where: str) -> None:
-        if self.limit is not None and self.limit <= 0:
-            raise PastaError(f"{where}.limit: must be >= 1 or null, got {self.limit}")
-        if self.subset is not None and self.subset <= 0:
-            raise PastaError(f"{where}.subset: must be >= 1 or null, got {self.subset}")
-        for key in ("batch_size", "judge_chunk_size"):
-            if getattr(self, key) <= 0:
-                raise PastaError(f"{where}.{key}: must be >= 1, got {getattr(self, key)}")
-        if self.warmup_prompts < 0:
-            raise PastaError(f"{where}.warmup_prompts: must be >= 0, got {self.warmup_prompts}")
-        if self.timed_prompts < 0:
-            raise PastaError(f"{where}.timed_prompts: must be >= 0, got {self.timed_prompts}")
-        if self.bootstrap.num_resamples < 1:  # before decoding: bootstrap_ci runs on the scores at the end
-            raise PastaError(f"{where}.bootstrap.num_resamples: must be >= 1, got {self.bootstrap.num_resamples}")
-        if not 0 < self.bootstrap.confidence < 1:
-            raise PastaError(f"{where}.bootstrap.confidence: must lie in (0, 1), got {self.bootstrap.confidence}")
+        # All before decoding: the bootstrap and the judge run on the answers at the end.
+        check_ranges(self, where, {
+            "limit": (lambda v: v is None or v >= 1, ">= 1 or null"),
+            "subset": (lambda v: v is None or v >= 1, ">= 1 or null"),
+            "batch_size": (lambda v: v >= 1, ">= 1"),
+            "judge_chunk_size": (lambda v: v >= 1, ">= 1"),
+            "warmup_prompts": (lambda v: v >= 0, ">= 0"),
+            "timed_prompts": (lambda v: v >= 0, ">= 0"),
+            "bootstrap.num_resamples": (lambda v: v >= 1, ">= 1"),
+            "bootstrap.confidence": (lambda v: 0 < v < 1, "in (0, 1)"),
+            "bootstrap.seed": (lambda v: v >= 0, ">= 0"),  # numpy's default_rng refuses a negative seed
+            "sot.max_points": (lambda v: v >= 1, ">= 1"),
+            "sot.outline_max_new_tokens": (lambda v: v >= 1, ">= 1"),
+            "sot.point_max_new_tokens": (lambda v: v >= 1, ">= 1"),
+        })

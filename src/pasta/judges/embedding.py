@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pasta.config import check_ranges
 from pasta.errors import PastaError
 from pasta.judges.base import JudgeItem
 
@@ -48,8 +49,11 @@ class EmbeddingJudgeConfig:
     )
 
     def validate(self, where: str) -> None:
-        if not self.length_control >= 0:  # written so that NaN fails too
-            raise PastaError(f"{where}.length_control={self.length_control} must be >= 0 (0 = off)")
+        check_ranges(self, where, {
+            "batch_size": (lambda v: v >= 1, ">= 1"),
+            "max_seq_length": (lambda v: v >= 1, ">= 1"),
+            "length_control": (lambda v: v >= 0, ">= 0 (0 = off)"),
+        })
 
 
 def packaged_model_dir() -> Path:

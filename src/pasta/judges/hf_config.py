@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pasta.config import check_ranges
 from pasta.judges.prompts import PROMPT_HELP
 
 _PREFIX_HELP = (
@@ -42,3 +43,10 @@ class HFJudgeConfig:
     score_prefix: str = field(default="Rating: ", metadata={"help": f"{_PREFIX_HELP}; the rating digit"})
     compare_prefix: str = field(default="Better answer: Answer ", metadata={"help": f"{_PREFIX_HELP}; the choice digit"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+    def validate(self, where: str) -> None:
+        check_ranges(self, where, {
+            "batch_size": (lambda v: v >= 1, ">= 1"),
+            "max_rating": (lambda v: 2 <= v <= 9, "in 2..9 (each rating one digit token)"),
+            "max_answer_tokens": (lambda v: v >= 1, ">= 1"),
+        })

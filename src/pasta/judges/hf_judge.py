@@ -30,10 +30,7 @@ from pasta.models import encode_chat
 
 class HFJudge:
     def __init__(self, config: HFJudgeConfig, model: Any, tokenizer: Any, model_name: str):
-        if not 2 <= config.max_rating <= 9:
-            raise PastaError(
-                f"judge.max_rating of the hf judge must be in 2..9 (one digit token), not {config.max_rating}"
-            )
+        config.validate("judge")  # a config built in code, not composed, is checked here
         self.config = config
         self.model = model.eval()
         self.tokenizer = tokenizer

@@ -12,16 +12,14 @@ sampling and scoring, ...).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from pasta.choice import Choice
-from pasta.config import schema_from
+from pasta.config import check_ranges, schema_from
 from pasta.errors import PastaError
 
 
@@ -235,15 +233,6 @@ class OptimSettings:
             "lora.alpha": (lambda v: v > 0, "> 0"),
             "lora.dropout": (lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
         })
-
-
-def check_ranges(settings: Any, where: str, rules: dict[str, tuple[Callable[[Any], bool], str]]) -> None:
-    """Refuse the first setting whose value breaks its rule, naming key, value and rule. `rules` maps a (dotted)
-    field name to the test its value must pass and the rule in words; each test is written so that NaN fails."""
-    for key, (ok, rule) in rules.items():
-        value = attrgetter(key)(settings)
-        if not ok(value):
-            raise PastaError(f"{where}.{key}={value} must be {rule}")
 
 
 @dataclass

@@ -158,7 +158,7 @@ def min_promise_share_setting(data_cfg: DictConfig) -> float | None:
     """`data.min_promise_share`, checked."""
     share = data_cfg.get("min_promise_share")
     if share is not None and (isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1):
-        raise PastaError(f"data.min_promise_share={share} must be a number in [0, 1], or null")
+        raise PastaError(f"data.min_promise_share: must be a number in [0, 1], or null, got {share!r}")
     return None if share is None else float(share)
 
 
@@ -166,7 +166,7 @@ def plain_per_promise_setting(data_cfg: DictConfig) -> float:
     """`data.plain_per_promise`, checked."""
     ratio = data_cfg.get("plain_per_promise", 0)
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0:
-        raise PastaError(f"data.plain_per_promise={ratio} must be a number >= 0")
+        raise PastaError(f"data.plain_per_promise: must be a number >= 0, got {ratio!r}")
     return float(ratio)
 
 
@@ -174,7 +174,7 @@ def min_lead_words_setting(data_cfg: DictConfig) -> int:
     """`data.min_lead_words`, checked."""
     num_words = data_cfg.get("min_lead_words", 0)
     if isinstance(num_words, bool) or not isinstance(num_words, int) or num_words < 0:
-        raise PastaError(f"data.min_lead_words={num_words} must be an integer >= 0")
+        raise PastaError(f"data.min_lead_words: must be an integer >= 0, got {num_words!r}")
     return num_words
 
 
