@@ -71,6 +71,12 @@ def check_endpoint_settings(role: str, cfg: Any) -> None:
             raise PastaError(f"{role}.{key}: must be an integer >= {low}, got {value!r}")
     if isinstance(cfg.timeout_s, bool) or not isinstance(cfg.timeout_s, (int, float)) or not cfg.timeout_s > 0:
         raise PastaError(f"{role}.timeout_s: must be a number > 0, got {cfg.timeout_s!r}")
+    # Written so that NaN fails: a server refuses what it cannot sample with, on every request.
+    if isinstance(cfg.temperature, bool) or not isinstance(cfg.temperature, (int, float)) or not cfg.temperature >= 0:
+        raise PastaError(f"{role}.temperature: must be a number >= 0, got {cfg.temperature!r}")
+    if cfg.max_tokens is not None and (isinstance(cfg.max_tokens, bool) or not isinstance(cfg.max_tokens, int)
+                                       or cfg.max_tokens < 1):
+        raise PastaError(f"{role}.max_tokens: must be an integer >= 1 or null, got {cfg.max_tokens!r}")
     for key in ("base_url", "model"):
         if not isinstance(getattr(cfg, key), str) or not getattr(cfg, key):
             raise PastaError(f"{role}.{key}: must be a non-empty string, got {getattr(cfg, key)!r}")

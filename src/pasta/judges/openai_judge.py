@@ -23,6 +23,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from pasta.config import check_ranges
 from pasta.endpoints import Endpoint, Rejection, RequestThreads
 from pasta.errors import PastaError
 from pasta.judges.base import JudgeItem, rating_to_unit
@@ -101,13 +102,18 @@ class OpenAIJudgeConfig:
     compare_prompt: str = field(default="judge_compare.md", metadata={"help": PROMPT_HELP})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
+    def validate(self, where: str) -> None:
+        check_ranges(self, where, {
+            "max_rating": (lambda v: v >= 2, ">= 2"),
+            "parse_retries": (lambda v: v >= 0, ">= 0"),
+            "order": (lambda v: v in ("both", "random"), "both or random"),
+            "top_logprobs": (lambda v: 1 <= v <= 20, "in 1..20 (OpenAI's range)"),
+        })
+
 
 class OpenAIJudge:
     def __init__(self, config: OpenAIJudgeConfig):
-        if config.order not in ("both", "random"):
-            raise PastaError(f"judge.order must be 'both' or 'random', not {config.order!r}")
-        if config.max_rating < 2:
-            raise PastaError(f"judge.max_rating must be at least 2, not {config.max_rating}")
+        config.validate("judge")  # a config built in code, not composed, is checked here
         self.config = config
         self.name = f"openai:{config.model}"
         self._score_prompt = load_prompt(config.score_prompt, SCORE_FIELDS)

@@ -89,8 +89,7 @@ class HFTeacher(Teacher):
     def __init__(self, cfg: HFTeacherConfig, device: str = "auto"):
         import torch
 
-        if cfg.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+        cfg.validate("teacher")  # a config built in code, not composed, is checked here
         self.cfg = cfg
         model_cfg = schema_from(cfg.model, ModelConfig, "model")
         self.model = model_label(model_cfg)

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pasta.config import check_ranges
+from pasta.errors import PastaError
+
 
 @dataclass(frozen=True)
 class HFTeacherConfig:
@@ -28,3 +31,13 @@ class HFTeacherConfig:
     stop_when_diverged: bool = field(
         default=True, metadata={"help": "stop a row once its answer holds text that is not in the response"}
     )
+
+    def validate(self, where: str) -> None:
+        check_ranges(self, where, {
+            "batch_size": (lambda v: v >= 1, ">= 1"),
+            "max_new_tokens_factor": (lambda v: v >= 0, ">= 0 (0 = a budget of max_new_tokens_extra alone)"),
+            "max_new_tokens_extra": (lambda v: v >= 0, ">= 0"),
+        })
+        if self.max_new_tokens_factor == 0 and self.max_new_tokens_extra == 0:
+            raise PastaError(f"{where}.max_new_tokens_factor=0 and {where}.max_new_tokens_extra=0 leave the teacher "
+                             "no token to write")
