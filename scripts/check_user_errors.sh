@@ -4,7 +4,7 @@
 # no key that an endpoint echoed back (in an error body or an answer) in any output or file. Prints PASS/FAIL per
 # case and "passed N of M".
 #
-#   scripts/check_user_errors.sh              # 103 checks on the tiny model, offline
+#   scripts/check_user_errors.sh              # 108 checks on the tiny model, offline
 #   PASTA_VENV=/path/to/venv scripts/check_user_errors.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -187,6 +187,13 @@ check "eval model.safetensors cut in half" err $P -m pasta.eval model.path=$R/cu
 check "generate config.json a JSON list" err $P -m pasta.generate model.path=$R/config_list prompt=hi max_new_tokens=4 paths.output_root=$O
 check "serve tokenizer.json an empty JSON object" err timeout 120 $P -m pasta.serve model.path=$R/tokenizer_empty paths.output_root=$O port=0
 check "serve model.safetensors cut to 0 bytes" err timeout 120 $P -m pasta.serve model.path=$R/cut0 paths.output_root=$O port=0
+mkdir -p $R/empty_model $R/run_folder && cp -r $R/ckpt $R/run_folder/final
+check "generate model.path=<an empty folder>" err $P -m pasta.generate model.path=$R/empty_model prompt=hi max_new_tokens=4 paths.output_root=$O
+check "generate model.path=<a run's folder, not its final/>" err $P -m pasta.generate model.path=$R/run_folder prompt=hi max_new_tokens=4 paths.output_root=$O
+check "eval judge=hf judge.max_rating=10 (before decoding)" err $P -m pasta.eval model=tiny paths.output_root=$O decode.max_new_tokens=4 eval.limit=2 judge=hf judge.max_rating=10 output_dir=$O/eval_rating
+[ -e $O/eval_rating ] && echo "   ^ left $O/eval_rating behind" && fail=$((fail+1))
+check "annotate teacher=openai teacher.temperature=nan" err $A teacher=openai teacher.temperature=nan
+check "train stage=pref stage.beta=0" err $P -m pasta.train stage=pref model=tiny paths.output_root=$O stage.beta=0
 PREF="$P -m pasta.train stage=pref model.path=$R/ckpt model.dtype=float32 data.path=$PWD/data/annotated_examples.jsonl paths.output_root=$O stage.prompts_per_round=2 stage.num_samples=4 stage.max_new_tokens=8 stage.max_steps=1 stage.per_device_train_batch_size=1 judge=embedding"
 check "pref stage.baseline_model=/nonexistent" err $PREF output_dir=$O/pref_base1 stage.reference=baseline stage.baseline_model=/nonexistent
 check "pref stage.baseline_model cut to 1000 bytes" err $PREF output_dir=$O/pref_base2 stage.reference=baseline stage.baseline_model=$R/cut1000

@@ -253,7 +253,7 @@ MOVED = {
     "Judges": ("judges.md", ["Spearman -0.05", "parse_retries"]),
     "Models and data": ("configuration.md", ["python -m pasta.models\nprepare", "data.on_error=skip"]),
     "Full-scale runs": ("full-scale.md", ["stats.part-<rank>.jsonl", "ChildFailedError", "experiment=paper_sft"]),
-    "Configuration": ("configuration.md", ["scripts/check_user_errors.sh` runs 103", "PASTA_SHARED_DATA"]),
+    "Configuration": ("configuration.md", ["scripts/check_user_errors.sh` runs 108", "PASTA_SHARED_DATA"]),
     "Data": ("configuration.md", ["80 instruction/response pairs"]),
     "Performance": ("results/benchmarks.md", ["1273 tests in 12 min 50 s", "1.28x prompts/s", "247.8 s"]),
     "Performance: Decoder": ("results/benchmarks.md", ["36.2 vs 23.0", "| 4 × 64  | 2.69 | 2.11 |", "0.86 and 0.71"]),
