@@ -66,6 +66,15 @@ def test_every_stage_that_reads_the_reservation_checks_it(config_name):
         ("eval", ["eval.limit=-1"], r"eval\.limit"),
         ("eval", ["eval_data.on_error=ignore"], r"on_error"),
         ("train", ["stage.per_device_train_batch_size=0"], r"stage\.per_device_train_batch_size"),
+        # NaN passed every `x < 0` check: sampling failed at the first step, the judge scored NaN, IPO divided by
+        # beta; the hf judge's settings were checked only when the judge was built, after decoding.
+        ("generate", ["decode.sampling.temperature=nan"], r"^decode\.sampling\.temperature: must be >= 0 \(0 = greedy\), got nan$"),
+        ("eval", ["judge=embedding", "judge.length_control=nan"], r"^judge\.length_control: must be >= 0 \(0 = off\), got nan$"),
+        ("eval", ["judge=hf", "judge.batch_size=0"], r"^judge\.batch_size: must be >= 1, got 0$"),
+        ("eval", ["judge=hf", "judge.max_rating=10"], r"^judge\.max_rating: must be in 2\.\.9 .*, got 10$"),
+        ("eval", ["judge=embedding", "judge.max_seq_length=0"], r"^judge\.max_seq_length: must be >= 1, got 0$"),
+        ("train", ["stage=pref", "stage.beta=nan"], r"^stage\.beta: must be > 0 .*, got nan$"),
+        ("train", ["stage=pref", "stage.beta=0"], r"^stage\.beta: must be > 0 \(the IPO margin is 1/\(2 beta\)\), got 0\.0$"),
     ],
 )
 def test_a_bad_setting_is_one_error_naming_its_key(config_name, overrides, message):
