@@ -47,16 +47,16 @@ def mean_step_seconds(overrides: list[str], cpu_head: bool, workdir: Path) -> tu
     from pasta.config import compose
     from pasta.lang import ReservationPolicy, add_tag_tokens
     from pasta.models import load_model
-    from pasta.training.config import settings_from_cfg
+    from pasta.training.config import TrainingData, settings_from_cfg
     from pasta.training.sft import SFTRun, balanced_records, sft_data, sft_trainer
 
     cfg = compose("train", [*overrides, f"output_dir={workdir}"])
-    run = SFTRun(cfg, settings_from_cfg(cfg.stage), workdir)
+    run = SFTRun(cfg, settings_from_cfg(cfg.stage), TrainingData.from_data_cfg(cfg.data), workdir)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    records, balance, loaded = balanced_records(cfg, 0)
+    records, balance, loaded = balanced_records(cfg, run.data)
     model, tokenizer = load_model(cfg.model, device="cpu")
     tag_ids = add_tag_tokens(tokenizer, model)
-    data = sft_data(run, records, balance, tokenizer, 0, policy, loaded)
+    data = sft_data(run, records, balance, tokenizer, policy, loaded)
     real_head = trainers.add_cpu_lm_head
     if not cpu_head:
         trainers.add_cpu_lm_head = lambda model, outputs=(): False  # TRL's fused head, as before pasta.training.lm_head

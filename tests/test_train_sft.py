@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from pasta.config import compose
@@ -28,13 +27,11 @@ from pasta.lang import (
     has_tag_tokens,
     sequence_logprobs,
 )
+from pasta.settings import check_settings
 from pasta.training.collator import LayoutCollator
 from pasta.training.examples import (
     balance_promises,
     build_sft_examples,
-    min_lead_words_setting,
-    min_promise_share_setting,
-    plain_per_promise_setting,
     token_doc_of,
     with_min_promises,
 )
@@ -437,22 +434,22 @@ def test_a_share_of_exactly_the_threshold_is_not_scarce(records):
     assert balance_promises(plain + plain[:1] + with_promises, min_promise_share=0.5)[1].promise_only
 
 
-@pytest.mark.parametrize("bad", [True, 1.5, -0.1, "half"])
-def test_a_min_promise_share_outside_zero_to_one_is_a_one_line_error(bad):
-    with pytest.raises(PastaError, match=r"^data\.min_promise_share: must be a number in \[0, 1\], or null, got "):
-        min_promise_share_setting(OmegaConf.create({"min_promise_share": bad}))
-
-
-@pytest.mark.parametrize("bad", [-1, True, "half", float("nan")])
-def test_a_plain_per_promise_that_is_not_a_non_negative_number_is_one_error(bad):
-    with pytest.raises(PastaError, match=r"^data\.plain_per_promise: must be a number >= 0, got "):
-        plain_per_promise_setting(OmegaConf.create({"plain_per_promise": bad}))
-
-
-@pytest.mark.parametrize("bad", [-1, True, 1.5, "two"])
-def test_a_min_lead_words_that_is_not_a_non_negative_integer_is_one_error(bad):
-    with pytest.raises(PastaError, match=r"^data\.min_lead_words: must be an integer >= 0, got "):
-        min_lead_words_setting(OmegaConf.create({"min_lead_words": bad}))
+@pytest.mark.parametrize(("override", "message"), [
+    ("data.min_promise_share=1.5", r"^data\.min_promise_share: must be in \[0, 1\], or null, got 1\.5$"),
+    ("data.min_promise_share=-0.1", r"^data\.min_promise_share: must be in \[0, 1\], or null, got -0\.1$"),
+    ("data.min_promise_share=true", r"^data\.min_promise_share: Value 'True' of type 'bool' could not be converted"),
+    ("data.min_promise_share=half", r"^data\.min_promise_share: Value 'half' of type 'str' could not be converted"),
+    ("data.plain_per_promise=-1", r"^data\.plain_per_promise: must be >= 0, got -1\.0$"),
+    ("data.plain_per_promise=nan", r"^data\.plain_per_promise: must be >= 0, got nan$"),
+    ("data.min_lead_words=-1", r"^data\.min_lead_words: must be >= 0, got -1$"),
+    ("data.min_lead_words=1.5", r"^data\.min_lead_words: Value '1\.5' of type 'float' could not be converted"),
+    ("data.min_promises=-1", r"^data\.min_promises: must be >= 0, got -1$"),
+    ("data.strip_annotations=maybe", r"^data\.strip_annotations: Value 'maybe' is not a valid bool"),
+])
+def test_a_training_data_setting_out_of_range_is_one_error_at_the_command_line(override, message):
+    for stage in ("sft", "pref"):
+        with pytest.raises(PastaError, match=message):
+            check_settings(compose("train", [f"stage={stage}", override]), "train")
 
 
 # --- real runs ------------------------------------------------------------------------------------------------

@@ -93,9 +93,10 @@ def _groups(cfg: DictConfig, config_name: str) -> None:
 
         teacher_config(cfg.teacher)
     if "stage" in cfg:
-        from pasta.training.config import settings_from_cfg
+        from pasta.training.config import TrainingData, settings_from_cfg
 
         settings_from_cfg(cfg.stage)
+        TrainingData.from_data_cfg(cfg.data)
 
 
 def _generate(cfg: DictConfig) -> None:

@@ -471,6 +471,56 @@ class PrefSettings(OptimSettings):
         return self.speed_reference or self.reference
 
 
+@dataclass(frozen=True)
+class TrainingData:
+    """The keys of the `data` node that training reads and the loader does not (pasta.data.DataConfig reads the
+    rest). conf/train.yaml sets the recipe's values; these defaults are the keys' "off" values, for a data node
+    composed without them."""
+
+    strip_annotations: bool = field(
+        default=False,
+        metadata={"help": "train on the plain text of the annotations (no tags): Baseline-SFT, the sequential "
+                          "comparison model"},
+    )
+    min_promises: int = field(
+        default=0,
+        metadata={"help": "keep only records whose annotation has at least this many promises (SFT's examples and "
+                          "the preference stage's prompts); 0 = every record"},
+    )
+    min_promise_share: float | None = field(
+        default=None,
+        metadata={"help": "SFT: when fewer than this share of the records carry a promise, train on the "
+                          "promise-bearing ones only (logged, kept in train_info.json); null = every record"},
+    )
+    plain_per_promise: float = field(
+        default=0.0,
+        metadata={"help": "SFT, when it trains on the promise-bearing records only: keep this many plain records "
+                          "for each of them (a seeded sample)"},
+    )
+    min_lead_words: int = field(
+        default=0,
+        metadata={"help": "SFT: a record whose first promise follows fewer than this many words is trained as its "
+                          "plain text; 0 = every annotation as written"},
+    )
+
+    def validate(self, where: str) -> None:
+        check_ranges(self, where, {
+            "min_promises": (lambda v: v >= 0, ">= 0"),
+            "min_promise_share": (lambda v: v is None or 0 <= v <= 1, "in [0, 1], or null"),
+            "plain_per_promise": (lambda v: v >= 0, ">= 0"),
+            "min_lead_words": (lambda v: v >= 0, ">= 0"),
+        })
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_data_cfg(cls, data_cfg: DictConfig | dict[str, Any]) -> TrainingData:
+        """The training keys of a composed `data` node, typed and checked (one PastaError naming the key)."""
+        return schema_from({key: data_cfg[key] for key in cls.field_names() if key in data_cfg}, cls, "data")
+
+
 def settings_from_cfg(stage_cfg: DictConfig | dict[str, Any]) -> SFTSettings | PrefSettings:
     """The typed settings of the composed `cfg.stage` node (its `kind` picks sft or pref); an unknown key is an
     error."""

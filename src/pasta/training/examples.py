@@ -36,6 +36,7 @@ from pasta.lang import (
 )
 from pasta.lang.tokens import TagIds
 from pasta.models import encode_prompt
+from pasta.training.config import TrainingData
 
 
 @dataclass
@@ -125,15 +126,10 @@ class PromiseBalance:
         return f"{found}, at least data.min_promise_share={self.min_promise_share}: using every record"
 
 
-# `data.strip_annotations`, `data.min_promises`, `data.min_promise_share`, `data.plain_per_promise` and
-# `data.min_lead_words` ride on the data config but are training's own switches, not loader fields.
-TRAINING_DATA_KEYS = ("strip_annotations", "min_promises", "min_promise_share", "plain_per_promise", "min_lead_words")
-
-
 def loader_config(data_cfg: DictConfig) -> dict[str, Any]:
-    """`cfg.data` without training's own keys, for `pasta.data.load_instructions`."""
+    """`cfg.data` without training's own keys (`TrainingData`), for `pasta.data.load_instructions`."""
     raw = OmegaConf.to_container(data_cfg, resolve=True)
-    return {k: v for k, v in raw.items() if k not in TRAINING_DATA_KEYS}
+    return {k: v for k, v in raw.items() if k not in TrainingData.field_names()}
 
 
 class SkipRecord(Exception):
@@ -152,30 +148,6 @@ def with_min_promises(records: list[Record], min_promises: int) -> list[Record]:
             continue
         kept.append(record)
     return kept
-
-
-def min_promise_share_setting(data_cfg: DictConfig) -> float | None:
-    """`data.min_promise_share`, checked."""
-    share = data_cfg.get("min_promise_share")
-    if share is not None and (isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1):
-        raise PastaError(f"data.min_promise_share: must be a number in [0, 1], or null, got {share!r}")
-    return None if share is None else float(share)
-
-
-def plain_per_promise_setting(data_cfg: DictConfig) -> float:
-    """`data.plain_per_promise`, checked."""
-    ratio = data_cfg.get("plain_per_promise", 0)
-    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 0:
-        raise PastaError(f"data.plain_per_promise: must be a number >= 0, got {ratio!r}")
-    return float(ratio)
-
-
-def min_lead_words_setting(data_cfg: DictConfig) -> int:
-    """`data.min_lead_words`, checked."""
-    num_words = data_cfg.get("min_lead_words", 0)
-    if isinstance(num_words, bool) or not isinstance(num_words, int) or num_words < 0:
-        raise PastaError(f"data.min_lead_words: must be an integer >= 0, got {num_words!r}")
-    return num_words
 
 
 def has_promises(record: Record) -> bool:

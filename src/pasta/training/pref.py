@@ -51,7 +51,7 @@ from pasta.models.trained_lang import decoding_policy
 from pasta.parallel import current_processes
 from pasta.training.candidates import Pair
 from pasta.training.collator import PairCollator
-from pasta.training.config import Finetune, PrefSettings, Reference, TooLong, stage_settings
+from pasta.training.config import Finetune, PrefSettings, Reference, TooLong, TrainingData, stage_settings
 from pasta.training.examples import (
     loader_config,
     num_rows,
@@ -298,7 +298,7 @@ def run_pref(cfg: DictConfig) -> Path:
     # Read before the training data and Baseline-SFT's references: a wrong file fails in seconds, not minutes.
     check_records = ([] if settings.heldout_path is None
                      else heldout_records(settings.heldout_path, settings.heldout_limit, settings.heldout_seed))
-    min_promises = int(cfg.data.get("min_promises", 0))
+    min_promises = TrainingData.from_data_cfg(cfg.data).min_promises
     records, loaded = load_training_records(loader_config(cfg.data))  # never a held-out pool prompt
     if not records:
         raise PastaError(f"stage=pref needs prompts: data {cfg.data.name} has none left: {loaded.why_empty()}")

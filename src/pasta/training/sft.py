@@ -25,7 +25,7 @@ from pasta.errors import PastaError
 from pasta.lang import ReservationPolicy, TagIds, add_tag_tokens
 from pasta.models import load_model
 from pasta.training.collator import LayoutCollator
-from pasta.training.config import Finetune, SFTSettings, stage_settings
+from pasta.training.config import Finetune, SFTSettings, TrainingData, stage_settings
 from pasta.training.examples import (
     ExampleStats,
     PromiseBalance,
@@ -33,10 +33,7 @@ from pasta.training.examples import (
     build_sft_examples,
     examples_sha256,
     loader_config,
-    min_lead_words_setting,
-    min_promise_share_setting,
     num_rows,
-    plain_per_promise_setting,
 )
 from pasta.training.modeling import (
     check_sharding,
@@ -58,10 +55,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SFTRun:
-    """Where and how stage 1 trains: the composed config, its stage settings, the output folder."""
+    """Where and how stage 1 trains: the composed config, its stage and data settings, the output folder."""
 
     cfg: DictConfig
     settings: SFTSettings
+    data: TrainingData
     output_dir: Path
 
     @property
@@ -97,56 +95,52 @@ def run_sft(cfg: DictConfig) -> Path:
     """Train stage 1 as `cfg` says; returns the final model folder."""
     settings = stage_settings(cfg.stage)
     assert isinstance(settings, SFTSettings)
-    run = SFTRun(cfg, settings, resolve_output_dir(cfg))
+    run = SFTRun(cfg, settings, TrainingData.from_data_cfg(cfg.data), resolve_output_dir(cfg))
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    min_promises = int(cfg.data.get("min_promises", 0))
-    min_lead_words = min_lead_words_setting(cfg.data)
-    records, balance, loaded = balanced_records(cfg, min_promises)
+    records, balance, loaded = balanced_records(cfg, run.data)
     model, tokenizer = load_model(cfg.model, device="cpu")  # the trainer moves it to its device
     tag_ids = add_tag_tokens(tokenizer, model)
-    data = sft_data(run, records, balance, tokenizer, min_promises, policy, loaded, min_lead_words)
+    data = sft_data(run, records, balance, tokenizer, policy, loaded)
     resume_from = checkpoint_to_resume(run.checkpoint_dir, bool(cfg.get("resume", False)))
     check_same_data(run.output_dir, data.sha256)
     check_same_model(run.output_dir, cfg.model)
     trainer = sft_trainer(run, model, tokenizer, tag_ids, policy, data.examples)
     # Baseline-SFT writes no promise: its checkpoint records no policy (pasta.models.trained_lang).
-    trained_policy = None if cfg.data.get("strip_annotations", False) else policy
+    trained_policy = None if run.data.strip_annotations else policy
     return train_and_save(run, trainer, tokenizer, resume_from, {"stage": "sft", **data.info()}, trained_policy)
 
 
-def balanced_records(cfg: DictConfig, min_promises: int) -> tuple[list[Record], PromiseBalance | None, LoadReport]:
+def balanced_records(cfg: DictConfig, data: TrainingData
+                     ) -> tuple[list[Record], PromiseBalance | None, LoadReport]:
     """The data's records less the held-out pool's (pasta.data.load_training_records), the promise-bearing ones
     only when they are scarce (data.min_promise_share, a logged decision), and what loading left out."""
-    min_promise_share = min_promise_share_setting(cfg.data)
     records, loaded = load_training_records(loader_config(cfg.data))
     if not records:
         raise PastaError(f"data {cfg.data.name}: no training record is left: {loaded.why_empty()}")
-    if min_promises > 0:  # with min_promises every record used carries promises: nothing to balance
+    if data.min_promises > 0:  # with min_promises every record used carries promises: nothing to balance
         return records, None, loaded
-    records, balance = balance_promises(records, min_promise_share=min_promise_share,
-                                        plain_per_promise=plain_per_promise_setting(cfg.data),
-                                        seed=int(cfg.get("seed") or 0))
+    records, balance = balance_promises(records, min_promise_share=data.min_promise_share,
+                                        plain_per_promise=data.plain_per_promise, seed=int(cfg.get("seed") or 0))
     log.info("sft: %s", balance.message())
     return records, balance, loaded
 
 
 def sft_data(
-    run: SFTRun, records: list[Record], balance: PromiseBalance | None, tokenizer, min_promises: int,
-    policy: ReservationPolicy, loaded: LoadReport | None = None, min_lead_words: int = 0,
+    run: SFTRun, records: list[Record], balance: PromiseBalance | None, tokenizer, policy: ReservationPolicy,
+    loaded: LoadReport | None = None,
 ) -> SFTData:
     """The records as training examples, with what stage.max_length cut logged; refuses PASTA-SFT on data without
     a single promise."""
-    cfg, settings = run.cfg, run.settings
-    strip = bool(cfg.data.get("strip_annotations", False))
+    cfg, settings, strip = run.cfg, run.settings, run.data.strip_annotations
     examples, stats = build_sft_examples(
         records,
         tokenizer,
         strip_annotations=strip,
         max_length=settings.max_length,
         too_long=settings.too_long,
-        min_promises=min_promises,
+        min_promises=run.data.min_promises,
         counts=policy.counts,
-        min_lead_words=min_lead_words,
+        min_lead_words=run.data.min_lead_words,
     )
     if not strip and not any(example["opener_ids"] for example in examples):
         source = cfg.data.get("path") or cfg.data.get("name")
