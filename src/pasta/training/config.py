@@ -474,34 +474,14 @@ class PrefSettings(OptimSettings):
 @dataclass(frozen=True)
 class TrainingData:
     """The keys of the `data` node that training reads and the loader does not (pasta.data.DataConfig reads the
-    rest). conf/train.yaml sets the recipe's values; these defaults are the keys' "off" values, for a data node
-    composed without them."""
+    rest). Each key's help is its comment in conf/train.yaml, which also sets the recipe's values (the docs' settings
+    tables read both there); these defaults are the keys' "off" values, for a data node composed without them."""
 
-    strip_annotations: bool = field(
-        default=False,
-        metadata={"help": "train on the plain text of the annotations (no tags): Baseline-SFT, the sequential "
-                          "comparison model"},
-    )
-    min_promises: int = field(
-        default=0,
-        metadata={"help": "keep only records whose annotation has at least this many promises (SFT's examples and "
-                          "the preference stage's prompts); 0 = every record"},
-    )
-    min_promise_share: float | None = field(
-        default=None,
-        metadata={"help": "SFT: when fewer than this share of the records carry a promise, train on the "
-                          "promise-bearing ones only (logged, kept in train_info.json); null = every record"},
-    )
-    plain_per_promise: float = field(
-        default=0.0,
-        metadata={"help": "SFT, when it trains on the promise-bearing records only: keep this many plain records "
-                          "for each of them (a seeded sample)"},
-    )
-    min_lead_words: int = field(
-        default=0,
-        metadata={"help": "SFT: a record whose first promise follows fewer than this many words is trained as its "
-                          "plain text; 0 = every annotation as written"},
-    )
+    strip_annotations: bool = False
+    min_promises: int = 0
+    min_promise_share: float | None = None
+    plain_per_promise: float = 0.0
+    min_lead_words: int = 0
 
     def validate(self, where: str) -> None:
         check_ranges(self, where, {
