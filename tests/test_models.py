@@ -89,6 +89,19 @@ def test_a_run_folder_given_for_its_final_folder_names_the_model_folders_inside(
     assert message.endswith("; the model folders in it: checkpoint-8, final")
 
 
+def test_a_folder_that_cannot_be_listed_says_why(tmp_path, monkeypatch):
+    """As root every folder reads: the refusal a user without the permission gets is made here."""
+    (tmp_path / "locked").mkdir()
+
+    def refuse(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(tmp_path), "iterdir", refuse)
+    with pytest.raises(PastaError) as info:
+        load_tokenizer({"name": "ckpt", "path": str(tmp_path / "locked")})
+    assert str(info.value) == f"model.path={tmp_path / 'locked'} is not a model folder (Permission denied)"
+
+
 def test_a_folder_of_a_tokenizer_alone_still_loads_its_tokenizer(tiny_model_and_tokenizer, tmp_path):
     _, tokenizer = tiny_model_and_tokenizer
     tokenizer.save_pretrained(tmp_path / "tok")

@@ -120,7 +120,7 @@ def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any], path_ke
         if not folder.is_dir():
             raise PastaError(f"{_where(cfg, path_key)} is not a folder")
         if not any((folder / name).is_file() for name in _MODEL_FILES):
-            raise PastaError(f"{_where(cfg, path_key)} is not a model folder{_model_subfolders(folder)}")
+            raise PastaError(f"{_where(cfg, path_key)} is not a model folder{_why_not_a_model(folder)}")
         return str(folder)
     if cfg.embedded is not None:
         cached = embedded_cache_dir(cfg)
@@ -134,12 +134,16 @@ def resolve_source(model_cfg: ModelConfig | DictConfig | dict[str, Any], path_ke
     raise PastaError(_nothing_found_message(cfg))
 
 
-def _model_subfolders(folder: Path) -> str:
+def _why_not_a_model(folder: Path) -> str:
     """Why `folder` is not a model folder, and the model folders inside it: a run's folder (outputs/sft) given for
     its `final/` is the usual slip, and transformers' own error for it names a tokenizer it could not build."""
-    inside = sorted(sub.name for sub in folder.iterdir() if (sub / "config.json").is_file()
+    try:
+        entries = list(folder.iterdir())
+    except OSError as exc:  # a folder this user may not read
+        return f" ({exc.strerror})"
+    inside = sorted(sub.name for sub in entries if (sub / "config.json").is_file()
                     or (sub / "adapter_config.json").is_file())
-    why = " (it is empty)" if not any(folder.iterdir()) else f" (no {', '.join(_MODEL_FILES)})"
+    why = " (it is empty)" if not entries else f" (no {', '.join(_MODEL_FILES)})"
     if not inside:
         return why
     more = f" and {len(inside) - 3} more" if len(inside) > 3 else ""
