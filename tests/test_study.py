@@ -105,7 +105,7 @@ def test_study_trains_the_sweep_decodes_every_model_on_the_same_prompts_and_resu
     ("PASTA_STUDY_ROUNDS", "x", "PASTA_STUDY_ROUNDS=x must be an integer >= 1"),
     ("PASTA_STUDY_EVAL_PROMPTS", "99999", "PASTA_STUDY_EVAL_PROMPTS=99999 must be an integer in 1..25 (eval_data"),
     ("PASTA_STUDY_TIMED_PROMPTS", "3", "PASTA_STUDY_TIMED_PROMPTS=3 must be an integer in 0..2"),
-    ("PASTA_STUDY_PREF_ARGS", "stage.alpha=2", "PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS: stage.alpha=2.0 must lie"),
+    ("PASTA_STUDY_PREF_ARGS", "stage.alpha=2", "PASTA_STUDY_LAMBDAS / PASTA_STUDY_PREF_ARGS: stage.alpha: must be in [0, 1], got 2.0"),
     ("PASTA_STUDY_BASELINE_SFT_ARGS", "stage=pref", "PASTA_STUDY_BASELINE_SFT_ARGS: overrides the stage"),
     ("PASTA_STUDY_STOP_AFTER", "pref", "PASTA_STUDY_STOP_AFTER=pref: use sft"),
     ("PASTA_STUDY_EVAL_ROUNDS", "first", "PASTA_STUDY_EVAL_ROUNDS=first: use last"),
