@@ -12,7 +12,8 @@ from pasta.config import compose
 from pasta.errors import PastaError
 from pasta.eval import evaluate
 from pasta.evaluation.formatting import paper_legend, quality_axis, run_markdown
-from pasta.evaluation.report import headline, pareto_frontier, report_rows
+from pasta.evaluation.report import report_rows
+from pasta.evaluation.rows import headline, pareto_frontier
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "pareto.ipynb"
@@ -171,7 +172,7 @@ def test_pareto_notebook_executes_headless_on_fixture_results(tmp_path, monkeypa
 
 def test_the_plot_measures_quality_by_the_embedding_proxy_and_says_so_when_the_runs_have_no_win_rate():
     from pasta.evaluation.formatting import quality_axis
-    from pasta.evaluation.report import ReportRow
+    from pasta.evaluation.rows import ReportRow
     from pasta.evaluation.speed import Interval
 
     def row(name, win_rate, similarity, speedup=Interval(1.3, 1.1, 1.5)):

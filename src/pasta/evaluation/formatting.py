@@ -1,7 +1,7 @@
 """How a person reads evaluated runs: the per-run summary.md, the gathered report.md tables and the Pareto plot.
 
-Formatting only: the numbers are gathered elsewhere (pasta.evaluation.speed's SpeedSummary, pasta.evaluation.report's
-ReportRow and table rows) and shown here as they are. The speed axis and the headline speedup are the measured
+Formatting only: the numbers are gathered elsewhere (pasta.evaluation.speed's SpeedSummary, pasta.evaluation.rows'
+ReportRow, pasta.evaluation.report's table rows) and shown here as they are. The speed axis and the headline speedup are the measured
 wall-clock speedup (`SpeedSummary.headline`), never another kind in its place: a run without one shows "-" and
 stays off the plot, and the other speedups keep columns and lines of their own, each named.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pasta.evaluation.report import PAPER_LABEL, PAPER_POINTS, ReportRow, headline, pareto_frontier
+from pasta.evaluation.rows import PAPER_LABEL, PAPER_POINTS, ReportRow, headline, pareto_frontier
 from pasta.evaluation.speed import BootstrapConfig, Interval, SpeedSummary
 
 
