@@ -19,16 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 
 from pasta.cli import run_script
 from pasta.config import compose
+from pasta.data import check_output_dir
 from pasta.errors import ArgumentParser
 from pasta.judges import build_judge
 from pasta.lang import ReservationPolicy, add_tag_tokens
-from pasta.models import load_model
+from pasta.models import load_model, resolve_source
 from pasta.training.heldout import check_policy, heldout_records
 
 
@@ -46,9 +46,14 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def load(folder: str):
-    cfg = compose("train", ["stage=pref", "device=cpu", f"model.path={folder}"])
-    model, tokenizer = load_model(cfg.model, device="cpu")
+def policy_config(folder: str):
+    return compose("train", ["stage=pref", "device=cpu", f"model.path={folder}"])
+
+
+def load(folder: str, flag: str):
+    """The policy at `folder` (`flag` names it in errors) and its config."""
+    cfg = policy_config(folder)
+    model, tokenizer = load_model(cfg.model, device="cpu", path_key=flag)
     add_tag_tokens(tokenizer, model)
     return cfg, model, tokenizer
 
@@ -65,11 +70,13 @@ def random_update_of_size(model, start: dict[str, torch.Tensor], trained: dict[s
 
 def main() -> None:
     args = parse_args()
-    cfg, model, tokenizer = load(args.start)
+    # Every input and the output first: --round is loaded only after --start's check, minutes in.
+    records = heldout_records(args.heldout, args.heldout_limit, args.heldout_seed, key="--heldout")
+    resolve_source(policy_config(args.round).model, "--round")
+    out = check_output_dir(args.out, "--out")
+    cfg, model, tokenizer = load(args.start, "--start")
     judge = build_judge(cfg.judge)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
-    records = heldout_records(args.heldout, args.heldout_limit, args.heldout_seed, key="--heldout")
-    out = Path(args.out)
 
     def check(name: str):
         summary = check_policy(model, tokenizer, records, judge, policy, args.max_new_tokens, args.batch_size,
@@ -79,7 +86,7 @@ def main() -> None:
 
     start = {name: p.detach().clone() for name, p in model.named_parameters()}
     rows = {"start": check("start")}
-    _, trained_model, _ = load(args.round)
+    _, trained_model, _ = load(args.round, "--round")
     trained = {name: p.detach().clone() for name, p in trained_model.named_parameters()}
     del trained_model
     update_norm = sum(float((trained[n] - start[n]).norm() ** 2) for n in start) ** 0.5

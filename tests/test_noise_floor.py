@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import torch
 
-from helpers.scripts import load_script
+from helpers.scripts import SCRIPTS, load_script
 
 
 def test_the_random_update_has_the_rounds_norm_in_every_tensor_and_another_direction(tiny_model_and_tokenizer):
@@ -21,3 +23,21 @@ def test_the_random_update_has_the_rounds_norm_in_every_tensor_and_another_direc
         torch.testing.assert_close(update.norm(), round_update.norm(), rtol=1e-4, atol=1e-6)
         cosine = torch.nn.functional.cosine_similarity(update.flatten(), round_update.flatten(), dim=0)
         assert abs(float(cosine)) < 0.5, name  # a random direction, not the round's
+
+
+def test_a_wrong_round_folder_or_output_is_refused_before_the_start_policy_is_checked(tmp_path):
+    """--round loads only after --start's held-out check (minutes): each input and --out is read first."""
+    script = SCRIPTS / "pref_noise_floor.py"
+    heldout = SCRIPTS.parent / "data" / "eval_sample.jsonl"
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    (tmp_path / "run" / "final" / "config.json").write_text("{}")
+    (tmp_path / "a_file").write_text("")
+    for flags, says in (
+        (["--round", str(tmp_path / "run")], f"--round={tmp_path / 'run'} is not a model folder"),
+        (["--round", str(tmp_path / "run" / "final"), "--out", str(tmp_path / "a_file")],
+         f"--out={tmp_path / 'a_file'} is a file, not a folder"),
+    ):
+        done = subprocess.run([sys.executable, str(script), "--start", str(tmp_path / "nowhere"), "--heldout",
+                               str(heldout), *flags], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2
+        assert done.stderr.strip().startswith(f"error: {says}")
