@@ -64,8 +64,11 @@ from pathlib import Path
 
 import openai
 
+from pasta.cli import run_script
+from pasta.config import compose
+from pasta.data import check_output_file, read_jsonl
 from pasta.decoding import DECODE_MODES as MODES
-from pasta.errors import ArgumentParser
+from pasta.errors import ArgumentParser, PastaError
 from pasta.measure import percentile
 from pasta.serving.metrics import bucket_counts, read_engine_metrics
 
@@ -143,9 +146,9 @@ def parse_args(argv=None):
 
 
 def load_prompts(path: str, num_prompts: int, seed: int) -> list[str]:
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_jsonl(path)
     if not rows or any("instruction" not in r for r in rows):
-        sys.exit(f"error: {path} needs an `instruction` field on every line")
+        raise PastaError(f"{path} needs an `instruction` field on every line")
     rows = random.Random(seed).sample(rows, min(num_prompts, len(rows)))
     return [f"{r['instruction']}\n\n{r['input']}" if r.get("input") else r["instruction"] for r in rows]
 
@@ -183,13 +186,17 @@ class Server:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.process.poll() is not None:
-                sys.exit(f"error: the {self.mode} server exited; see {self.log.name}")
+                self.log.flush()
+                said = [line for line in Path(self.log.name).read_text(errors="replace").splitlines()
+                        if line.startswith("error: ")]
+                why = f" ({said[-1].removeprefix('error: ')})" if said else ""
+                raise PastaError(f"the {self.mode} server exited{why}; see {self.log.name}")
             try:
                 self.model = (await self.client.models.list()).data[0].id
                 return
             except openai.APIConnectionError:
                 if time.monotonic() > deadline:
-                    sys.exit(f"error: the {self.mode} server did not start in {timeout_s:.0f} s")
+                    raise PastaError(f"the {self.mode} server did not start in {timeout_s:.0f} s") from None
                 await asyncio.sleep(0.5)
 
     async def metrics(self) -> dict[str, dict]:
@@ -561,8 +568,24 @@ async def main_async(args) -> dict:
             "max_tokens": args.max_tokens, "threads": args.threads, "server_logs": str(run_dir)}
 
 
+def check_inputs(args) -> None:
+    """What the servers would refuse minutes apart, refused before either starts: their settings and model folder,
+    the prompts file and the output file."""
+    from pasta.models import resolve_source
+    from pasta.settings import check_settings
+
+    overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
+    cfg = compose("serve", ["decode=async", *overrides])
+    check_settings(cfg, "serve")
+    resolve_source(cfg.model, "--model-path" if args.model_path else "model.path")
+    if not Path(args.prompts).is_file():
+        raise PastaError(f"--prompts={args.prompts}: no such file (JSONL with an `instruction` field per line)")
+    check_output_file(args.out, "--out")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    check_inputs(args)
     results = asyncio.run(main_async(args))
     print()
     print_table(results["rows"])
@@ -600,4 +623,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
