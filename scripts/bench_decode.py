@@ -592,8 +592,11 @@ def main(argv=None):
         "compiled": args.compile,
         "models": {},
     }
-    print(results["machine"], file=sys.stderr, flush=True)
     out = Path(args.out)
+    if out.is_dir():  # found before the first model is measured, not when its results are written
+        print(f"error: --out={out} is a folder, not a file", file=sys.stderr)
+        sys.exit(2)
+    print(results["machine"], file=sys.stderr, flush=True)
 
     def save(name, model_results):
         """Rewrite the results file (atomically) with everything measured so far."""
@@ -609,6 +612,9 @@ def main(argv=None):
             bench_model(name, args, ReservationPolicy(args.policy), save)
     except PastaError as exc:  # decode.compile that cannot compile: the benchmark stops, it never falls back
         print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:  # the results file cannot be written (a read-only place, a full disk)
+        print(f"error: {exc.filename or out}: {exc.strerror}", file=sys.stderr)
         sys.exit(2)
     print(f"\n{results['machine']}; wrote {out}", file=sys.stderr)
 

@@ -26,7 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pasta.errors import ArgumentParser
+from pasta.cli import check_command_line, child_error, run_script
+from pasta.config import compose
+from pasta.data import check_output_file
+from pasta.errors import ArgumentParser, PastaError
+from pasta.models import resolve_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +67,7 @@ def timed(command: list[str], threads: int) -> float:
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        sys.exit(f"error: {' '.join(command[:6])} ... failed:\n{done.stderr[-3000:]}")
+        raise PastaError(f"{' '.join(command[2:4])} failed: {child_error(done.stderr)}")
     return seconds
 
 
@@ -79,8 +83,18 @@ def answers(run_dir: Path) -> list[str]:
     return [r["output"] for r in json.loads((run_dir / "model_outputs.json").read_text())]
 
 
+def check_inputs(args: argparse.Namespace) -> None:
+    """The evaluation's settings, the model folder and the output file, before either arm decodes (minutes)."""
+    overrides = eval_overrides(args, Path(tempfile.gettempdir()) / "bench_parallel.check", args.threads)
+    check_command_line("eval", overrides)
+    if args.model_path:
+        resolve_source(compose("eval", overrides).model, "--model-path")
+    check_output_file(args.out, "--out")
+
+
 def main() -> None:
     args = parse_args()
+    check_inputs(args)
     threads_each = max(1, args.threads // args.processes)
     with tempfile.TemporaryDirectory(prefix="bench_parallel.") as tmp:
         one, many = Path(tmp) / "one", Path(tmp) / "launched"
@@ -116,4 +130,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from pasta.cli import run_script
-from pasta.errors import ArgumentParser
+from pasta.errors import ArgumentParser, PastaError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,6 +66,8 @@ def parse_args(argv=None):
 def load_prompts(path: str, num_prompts: int) -> list[tuple[str, str]]:
     from pasta.data import load_instructions
 
+    if not Path(path).is_file():  # the loader would name data.path, which this script has not
+        raise PastaError(f"--data={path}: no such file (a .jsonl or .json of prompts)")
     records = load_instructions({"name": "bench", "path": path, "limit": num_prompts})
     return [(record.instruction, record.input) for record in records]
 
@@ -83,7 +85,8 @@ def sample_round(args) -> dict:
     torch.set_num_threads(args.threads)
     overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
     cfg = compose("generate", overrides)
-    model, tokenizer = load_model(cfg.model, device="cpu")
+    prompts = load_prompts(args.data, args.num_prompts)  # before the model: a wrong file fails in a second
+    model, tokenizer = load_model(cfg.model, device="cpu", path_key="--model-path" if args.model_path else "model.path")
     add_tag_tokens(tokenizer, model)
     policy = ReservationPolicy.from_config(cfg.lang.reservation)
     # draft_skeleton only when asked, so the script runs against a checkout from before it (--compare)
@@ -92,7 +95,6 @@ def sample_round(args) -> dict:
         num_samples=args.num_samples, temperature=args.temperature, top_p=args.top_p,
         max_new_tokens=args.max_new_tokens, no_repeat_ngram_size=args.no_repeat_ngram_size, **drafted))
     seed = (args.seed * 1000 + 1) * 1_000_003  # pasta.training.pref.run_round's, round 1
-    prompts = load_prompts(args.data, args.num_prompts)
     num = args.num_samples
     prompt_ids = [encode_prompt(tokenizer, instruction, input) for instruction, input in prompts]
     seeds = [seed + index * num + k for index in range(len(prompts)) for k in range(num)]
@@ -143,7 +145,12 @@ def summary(decode_s: float, results: list, seeds: list[int]) -> dict:
 
 
 def main(argv=None) -> None:
+    from pasta.data import check_output_file, read_json_file
+
     args = parse_args(argv)
+    # What the end of the run reads and writes, checked before its minutes of sampling.
+    other = read_json_file(args.compare, "--compare") if args.compare else None
+    check_output_file(args.out, "--out")
     result = sample_round(args)
     print(f"sampling: {result['sampling_s']:.1f} s for {result['num_candidates']} candidates "
           f"({result['num_forked']} forked; {result['num_tokens']} tokens in {result['num_steps']} steps, "
@@ -158,8 +165,7 @@ def main(argv=None) -> None:
               + ("identical" if same == result["num_candidates"] else
                  f"DIFFERENT ({same} of {result['num_candidates']} the same; static: {static['num_tokens']} tokens "
                  f"in {static['num_steps']} steps, {static['num_forked']} forked)"))
-    if args.compare:
-        other = json.loads(Path(args.compare).read_text())
+    if other is not None:
         same = other["digest"] == result["digest"]
         print(f"against {args.compare}: candidates {'identical' if same else 'DIFFERENT'}; this run's sampling "
               f"{other['sampling_s'] / result['sampling_s']:.2f}x as fast ({result['sampling_s']:.1f} s against "

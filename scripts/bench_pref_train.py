@@ -33,7 +33,9 @@ from pathlib import Path
 
 import torch
 
+from bench_sft import check_inputs
 from bench_train_cpu import check_no_gpu, cpu_training_arguments, report  # scripts/, this script's folder
+from pasta.cli import run_script
 from pasta.errors import ArgumentParser
 
 VARIANTS = {
@@ -62,6 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
                                    "(stage.num_train_epochs=1)")
     args = parser.parse_args(argv)
     check_no_gpu()
+    check_inputs(args.model, args.data, args.json)
 
     from pasta.config import compose
     from pasta.lang import ReservationPolicy, add_tag_tokens
@@ -111,4 +114,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -64,7 +64,7 @@ from pathlib import Path
 
 import openai
 
-from pasta.cli import run_script
+from pasta.cli import child_error, run_script
 from pasta.config import compose
 from pasta.data import check_output_file, read_jsonl
 from pasta.decoding import DECODE_MODES as MODES
@@ -187,10 +187,8 @@ class Server:
         while True:
             if self.process.poll() is not None:
                 self.log.flush()
-                said = [line for line in Path(self.log.name).read_text(errors="replace").splitlines()
-                        if line.startswith("error: ")]
-                why = f" ({said[-1].removeprefix('error: ')})" if said else ""
-                raise PastaError(f"the {self.mode} server exited{why}; see {self.log.name}")
+                why = child_error(Path(self.log.name).read_text(errors="replace"))
+                raise PastaError(f"the {self.mode} server exited ({why}); see {self.log.name}")
             try:
                 self.model = (await self.client.models.list()).data[0].id
                 return

@@ -24,7 +24,9 @@ import torch
 from transformers import TrainerCallback
 
 from pasta.cli import run_script
-from pasta.errors import ArgumentParser
+from pasta.config import conf_dir
+from pasta.data import check_output_file
+from pasta.errors import ArgumentParser, PastaError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +43,17 @@ class StepTimer(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.seconds.append(time.perf_counter() - self._start)
+
+
+def check_inputs(model: str, data: str, json_path: str | None) -> None:
+    """The CPU training benchmarks' --model, --data and --json, before a model loads or a step is timed."""
+    names = sorted(path.stem for path in (conf_dir() / "model").glob("*.yaml"))
+    if model not in names:
+        raise PastaError(f"--model={model}: not a model config name (conf/model/: {', '.join(names)})")
+    if not Path(data).is_file():
+        raise PastaError(f"--data={data}: no such file (annotated JSONL)")
+    if json_path:
+        check_output_file(json_path, "--json")
 
 
 def report(result: dict, json_path: str | None) -> None:
@@ -96,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--json", default=None, help="also write the result here")
     args = parser.parse_args(argv)
+    check_inputs(args.model, args.data, args.json)
     if args.threads:
         torch.set_num_threads(args.threads)
 

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import torch
 
-from bench_sft import StepTimer, report  # scripts/, this script's folder, is first on sys.path
-from pasta.errors import ArgumentParser
+from bench_sft import StepTimer, check_inputs, report  # scripts/, this script's folder, is first on sys.path
+from pasta.cli import run_script
+from pasta.errors import ArgumentParser, PastaError
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
@@ -82,8 +83,8 @@ def cpu_training_arguments(parser: argparse.ArgumentParser, overrides_help: str)
 
 def check_no_gpu() -> None:
     if torch.cuda.is_available():
-        sys.exit("error: this benchmark times CPU training; run it on a machine without a GPU visible "
-                 "(CUDA_VISIBLE_DEVICES=)")
+        raise PastaError("this benchmark times CPU training; run it on a machine without a GPU visible "
+                         "(CUDA_VISIBLE_DEVICES=)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
                                    "(stage.max_length=256 stage.gradient_accumulation_steps=1)")
     args = parser.parse_args(argv)
     check_no_gpu()
+    check_inputs(args.model, args.data, args.json)
 
     from pasta.training.config import cpu_has_bf16
 
@@ -129,4 +131,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers.scripts import load_script
 
 
@@ -19,3 +21,15 @@ def test_static_and_continuous_batching_draw_the_same_candidates_in_one_run(tmp_
     assert result["num_candidates"] == result["static"]["num_candidates"] == 6
     assert result["digest"] == result["static"]["digest"]
     assert result["sampling_s"] > 0 and result["static"]["sampling_s"] > 0
+
+
+def test_what_the_end_of_the_run_reads_and_writes_is_checked_before_it_samples(tmp_path):
+    from pasta.errors import PastaError
+
+    main = load_script("bench_pref_sampling").main
+    for flags, says in ((["--compare", str(tmp_path / "none.json")], "--compare not found: "),
+                        (["--out", str(tmp_path)], f"--out={tmp_path} is a folder, not a file"),
+                        (["--data", str(tmp_path / "none.jsonl")], f"--data={tmp_path / 'none.jsonl'}: no such file")):
+        with pytest.raises(PastaError) as info:
+            main(["--override", "model=tiny", *flags])
+        assert str(info.value).startswith(says)

@@ -60,6 +60,14 @@ def _one_line(exc: BaseException) -> str:
     return one_line(str(exc)) or type(exc).__name__
 
 
+def child_error(output: str) -> str:
+    """Why a pasta command run as a child process failed, from its output: its last `error:` line (every entry point
+    ends on one), else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    said = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    return said[-1] if said else (lines[-1] if lines else "no output")
+
+
 def fail(exc: BaseException) -> None:
     """Print `error: <one line>` (redacted) to stderr and exit with code 2."""
     print(f"error: {_one_line(exc)}", file=sys.stderr, flush=True)
