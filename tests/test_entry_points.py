@@ -155,3 +155,13 @@ def test_models_cli_reports_a_bad_model_path_in_one_line(tmp_path):
     result = _run(["-m", "pasta.models", "prepare", f"model.path={tmp_path / 'nowhere'}"], cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: model.path={tmp_path / 'nowhere'} is not a folder"
+
+
+def test_a_failed_child_command_is_reported_by_its_own_error_line():
+    from pasta.cli import child_error
+
+    log = "loading...\nerror: model.path=/x is not a folder\n"
+    assert child_error(log) == "model.path=/x is not a folder"
+    assert child_error("a\nerror: first\nlater\nerror: second\n") == "second"
+    assert child_error("Traceback (most recent call last):\n  ...\nValueError: boom\n") == "ValueError: boom"
+    assert child_error("") == "no output"
