@@ -93,6 +93,10 @@ def test_the_shipped_defaults_pass_the_check(config_name):
     [
         ("model=bogus", r"^model: no option 'bogus' \(choose from .*smollm2-135m, tiny\)$"),
         ("decode=bogus", r"^decode: no option 'bogus' \(choose from async, sequential, sot\)$"),
+        # A folder given as the option, not as model.path: the option stays whole, and the message says where it goes.
+        ("model=outputs/sft/final",
+         r"^model: no option 'outputs/sft/final' \(choose from .*\); a model folder goes in model\.path=outputs/sft/final$"),
+        ("model=/runs/sft/final", r"^model: no option '/runs/sft/final' \(choose from .*\); a model folder goes in "),
         ("bogus=1", r"^Could not override 'bogus'\. To append to your config use \+bogus=1$"),
         ("prompt=a,b", r"^Ambiguous value for argument"),
     ],

@@ -114,13 +114,25 @@ def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
         restore_gh_from_backup(backup)
 
 
+# The groups whose options name a place: a path given as the option is meant for their `path` key.
+_PATH_GROUPS = {"model": "a model folder", "data": "a file of records", "eval_data": "a file of records"}
+
+
 def _missing_config_message(exc) -> str:
     """`model: no option 'bogus' (choose from a, b, c)` from Hydra's multi-line message."""
     missing = str(exc.missing_cfg_file or "")
-    if exc.options and "/" in missing:
-        group, name = missing.rsplit("/", 1)
-        return f"{group.replace('/', '.')}: no option {name!r} (choose from {', '.join(exc.options)})"
-    return str(exc).split("\n")[0]
+    if not (exc.options and "/" in missing):
+        return str(exc).split("\n")[0]
+    # Hydra joins group and option with "/": the group is the longest prefix that is a config group (a folder), so an
+    # option that is a path (model=outputs/sft/final) stays whole.
+    cuts = [i for i, char in enumerate(missing) if char == "/"]
+    cut = next((i for i in reversed(cuts) if i > 0 and missing[i - 1] != "/" and (conf_dir() / missing[:i]).is_dir()),
+               cuts[-1])
+    group, name = missing[:cut], missing[cut + 1:]
+    message = f"{group.replace('/', '.')}: no option {name!r} (choose from {', '.join(exc.options)})"
+    if group in _PATH_GROUPS and ("/" in name or Path(name).suffix in (".json", ".jsonl") or Path(name).exists()):
+        message += f"; {_PATH_GROUPS[group]} goes in {group}.path={name}"
+    return message
 
 
 T = TypeVar("T")
