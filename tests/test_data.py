@@ -251,7 +251,7 @@ def test_malformed_pasta_lang_in_an_extra_file_fails_in_one_line_or_is_skipped_c
 
 def test_negative_limit_is_rejected(tmp_path):
     path = _write_lines(tmp_path / "x.jsonl", [json.dumps({"instruction": "A", "output": "B"})])
-    with pytest.raises(PastaError, match=r"^data.limit: must be an integer >= 0, got -1"):
+    with pytest.raises(PastaError, match=r"^data.limit: must be >= 0 or null, got -1$"):
         load_instructions(_data_cfg(path, limit=-1))
 
 

@@ -249,6 +249,7 @@ def test_the_cli_prints_its_config_and_says_what_is_wrong_in_one_line(tmp_path):
     ("port=70000", "error: port: must be an integer from 0 to 65535, got 70000"),
     ("log_level=loud", "error: log_level: 'loud' is not one of critical, error, warning, info, debug, trace"),
     ("limits.max_body_bytes=0", "error: limits.max_body_bytes: must be >= 1 or null, got 0"),
+    ("limits.max_n=0", "error: limits.max_n: must be >= 1, got 0"),  # it read "max_tokens and max_n must be >= 1"
 ])
 def test_a_bad_server_setting_is_one_line_before_anything_loads(tmp_path, monkeypatch, capsys, override, says):
     """`python -m pasta.serve`'s cli, in this process (the real process: test_the_cli_prints_its_config_...)."""

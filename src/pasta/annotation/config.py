@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pasta.choice import Choice
-from pasta.errors import PastaError
+from pasta.config import check_ranges
 
 
 class OnReject(Choice):
@@ -36,10 +36,10 @@ class AnnotateConfig:
 
     def validate(self, where: str) -> None:
         # The stage's keys are top-level keys of conf/annotate.yaml: `where` is empty, the messages name the key.
-        if self.max_response_chars is not None and self.max_response_chars < 1:
-            raise PastaError(f"max_response_chars: must be >= 1 or null, got {self.max_response_chars}")
-        if self.keep_teacher_output_chars < 0:
-            raise PastaError(f"keep_teacher_output_chars: must be >= 0, got {self.keep_teacher_output_chars}")
+        check_ranges(self, where, {
+            "max_response_chars": (lambda v: v is None or v >= 1, ">= 1 or null"),
+            "keep_teacher_output_chars": (lambda v: v >= 0, ">= 0"),
+        })
 
 
 def companion_paths(output: Path) -> tuple[Path, Path]:

@@ -30,7 +30,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pasta.choice import Choice
-from pasta.config import schema_from
+from pasta.config import check_ranges, schema_from
 from pasta.data.answers import Pick, pick_answers
 from pasta.data.heldout import is_heldout, leave_out_heldout
 from pasta.data.jsonl import OnError, invalid_unicode, iter_numbered_jsonl, read_json_file
@@ -93,12 +93,11 @@ class DataConfig:
     )
 
     def validate(self, where: str) -> None:
-        for key in ("offset", "limit"):
-            value = getattr(self, key)
-            if value is not None and value < 0:
-                raise PastaError(f"{where}.{key}: must be an integer >= 0, got {value!r}")
-        if self.max_output_chars is not None and self.max_output_chars < 1:
-            raise PastaError(f"{where}.max_output_chars: must be an integer >= 1 or null, got {self.max_output_chars}")
+        check_ranges(self, where, {
+            "offset": (lambda v: v >= 0, ">= 0"),
+            "limit": (lambda v: v is None or v >= 0, ">= 0 or null"),
+            "max_output_chars": (lambda v: v is None or v >= 1, ">= 1 or null"),
+        })
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from pasta.config import check_ranges
 from pasta.errors import PastaError
 from pasta.serving.scheduler import AdmissionLimits
 
@@ -42,11 +43,12 @@ class ServeLimits(AdmissionLimits):
     )
 
     def validate(self, where: str) -> None:
-        if self.max_tokens < 1 or self.max_n < 1:
-            raise PastaError(f"{where}.max_tokens and {where}.max_n must be >= 1")
-        for key in ("context_length", "max_body_bytes"):
-            if getattr(self, key) is not None and getattr(self, key) < 1:
-                raise PastaError(f"{where}.{key}: must be >= 1 or null, got {getattr(self, key)}")
+        check_ranges(self, where, {
+            "max_tokens": (lambda v: v >= 1, ">= 1"),
+            "max_n": (lambda v: v >= 1, ">= 1"),
+            "context_length": (lambda v: v is None or v >= 1, ">= 1 or null"),
+            "max_body_bytes": (lambda v: v is None or v >= 1, ">= 1 or null"),
+        })
 
 
 def served_model_name(cfg: DictConfig) -> str:
