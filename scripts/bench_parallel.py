@@ -26,11 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from pasta.cli import check_command_line, child_error, run_script
+from pasta.cli import child_error, run_script
 from pasta.config import compose
 from pasta.data import check_output_file
 from pasta.errors import ArgumentParser, PastaError
 from pasta.models import resolve_source
+from pasta.settings import check_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,10 +86,10 @@ def answers(run_dir: Path) -> list[str]:
 
 def check_inputs(args: argparse.Namespace) -> None:
     """The evaluation's settings, the model folder and the output file, before either arm decodes (minutes)."""
-    overrides = eval_overrides(args, Path(tempfile.gettempdir()) / "bench_parallel.check", args.threads)
-    check_command_line("eval", overrides)
+    cfg = compose("eval", eval_overrides(args, Path(tempfile.gettempdir()) / "bench_parallel.check", args.threads))
+    check_settings(cfg, "eval")
     if args.model_path:
-        resolve_source(compose("eval", overrides).model, "--model-path")
+        resolve_source(cfg.model, "--model-path")
     check_output_file(args.out, "--out")
 
 

@@ -153,6 +153,11 @@ def load_prompts(path: str, num_prompts: int, seed: int) -> list[str]:
     return [f"{r['instruction']}\n\n{r['input']}" if r.get("input") else r["instruction"] for r in rows]
 
 
+def user_overrides(args) -> list[str]:
+    """The overrides both servers, this process's model and the input check share: --override, then --model-path."""
+    return [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -170,9 +175,7 @@ class Server:
         self.port = free_port()
         overrides = [f"decode={mode}", "host=127.0.0.1", f"port={self.port}", f"num_threads={args.threads}",
                      "log_level=warning", f"hydra.run.dir={run_dir / mode}", f"limits.max_tokens={args.max_tokens}",
-                     f"limits.max_running_requests={max(args.concurrency)}", *args.override]
-        if args.model_path:
-            overrides.append(f"model.path={Path(args.model_path).resolve()}")
+                     f"limits.max_running_requests={max(args.concurrency)}", *user_overrides(args)]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self.log = open(run_dir / f"{mode}.log", "w")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen([sys.executable, "-m", "pasta.serve", *overrides], env=env,
@@ -346,8 +349,7 @@ class Local:
         from pasta.models import load_model
 
         torch.set_num_threads(args.threads)
-        overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
-        cfg = compose("serve", ["decode=async", *overrides])
+        cfg = compose("serve", ["decode=async", *user_overrides(args)])
         self.model, self.tokenizer = load_model(cfg.model, device="cpu")
         add_tag_tokens(self.tokenizer, self.model)
         self.policy = ReservationPolicy.from_config(cfg.lang.reservation)
@@ -572,8 +574,7 @@ def check_inputs(args) -> None:
     from pasta.models import resolve_source
     from pasta.settings import check_settings
 
-    overrides = [*args.override] + ([f"model.path={Path(args.model_path).resolve()}"] if args.model_path else [])
-    cfg = compose("serve", ["decode=async", *overrides])
+    cfg = compose("serve", ["decode=async", *user_overrides(args)])
     check_settings(cfg, "serve")
     resolve_source(cfg.model, "--model-path" if args.model_path else "model.path")
     if not Path(args.prompts).is_file():
